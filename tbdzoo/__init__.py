@@ -1,0 +1,11 @@
+"""tbdzoo: training benchmarks of eight models, written once, on four frameworks."""
+from .backends import build, list_backends
+from .errors import (BackendUnavailableError, TbdError, UnknownNameError, WeightsError,
+                     WorkerError)
+from .models import get_model, list_models
+
+__version__ = "0.1.0"
+
+
+__all__ = ["build", "list_models", "list_backends", "get_model", "TbdError", "UnknownNameError",
+           "BackendUnavailableError", "WeightsError", "WorkerError", "__version__"]

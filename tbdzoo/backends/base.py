@@ -1,0 +1,144 @@
+"""The interface every backend's model offers, and the parts of it that are the same everywhere.
+
+A backend subclasses :class:`BackendModel` and implements the underscored methods, all in
+canonical NumPy at the boundary:
+
+  _build(weights)                 create ``self.native`` holding ``weights`` (canonical dict)
+  _prepare(batch)                 NumPy batch -> whatever the native step consumes
+  _train_step(prepared, lr)       one optimizer step; returns the loss as a float
+  _predict(prepared)              inference-mode output of the graph's output node, NumPy
+  _loss_and_gradients(prepared)   training-mode loss and canonical gradients, no update
+  _get_weights()                  canonical dict of every parameter and statistic
+  _set_weights(weights)           assign a validated canonical dict
+
+The optimizer each backend implements is defined here once (see OPTIMIZERS) so that three
+steps on any backend give the same trajectory.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import schedules, weights as weights_io
+from ..spec import initial_weights
+
+# The normalized optimizer definitions (PyTorch's formulation, coupled weight decay):
+#   sgd:  g += wd * w;  buf = momentum * buf + g;  w -= lr * buf   (nesterov: g + momentum * buf)
+#   adam: g += wd * w;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+#         w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+OPTIMIZERS = ("sgd", "adam")
+
+
+class Prepared(object):
+    """A batch already converted for one backend, so timed steps measure only the step."""
+
+    __slots__ = ("backend", "native", "items")
+
+    def __init__(self, backend, native, items):
+        self.backend, self.native, self.items = backend, native, items
+
+
+class BackendModel(object):
+    backend = None
+
+    def __init__(self, model_def, hparams, seed=0):
+        self.model_def = model_def
+        self.name = model_def.name
+        self.hparams = hparams
+        self.seed = seed
+        self.spec = model_def.build_graph(hparams)
+        if hparams["optimizer"] not in OPTIMIZERS:
+            raise ValueError("optimizer {!r}; known: {}".format(hparams["optimizer"], OPTIMIZERS))
+        schedules.check(hparams)
+        self.step_count = 0
+        self.native = None
+        self._build(initial_weights(self.spec, seed))
+
+    def __repr__(self):
+        return "<tbdzoo {} on {} ({} config, {:,} parameters)>".format(
+            self.name, self.backend, self.hparams["config"], self.spec.trainable_count())
+
+    # -- data -----------------------------------------------------------------------
+    def synthetic_batch(self, seed=0, batch_size=None):
+        """NumPy arrays keyed by the spec's input names, canonical layouts."""
+        return self.model_def.synthetic_batch(self.hparams, batch_size or self.hparams["batch_size"],
+                                              seed)
+
+    def prepare_batch(self, batch):
+        if isinstance(batch, Prepared):
+            if batch.backend != self.backend:
+                raise ValueError("batch was prepared for {}, not {}".format(batch.backend,
+                                                                           self.backend))
+            return batch
+        self._check_batch(batch)
+        return Prepared(self.backend, self._prepare(batch), self.model_def.items(batch))
+
+    def _check_batch(self, batch):
+        for inp in self.spec.inputs.values():
+            if inp.name not in batch:
+                raise ValueError("batch lacks {!r}; the model takes {}".format(
+                    inp.name, ", ".join(self.spec.inputs)))
+            shape = tuple(np.shape(batch[inp.name])[1:])
+            if shape != inp.shape:
+                raise ValueError("batch[{!r}] has per-example shape {}, expected {}".format(
+                    inp.name, shape, inp.shape))
+
+    # -- training and inference ------------------------------------------------------
+    def learning_rate(self):
+        return schedules.learning_rate(self.hparams, self.step_count)
+
+    def train_step(self, batch):
+        """One optimizer step with the scheduled learning rate; returns the loss (a float)."""
+        loss = self._train_step(self.prepare_batch(batch), self.learning_rate())
+        self.step_count += 1
+        return float(loss)
+
+    def train_steps(self, batch, steps):
+        """``steps`` optimizer steps on one batch; returns their losses."""
+        prepared = self.prepare_batch(batch)
+        return [self.train_step(prepared) for _ in range(steps)]
+
+    def predict(self, batch):
+        return np.asarray(self._predict(self.prepare_batch(batch)))
+
+    def loss_and_gradients(self, batch):
+        """Training-mode loss and per-parameter gradients (canonical), without a step."""
+        loss, grads = self._loss_and_gradients(self.prepare_batch(batch))
+        return float(loss), OrderedDict((k, np.asarray(grads[k])) for k in self.trainable_names())
+
+    def trainable_names(self):
+        return [n for n, p in self.spec.params().items() if p.trainable]
+
+    # -- weights ------------------------------------------------------------------------
+    def get_weights(self):
+        return self._get_weights()
+
+    def set_weights(self, weights):
+        self._set_weights(weights_io.check(self.spec, weights))
+
+    def save_weights(self, path):
+        weights_io.save(path, self.spec, self.get_weights())
+
+    def load_weights(self, path):
+        self._set_weights(weights_io.load(path, self.spec))
+
+    # -- for subclasses -------------------------------------------------------------------
+    def _build(self, weights):
+        raise NotImplementedError
+
+    def _prepare(self, batch):
+        raise NotImplementedError
+
+    def _train_step(self, prepared, lr):
+        raise NotImplementedError
+
+    def _predict(self, prepared):
+        raise NotImplementedError
+
+    def _loss_and_gradients(self, prepared):
+        raise NotImplementedError
+
+    def _get_weights(self):
+        raise NotImplementedError
+
+    def _set_weights(self, weights):
+        raise NotImplementedError

@@ -1,0 +1,62 @@
+"""``build``: a model definition plus a backend gives a native model or a worker-backed one."""
+import importlib
+from collections import OrderedDict
+
+from ..errors import BackendUnavailableError, UnknownNameError
+from ..models import get_model
+from . import environments
+
+BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
+
+
+def _check_backend(backend):
+    if backend not in BACKEND_NAMES:
+        raise UnknownNameError("backend", backend, BACKEND_NAMES)
+
+
+def build(name, backend="torch", config="paper", seed=0, isolate=False, **overrides):
+    """Build model ``name`` on ``backend`` with the ``config``'s hyperparameters.
+
+    The model is native (a ``keras.Model``, Gluon ``HybridBlock``, ``cntk.Function`` or
+    ``torch.nn.Module`` as ``.native``) when this interpreter has the framework; otherwise, or
+    with ``isolate=True``, it runs in a worker process in the backend's environment.
+    """
+    _check_backend(backend)
+    model_def = get_model(name)
+    hparams = model_def.hparams(config, **overrides)
+    if isolate or not environments.importable_here(backend):
+        from .remote import RemoteModel
+        return RemoteModel(model_def, hparams, seed, backend)
+    return _native_class(backend)(model_def, hparams, seed)
+
+
+def build_native(name, backend, config="paper", seed=0, **overrides):
+    """Build in this interpreter or fail saying which environment has the framework."""
+    _check_backend(backend)
+    model_def = get_model(name)
+    hparams = model_def.hparams(config, **overrides)
+    return _native_class(backend)(model_def, hparams, seed)
+
+
+def _native_class(backend):
+    if not environments.importable_here(backend):
+        raise BackendUnavailableError(
+            "backend {!r} needs {}, which this interpreter ({}) cannot import; {}".format(
+                backend, environments.framework_of(backend), environments.sys.executable,
+                environments.how_to_create(backend)))
+    return importlib.import_module("tbdzoo.backends." + backend).Model
+
+
+def list_backends():
+    """Each backend, where it runs from here and whether that environment is ready."""
+    out = []
+    for backend, framework, env in environments.BACKENDS:
+        here = environments.importable_here(backend)
+        python = environments.python_for(backend)
+        ready = here or environments.os.path.exists(python)
+        out.append(OrderedDict([
+            ("name", backend), ("framework", framework), ("environment", env),
+            ("ready", ready), ("runs", "in-process" if here else "worker"),
+            ("python", python), ("fix", None if ready else environments.how_to_create(backend)),
+        ]))
+    return out

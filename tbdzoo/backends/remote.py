@@ -1,0 +1,223 @@
+"""A model that lives in a worker process, behind the same methods as a native one.
+
+Used for CNTK from the main interpreter, and for any backend when a run must be isolated
+(clean memory figures, a crash contained). A dead or silent worker raises WorkerError with the
+tail of its stderr; it never hangs the caller past the call's timeout.
+"""
+import itertools
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import OrderedDict
+
+from .. import errors
+from ..weights import load_arrays, save_arrays
+from . import environments
+from .base import BackendModel, Prepared
+
+DEFAULT_TIMEOUT = 3600.0
+_ERRORS = {name: getattr(errors, name) for name in (
+    "UnknownNameError", "WeightsError", "BackendUnavailableError", "UnsupportedOptionError")}
+_ERRORS.update({"ValueError": ValueError, "KeyError": KeyError, "TypeError": TypeError})
+
+
+class WorkerHandle(object):
+    """What ``model.native`` is for a model in a worker: its process and interpreter."""
+
+    def __init__(self, process, python, native_type):
+        self.process, self.python, self.native_type = process, python, native_type
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def __repr__(self):
+        return "<worker pid {} ({}) holding a {}>".format(self.pid, self.python, self.native_type)
+
+
+class RemoteModel(BackendModel):
+    def __init__(self, model_def, hparams, seed, backend, timeout=DEFAULT_TIMEOUT):
+        self.backend = backend
+        self.model_def, self.name, self.hparams, self.seed = model_def, model_def.name, hparams, seed
+        self.spec = model_def.build_graph(hparams)
+        self.step_count = 0
+        self.timeout = timeout
+        self._keys = itertools.count()
+        self._process = None
+        python = environments.python_for(backend)
+        if not os.path.exists(python):
+            raise errors.BackendUnavailableError(
+                "backend {!r} needs its environment, but {} does not exist; {}".format(
+                    backend, python, environments.how_to_create(backend)))
+        self._dir = tempfile.mkdtemp(prefix="tbdzoo-{}-".format(backend))
+        self._stderr = open(os.path.join(self._dir, "stderr.log"), "w+")
+        self._process = subprocess.Popen(
+            [python, "-m", "tbdzoo.backends.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr, env=environments.worker_environment(),
+            cwd=self._dir)
+        overrides = {k: v for k, v in hparams.items()
+                     if k not in ("model", "config") and model_def.configs[hparams["config"]].get(k) != v}
+        try:
+            built = self._call("build", model=model_def.name, backend=backend,
+                               config=hparams["config"], seed=seed, overrides=overrides)
+        except BaseException:
+            self.close()
+            raise
+        if built["spec_hash"] != self.spec.hash():
+            self.close()
+            raise errors.WorkerError("the worker built spec {} but this side built {}: the two "
+                                     "tbdzoo sources differ".format(built["spec_hash"], self.spec.hash()))
+        self.native = WorkerHandle(self._process, python, built["native_type"])
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _path(self, stem):
+        return os.path.join(self._dir, "{}-{}.npz".format(stem, next(self._keys)))
+
+    def _stderr_tail(self, limit=4000):
+        self._stderr.flush()
+        self._stderr.seek(0)
+        text = self._stderr.read()
+        return text[-limit:]
+
+    def _call(self, method, timeout=None, **args):
+        if self._process is None or self._process.poll() is not None:
+            raise errors.WorkerError("the {} worker is not running{}".format(
+                self.backend, self._exit_note()))
+        try:
+            self._process.stdin.write((json.dumps({"method": method, "args": args}) + "\n").encode())
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise errors.WorkerError("the {} worker died before {!r}{}".format(
+                self.backend, method, self._exit_note()))
+        line = self._read_reply(method, self.timeout if timeout is None else timeout)
+        reply = json.loads(line.decode())
+        if reply["ok"]:
+            return reply["result"]
+        cls = _ERRORS.get(reply["error"])
+        if cls is None:
+            raise errors.WorkerError("{} in the {} worker during {!r}: {}\n{}".format(
+                reply["error"], self.backend, method, reply["message"], reply["traceback"]))
+        error = cls.__new__(cls)  # same class as on the worker's side, same message
+        Exception.__init__(error, reply["message"])
+        raise error
+
+    def _read_reply(self, method, timeout):
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._process.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._process.kill()
+                    self._process.wait()
+                    raise errors.WorkerError("the {} worker did not answer {!r} within {:.0f} s and "
+                                             "was stopped{}".format(self.backend, method, timeout,
+                                                                    self._exit_note()))
+                if sel.select(min(left, 1.0)):
+                    line = self._process.stdout.readline()
+                    if line:
+                        return line
+                    self._process.wait()
+                    raise errors.WorkerError("the {} worker exited during {!r}{}".format(
+                        self.backend, method, self._exit_note()))
+
+    def _exit_note(self):
+        code = self._process.poll() if self._process is not None else None
+        tail = self._stderr_tail() if not self._stderr.closed else ""
+        note = " (exit code {})".format(code) if code is not None else ""
+        return note + (". Its stderr ends with:\n" + tail if tail.strip() else "")
+
+    def close(self):
+        """Stop the worker and remove its files; safe to call twice."""
+        if self._process is not None and self._process.poll() is None:
+            try:
+                self._call("shutdown", timeout=10)
+            except errors.WorkerError:
+                pass
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        for stream in (getattr(self._process, "stdin", None), getattr(self._process, "stdout", None)):
+            if stream is not None:
+                stream.close()
+        if not self._stderr.closed:
+            self._stderr.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_process", None) is not None:
+                self.close()
+        except Exception:
+            pass
+
+    # -- the model interface ---------------------------------------------------------------
+    def prepare_batch(self, batch):
+        if isinstance(batch, Prepared):
+            return BackendModel.prepare_batch(self, batch)
+        self._check_batch(batch)
+        key, path = "b{}".format(next(self._keys)), self._path("batch")
+        save_arrays(path, batch)
+        self._call("prepare", key=key, path=path)
+        os.remove(path)
+        return Prepared(self.backend, key, self.model_def.items(batch))
+
+    def _on_batch(self, method, batch, **args):
+        """Call ``method`` on a batch; a batch prepared only for this call is forgotten after."""
+        prepared = self.prepare_batch(batch)
+        try:
+            return self._call(method, key=prepared.native, **args)
+        finally:
+            if prepared is not batch and self._process.poll() is None:
+                self._call("forget", key=prepared.native)
+
+    def train_step(self, batch):
+        result = self._on_batch("train_step", batch)
+        self.step_count = result["step_count"]
+        return float(result["loss"])
+
+    def train_steps(self, batch, steps):
+        """``steps`` optimizer steps in one request; returns their losses."""
+        result = self._on_batch("train_steps", batch, steps=int(steps))
+        self.step_count = result["step_count"]
+        return [float(x) for x in result["losses"]]
+
+    def predict(self, batch):
+        out = self._path("predict")
+        self._on_batch("predict", batch, out=out)
+        return load_arrays(out)["output"]
+
+    def loss_and_gradients(self, batch):
+        out = self._path("grads")
+        loss = self._on_batch("loss_and_gradients", batch, out=out)["loss"]
+        grads = load_arrays(out)
+        return float(loss), OrderedDict((k, grads[k]) for k in self.trainable_names())
+
+    def get_weights(self):
+        out = self._path("weights")
+        self._call("get_weights", out=out)
+        return load_arrays(out)
+
+    def set_weights(self, weights):
+        from ..weights import check
+        path = self._path("weights")
+        save_arrays(path, check(self.spec, weights))
+        self._call("set_weights", path=path)
+
+    def save_weights(self, path):
+        self._call("save_weights", path=os.path.abspath(os.fspath(path)))
+
+    def load_weights(self, path):
+        self._call("load_weights", path=os.path.abspath(os.fspath(path)))

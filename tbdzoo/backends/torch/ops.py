@@ -1,0 +1,138 @@
+"""The spec's node types in PyTorch: one function per op, ``fn(inputs, params, attrs, training)``.
+
+This backend is the consistency reference, so each function spells out the semantics plainly
+(see tbdzoo/spec/ops.py); where PyTorch has a native op with identical math it is used.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _symmetric(pads):
+    """(ph, pw) when top == bottom and left == right, else None."""
+    (t, b), (l, r) = pads
+    return (t, l) if t == b and l == r else None
+
+
+def _pad(x, pads, value=0.0):
+    (t, b), (l, r) = pads
+    return F.pad(x, (l, r, t, b), value=value) if (t or b or l or r) else x
+
+
+def conv2d(inputs, p, a, training):
+    x, = inputs
+    sym = _symmetric(a["padding"])
+    if sym is None:
+        x, sym = _pad(x, a["padding"]), (0, 0)
+    return F.conv2d(x, p["weight"], p.get("bias"), a["stride"], sym, a["dilation"], a["groups"])
+
+
+def batchnorm(inputs, p, a, training):
+    # PyTorch's running-statistics update is the spec's: new-batch weight, unbiased variance.
+    return F.batch_norm(inputs[0], p["running_mean"], p["running_var"], p["gamma"], p["beta"],
+                        training, a["momentum"], a["eps"])
+
+
+def relu(inputs, p, a, training):
+    return F.relu(inputs[0])
+
+
+def add(inputs, p, a, training):
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = out + x
+    return out
+
+
+def maxpool2d(inputs, p, a, training):
+    x, = inputs
+    sym = _symmetric(a["padding"])
+    if sym is None or max(sym[0], sym[1]) * 2 > min(a["kernel"]):
+        x, sym = _pad(x, a["padding"], value=-math.inf), (0, 0)
+    return F.max_pool2d(x, a["kernel"], a["stride"], sym)
+
+
+def avgpool2d(inputs, p, a, training):
+    x, = inputs
+    sym = _symmetric(a["padding"])
+    if sym is not None and max(sym) * 2 <= min(a["kernel"]):
+        return F.avg_pool2d(x, a["kernel"], a["stride"], sym, count_include_pad=a["count_include_pad"])
+    summed = F.avg_pool2d(_pad(x, a["padding"]), a["kernel"], a["stride"])
+    if a["count_include_pad"]:
+        return summed
+    ones = _pad(torch.ones_like(x[:1, :1]), a["padding"])
+    return summed / F.avg_pool2d(ones, a["kernel"], a["stride"])
+
+
+def global_avgpool(inputs, p, a, training):
+    return inputs[0].mean(dim=(2, 3))
+
+
+def flatten(inputs, p, a, training):
+    return torch.flatten(inputs[0], 1)
+
+
+def dense(inputs, p, a, training):
+    return F.linear(inputs[0], p["weight"], p.get("bias"))
+
+
+def embedding(inputs, p, a, training):
+    out = F.embedding(inputs[0], p["weight"])
+    return out * a["scale"] if a["scale"] != 1.0 else out
+
+
+def sinusoid_table(length, dim, device=None):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D))."""
+    position = torch.arange(length, dtype=torch.float64, device=device)[:, None]
+    rate = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+    table = torch.zeros(length, dim, dtype=torch.float64, device=device)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate[: dim // 2])
+    return table.float()
+
+
+def positional_encoding(inputs, p, a, training):
+    x, = inputs
+    return x + sinusoid_table(x.shape[1], x.shape[2], x.device).to(x.dtype)
+
+
+def layernorm(inputs, p, a, training):
+    x, = inputs
+    return F.layer_norm(x, (x.shape[-1],), p["gamma"], p["beta"], a["eps"])
+
+
+def dropout(inputs, p, a, training):
+    return F.dropout(inputs[0], a["rate"], training) if a["rate"] else inputs[0]
+
+
+def multi_head_attention(inputs, p, a, training):
+    q_in, kv_in, keys = inputs
+    n, t, d = q_in.shape
+    s = kv_in.shape[1]
+    h = a["num_heads"]
+    dh = d // h
+
+    def heads(x, w, b, length):
+        return F.linear(x, w, b).view(n, length, h, dh).transpose(1, 2)  # (N, H, L, dh)
+
+    q = heads(q_in, p["W_q"], p["b_q"], t)
+    k = heads(kv_in, p["W_k"], p["b_k"], s)
+    v = heads(kv_in, p["W_v"], p["b_v"], s)
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
+    masked = (keys == a["pad_id"])[:, None, None, :]
+    if a["causal"]:
+        masked = masked | torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1)
+    weights = torch.softmax(scores.masked_fill(masked, -1e9), dim=-1)
+    if a["dropout"]:
+        weights = F.dropout(weights, a["dropout"], training)
+    context = torch.matmul(weights, v).transpose(1, 2).reshape(n, t, d)
+    return F.linear(context, p["W_o"], p["b_o"])
+
+
+def softmax_cross_entropy(logits, labels, loss):
+    """Mean over counted positions of -sum_k q_k log p_k, q = (1-eps) onehot + eps/K."""
+    ignore = loss["ignore_index"]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=-100 if ignore is None else ignore,
+                           label_smoothing=loss["label_smoothing"])

@@ -1,0 +1,18 @@
+"""The normalized optimizers (tbdzoo/backends/base.py). PyTorch's SGD and Adam with coupled
+weight decay are exactly those formulas, so the native ones are used."""
+import torch
+
+
+def make(params, hp):
+    if hp["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"],
+                               nesterov=hp["nesterov"], weight_decay=hp["weight_decay"])
+    if hp["optimizer"] == "adam":
+        return torch.optim.Adam(params, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
+                                eps=hp["eps"], weight_decay=hp["weight_decay"])
+    raise ValueError("optimizer {!r} is not implemented for torch".format(hp["optimizer"]))
+
+
+def set_learning_rate(optimizer, lr):
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -1,0 +1,113 @@
+"""The worker: runs one model of one backend in its own interpreter and answers requests.
+
+Started by :mod:`tbdzoo.backends.remote` as ``python -m tbdzoo.backends.worker``. Requests and
+replies are JSON lines on the original stdout/stdin; arrays travel as ``.npz`` files (never
+pickles: the two sides may run different NumPy versions). Anything the framework prints goes
+to stderr, which the client keeps for error reports. Valid Python 3.6: the CNTK side runs it.
+"""
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+
+def _protocol_streams():
+    """Keep the real stdout for replies and send everything else printed to stderr."""
+    reply = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return sys.stdin, reply
+
+
+class Worker(object):
+    def __init__(self):
+        self.model = None
+        self.batches = {}
+
+    # Each handler takes the request's args and returns a JSON-able result.
+    def build(self, model, backend, config, seed, overrides):
+        from .registry import build_native
+        self.model = build_native(model, backend, config=config, seed=seed, **overrides)
+        return {"spec_hash": self.model.spec.hash(), "repr": repr(self.model),
+                "native_type": type(self.model.native).__module__ + "." +
+                type(self.model.native).__name__}
+
+    def prepare(self, key, path):
+        from ..weights import load_arrays
+        self.batches[key] = self.model.prepare_batch(load_arrays(path))
+        return {"items": self.batches[key].items}
+
+    def forget(self, key):
+        self.batches.pop(key, None)
+
+    def _batch(self, key):
+        return self.batches[key]
+
+    def train_step(self, key):
+        loss = self.model.train_step(self._batch(key))
+        return {"loss": loss, "step_count": self.model.step_count}
+
+    def train_steps(self, key, steps):
+        """Several steps in one request, so the protocol adds no time between them."""
+        losses = [self.model.train_step(self._batch(key)) for _ in range(steps)]
+        return {"losses": losses, "step_count": self.model.step_count}
+
+    def predict(self, key, out):
+        np.savez(out, output=self.model.predict(self._batch(key)))
+
+    def loss_and_gradients(self, key, out):
+        loss, grads = self.model.loss_and_gradients(self._batch(key))
+        np.savez(out, **grads)
+        return {"loss": loss}
+
+    def get_weights(self, out):
+        np.savez(out, **self.model.get_weights())
+
+    def set_weights(self, path):
+        from ..weights import load_arrays
+        self.model.set_weights(load_arrays(path))
+
+    def save_weights(self, path):
+        self.model.save_weights(path)
+
+    def load_weights(self, path):
+        self.model.load_weights(path)
+
+    def set_step_count(self, step_count):
+        self.model.step_count = int(step_count)
+
+    def ping(self):
+        return {"pid": os.getpid(), "python": sys.version.split()[0]}
+
+
+def serve(requests, replies):
+    worker = Worker()
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        method = request.get("method")
+        if method == "shutdown":
+            replies.write(json.dumps({"ok": True, "result": None}) + "\n")
+            replies.flush()
+            return
+        try:
+            handler = getattr(worker, method, None)
+            if handler is None or method.startswith("_"):
+                raise ValueError("unknown worker method {!r}".format(method))
+            reply = {"ok": True, "result": handler(**request.get("args", {}))}
+        except Exception as e:  # every failure goes back to the caller, with its traceback
+            reply = {"ok": False, "error": type(e).__name__, "message": str(e),
+                     "traceback": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main():
+    requests, replies = _protocol_streams()
+    serve(requests, replies)
+
+
+if __name__ == "__main__":
+    main()

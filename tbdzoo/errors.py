@@ -1,0 +1,33 @@
+"""Errors a user can act on: each message names the problem and the fix."""
+
+
+class TbdError(Exception):
+    """Base class of every error tbdzoo raises on purpose."""
+
+
+class UnknownNameError(TbdError, KeyError):
+    """A model, config, hyperparameter or backend name that does not exist."""
+
+    def __init__(self, kind, name, known):
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        super().__init__("unknown {} {!r}; known: {}".format(
+            kind, name, ", ".join(self.known) or "(none)"))
+
+    def __str__(self):  # KeyError would otherwise print the repr of the message
+        return self.args[0]
+
+
+class BackendUnavailableError(TbdError):
+    """The backend's framework or its environment is not installed."""
+
+
+class WeightsError(TbdError, ValueError):
+    """A weights file or dict does not match the model; nothing was loaded."""
+
+
+class WorkerError(TbdError, RuntimeError):
+    """A backend worker process failed, crashed or stopped answering."""
+
+
+class UnsupportedOptionError(TbdError, ValueError):
+    """A normalized option that this backend's framework cannot honour."""

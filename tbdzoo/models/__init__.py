@@ -1,0 +1,4 @@
+"""One builder per model: hyperparameters in one place, the graph built from them."""
+from .registry import ModelDef, get_model, list_models, register_model
+
+__all__ = ["ModelDef", "get_model", "list_models", "register_model"]

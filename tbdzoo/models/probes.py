@@ -1,0 +1,172 @@
+"""Probe models: one small graph per node type, for per-node consistency tests.
+
+``get_model('probe/conv2d')`` finds them; ``list_models()`` does not list them. Each probe
+feeds its node into a flatten -> dense -> softmax cross-entropy head, so a test compares the
+node's forward output, its parameters' gradients and a short SGD trajectory. Shapes are odd
+and padding asymmetric on purpose: they expose layout and padding mistakes.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+from ..spec import Graph
+from .registry import ModelDef
+
+HPARAMS = {
+    "batch_size": 3, "num_classes": 5, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9,
+    "nesterov": False, "weight_decay": 1e-4, "lr_schedule": "constant", "label_smoothing": 0.1,
+    "vocab": 11,
+}
+
+
+def _image(g, c=3, h=9, w=8):
+    return g.input("x", (c, h, w))
+
+
+def _tokens(g, t=6):
+    return g.input("tokens", (t,), dtype="int32")
+
+
+def _head(g, x, label_smoothing=True):
+    if len(g.shape_of(x)) > 1:
+        x = g.add("head.flatten", "flatten", x)
+    x = g.add("head.fc", "dense", x, units=HPARAMS["num_classes"])
+    g.input("labels", (), dtype="int32", role="target")
+    g.set_output(x)
+    g.set_loss("softmax_cross_entropy", logits=x, labels="labels",
+               label_smoothing=HPARAMS["label_smoothing"], ignore_index=None)
+    return g
+
+
+def conv2d(g):
+    x = _image(g)
+    return _head(g, g.add("conv", "conv2d", x, filters=4, kernel=3, stride=2,
+                          padding=((1, 0), (0, 1)), use_bias=True))
+
+
+def conv2d_1x1_strided(g):
+    x = _image(g)
+    return _head(g, g.add("conv", "conv2d", x, filters=5, kernel=1, stride=2))
+
+
+def batchnorm(g):
+    x = _image(g, 4, 5, 6)
+    return _head(g, g.add("bn", "batchnorm", x, eps=1e-5, momentum=0.1))
+
+
+def relu_add(g):
+    x = _image(g)
+    y = g.add("relu", "relu", x)
+    return _head(g, g.add("add", "add", [x, y]))
+
+
+def maxpool2d(g):
+    x = _image(g)
+    return _head(g, g.add("pool", "maxpool2d", x, kernel=3, stride=2, padding=((1, 0), (1, 1))))
+
+
+def avgpool2d(g):
+    x = _image(g)
+    return _head(g, g.add("pool", "avgpool2d", x, kernel=3, stride=2, padding=((1, 1), (1, 0)),
+                          count_include_pad=False))
+
+
+def avgpool2d_include_pad(g):
+    x = _image(g)
+    return _head(g, g.add("pool", "avgpool2d", x, kernel=3, stride=2, padding=1,
+                          count_include_pad=True))
+
+
+def global_avgpool(g):
+    return _head(g, g.add("gap", "global_avgpool", _image(g)))
+
+
+def flatten_dense(g):
+    """The head's flatten itself is the node under test: canonical (C, H, W) order."""
+    return _head(g, _image(g, 2, 3, 4))
+
+
+def dense_sequence(g):
+    x = g.input("x", (4, 6))
+    return _head(g, g.add("dense", "dense", x, units=3))
+
+
+def embedding(g):
+    return _head(g, g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=4, scale=2.0))
+
+
+def positional_encoding(g):
+    x = g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=6)
+    return _head(g, g.add("pos", "positional_encoding", x))
+
+
+def layernorm(g):
+    x = g.input("x", (4, 6))
+    return _head(g, g.add("norm", "layernorm", x, eps=1e-6))
+
+
+def dropout(g):
+    x = g.input("x", (4, 6))
+    return _head(g, g.add("drop", "dropout", x, rate=0.0))
+
+
+def _attention(g, causal, cross):
+    tokens = _tokens(g, 6)
+    x = g.add("embed", "embedding", tokens, vocab=HPARAMS["vocab"], dim=8)
+    if cross:
+        mem_tokens = g.input("memory_tokens", (5,), dtype="int32")
+        mem = g.add("memory", "embedding", mem_tokens, vocab=HPARAMS["vocab"], dim=8)
+        return _head(g, g.add("attn", "multi_head_attention", [x, mem, mem_tokens], num_heads=2))
+    return _head(g, g.add("attn", "multi_head_attention", [x, x, tokens], num_heads=2, causal=causal))
+
+
+def attention_self(g):
+    return _attention(g, causal=False, cross=False)
+
+
+def attention_causal(g):
+    return _attention(g, causal=True, cross=False)
+
+
+def attention_cross(g):
+    return _attention(g, causal=False, cross=True)
+
+
+def tied_dense(g):
+    x = g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=4)
+    x = g.add("tied", "dense", x, units=HPARAMS["vocab"], use_bias=False,
+              shared={"weight": "embed.weight"})
+    return _head(g, x)
+
+
+PROBES = OrderedDict((fn.__name__, fn) for fn in (
+    conv2d, conv2d_1x1_strided, batchnorm, relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad,
+    global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
+    dropout, attention_self, attention_causal, attention_cross, tied_dense))
+
+
+def _batch_for(graph):
+    def make(hp, batch_size, seed):
+        rng = np.random.RandomState(seed)
+        batch = {}
+        for inp in graph.inputs.values():
+            shape = (batch_size,) + inp.shape
+            if inp.role == "target":
+                batch[inp.name] = rng.randint(0, hp["num_classes"], size=shape).astype(np.int32)
+            elif inp.dtype == "int32":
+                tokens = rng.randint(1, hp["vocab"], size=shape).astype(np.int32)
+                for row in tokens:  # pad (id 0) the tail of each row, never all of it
+                    row[rng.randint(max(1, shape[1] // 2), shape[1] + 1):] = 0
+                batch[inp.name] = tokens
+            else:
+                batch[inp.name] = rng.standard_normal(shape).astype(np.float32)
+        return batch
+    return make
+
+
+def get_probe(name):
+    fn = PROBES[name]
+    graph = fn(Graph("probe/" + name))
+    return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
+                    lambda hp, fn=fn, name=name: fn(Graph("probe/" + name)), _batch_for(graph),
+                    "examples/s", lambda batch: len(batch["labels"]))

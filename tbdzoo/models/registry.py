@@ -1,0 +1,67 @@
+"""The model registry: ``@register_model`` adds a model definition, ``get_model`` finds it."""
+from collections import OrderedDict
+
+from ..errors import UnknownNameError
+
+_MODELS = OrderedDict()
+
+
+class ModelDef(object):
+    """What a model is, independent of any framework.
+
+    ``configs`` maps a config name to a full hyperparameter dict; ``paper`` is the default.
+    ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
+    NumPy arrays keyed by the graph's input names; ``items(batch)`` counts the throughput unit.
+    """
+
+    def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items):
+        self.name, self.domain, self.configs = name, domain, configs
+        self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
+        self.unit, self.items = unit, items
+
+    def hparams(self, config="paper", **overrides):
+        """The config's hyperparameters with ``overrides`` applied; unknown names are refused."""
+        if config not in self.configs:
+            raise UnknownNameError("config of " + self.name, config, self.configs)
+        hp = dict(self.configs[config])
+        unknown = sorted(set(overrides) - set(hp))
+        if unknown:
+            raise UnknownNameError("hyperparameter of " + self.name, unknown[0], hp)
+        for key, value in overrides.items():
+            if isinstance(hp[key], tuple) and isinstance(value, list):
+                value = tuple(value)
+            hp[key] = value
+        hp["model"], hp["config"] = self.name, config
+        return hp
+
+
+def register_model(name, domain, configs, unit, items, synthetic_batch):
+    """Decorator for a graph builder ``fn(hp) -> Graph``."""
+    def wrap(build_graph):
+        if name in _MODELS:
+            raise ValueError("model {!r} is registered twice".format(name))
+        _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit, items)
+        return build_graph
+    return wrap
+
+
+def get_model(name):
+    """The definition of a model; ``probe/<node>`` names the per-node test models."""
+    if name.startswith("probe/"):
+        from .probes import PROBES, get_probe
+        if name[len("probe/"):] not in PROBES:
+            raise UnknownNameError("probe", name, ["probe/" + p for p in PROBES])
+        return get_probe(name[len("probe/"):])
+    _load_builtin()
+    if name not in _MODELS:
+        raise UnknownNameError("model", name, _MODELS)
+    return _MODELS[name]
+
+
+def list_models():
+    _load_builtin()
+    return list(_MODELS)
+
+
+def _load_builtin():
+    from . import resnet, transformer  # noqa: F401  (registration happens on import)

@@ -1,0 +1,84 @@
+"""Transformer base (Vaswani et al. 2017): post-norm encoder-decoder with a shared vocabulary.
+
+One embedding matrix serves the source embedding, the target embedding and the pre-softmax
+projection, as in the paper. Batches are padded to fixed lengths; padding and causal masks are
+explicit attention inputs, so every backend sees the same static shapes.
+"""
+from ..datasets import synthetic
+from ..spec import Graph
+from .registry import register_model
+
+PAPER = {
+    "vocab": 32000, "d_model": 512, "heads": 8, "ffn": 2048, "encoder_layers": 6,
+    "decoder_layers": 6, "dropout": 0.1, "attention_dropout": 0.0, "ln_eps": 1e-6,
+    "pad_id": 0, "bos_id": 1, "eos_id": 2,
+    "batch_size": 64, "src_len": 32, "tgt_len": 32,        # 2,048 target tokens per batch
+    "optimizer": "adam", "lr": 1.0, "beta1": 0.9, "beta2": 0.98, "eps": 1e-9, "weight_decay": 0.0,
+    "lr_schedule": "inverse_sqrt", "warmup_steps": 4000,
+    "label_smoothing": 0.1,
+}
+
+TINY = dict(PAPER, vocab=50, d_model=16, heads=2, ffn=32, encoder_layers=2, decoder_layers=2,
+            batch_size=4, src_len=7, tgt_len=6, warmup_steps=10)
+
+
+def _batch(hp, batch_size, seed):
+    return synthetic.translation(batch_size, hp["src_len"], hp["tgt_len"], hp["vocab"],
+                                 hp["pad_id"], hp["bos_id"], hp["eos_id"], seed=seed)
+
+
+def _target_tokens(batch):
+    return int((batch["labels"] != 0).sum())
+
+
+@register_model("transformer", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},
+                unit="tokens/s", items=_target_tokens, synthetic_batch=_batch)
+def build(hp):
+    g = Graph("transformer")
+    d, pad = hp["d_model"], hp["pad_id"]
+    src = g.input("src", (hp["src_len"],), dtype="int32")
+    tgt = g.input("tgt_in", (hp["tgt_len"],), dtype="int32")
+    g.input("labels", (hp["tgt_len"],), dtype="int32", role="target")
+
+    def embed(name, tokens, shared):
+        kw = {"shared": {"weight": "embed.weight"}} if shared else {}
+        x = g.add(name, "embedding", tokens, vocab=hp["vocab"], dim=d, scale=d ** 0.5, **kw)
+        x = g.add(name + ".pos", "positional_encoding", x)
+        return g.add(name + ".dropout", "dropout", x, rate=hp["dropout"])
+
+    def sublayer(name, x, y):
+        """Post-norm residual: LayerNorm(x + Dropout(y))."""
+        y = g.add(name + ".dropout", "dropout", y, rate=hp["dropout"])
+        y = g.add(name + ".add", "add", [x, y])
+        return g.add(name + ".norm", "layernorm", y, eps=hp["ln_eps"])
+
+    def attention(name, q, kv, keys, causal):
+        return g.add(name, "multi_head_attention", [q, kv, keys], num_heads=hp["heads"],
+                     causal=causal, pad_id=pad, dropout=hp["attention_dropout"])
+
+    def feed_forward(name, x):
+        h = g.add(name + ".linear1", "dense", x, units=hp["ffn"], init="xavier_uniform")
+        h = g.add(name + ".relu", "relu", h)
+        h = g.add(name + ".inner_dropout", "dropout", h, rate=hp["dropout"])
+        return g.add(name + ".linear2", "dense", h, units=d, init="xavier_uniform")
+
+    x = embed("embed", src, shared=False)
+    for i in range(hp["encoder_layers"]):
+        p = "encoder.{}.".format(i)
+        x = sublayer(p + "self_attn", x, attention(p + "self_attn", x, x, src, causal=False))
+        x = sublayer(p + "ffn", x, feed_forward(p + "ffn", x))
+    memory = x
+
+    y = embed("tgt_embed", tgt, shared=True)
+    for i in range(hp["decoder_layers"]):
+        p = "decoder.{}.".format(i)
+        y = sublayer(p + "self_attn", y, attention(p + "self_attn", y, y, tgt, causal=True))
+        y = sublayer(p + "cross_attn", y, attention(p + "cross_attn", y, memory, src, causal=False))
+        y = sublayer(p + "ffn", y, feed_forward(p + "ffn", y))
+
+    logits = g.add("generator", "dense", y, units=hp["vocab"], use_bias=False,
+                   shared={"weight": "embed.weight"})
+    g.set_output(logits)
+    g.set_loss("softmax_cross_entropy", logits=logits, labels="labels",
+               label_smoothing=hp["label_smoothing"], ignore_index=pad)
+    return g
