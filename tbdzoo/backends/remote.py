@@ -47,18 +47,20 @@ class RemoteModel(BackendModel):
         self.step_count = 0
         self.timeout = timeout
         self._keys = itertools.count()
-        self._process = None
+        self._process, self._dir = None, None
         python = environments.python_for(backend)
         if not os.path.exists(python):
             raise errors.BackendUnavailableError(
                 "backend {!r} needs its environment, but {} does not exist; {}".format(
                     backend, python, environments.how_to_create(backend)))
         self._dir = tempfile.mkdtemp(prefix="tbdzoo-{}-".format(backend))
-        self._stderr = open(os.path.join(self._dir, "stderr.log"), "w+")
-        self._process = subprocess.Popen(
-            [python, "-m", "tbdzoo.backends.worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._stderr, env=environments.worker_environment(),
-            cwd=self._dir)
+        # The worker writes its stderr to a file of its own; we only ever read that file.
+        self._stderr_path = os.path.join(self._dir, "stderr.log")
+        with open(self._stderr_path, "wb") as stderr:
+            self._process = subprocess.Popen(
+                [python, "-m", "tbdzoo.backends.worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=stderr, env=environments.worker_environment(),
+                cwd=self._dir)
         overrides = {k: v for k, v in hparams.items()
                      if k not in ("model", "config") and model_def.configs[hparams["config"]].get(k) != v}
         try:
@@ -77,13 +79,22 @@ class RemoteModel(BackendModel):
     def _path(self, stem):
         return os.path.join(self._dir, "{}-{}.npz".format(stem, next(self._keys)))
 
-    def _stderr_tail(self, limit=4000):
-        self._stderr.flush()
-        self._stderr.seek(0)
-        text = self._stderr.read()
-        return text[-limit:]
+    def _read_stderr(self, start=0):
+        """(text, end offset) of the worker's stderr from byte ``start``."""
+        try:
+            with open(self._stderr_path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return "", start
+        return data.decode("utf-8", "replace"), start + len(data)
 
-    def _call(self, method, timeout=None, **args):
+    def _stderr_tail(self, limit=4000):
+        lines = [l for l in self._read_stderr()[0].splitlines()
+                 if not l.startswith("tbdzoo-progress ")]
+        return "\n".join(lines)[-limit:]
+
+    def _call(self, method, timeout=None, progress=None, **args):
         if self._process is None or self._process.poll() is not None:
             raise errors.WorkerError("the {} worker is not running{}".format(
                 self.backend, self._exit_note()))
@@ -93,7 +104,7 @@ class RemoteModel(BackendModel):
         except (BrokenPipeError, OSError):
             raise errors.WorkerError("the {} worker died before {!r}{}".format(
                 self.backend, method, self._exit_note()))
-        line = self._read_reply(method, self.timeout if timeout is None else timeout)
+        line = self._read_reply(method, self.timeout if timeout is None else timeout, progress)
         reply = json.loads(line.decode())
         if reply["ok"]:
             return reply["result"]
@@ -105,8 +116,9 @@ class RemoteModel(BackendModel):
         Exception.__init__(error, reply["message"])
         raise error
 
-    def _read_reply(self, method, timeout):
+    def _read_reply(self, method, timeout, progress=None):
         deadline = time.monotonic() + timeout
+        seen = self._read_stderr()[1] if progress else 0
         with selectors.DefaultSelector() as sel:
             sel.register(self._process.stdout, selectors.EVENT_READ)
             while True:
@@ -117,7 +129,9 @@ class RemoteModel(BackendModel):
                     raise errors.WorkerError("the {} worker did not answer {!r} within {:.0f} s and "
                                              "was stopped{}".format(self.backend, method, timeout,
                                                                     self._exit_note()))
-                if sel.select(min(left, 1.0)):
+                if progress:
+                    seen = self._report_progress(seen, progress)
+                if sel.select(min(left, 0.2 if progress else 1.0)):
                     line = self._process.stdout.readline()
                     if line:
                         return line
@@ -125,9 +139,19 @@ class RemoteModel(BackendModel):
                     raise errors.WorkerError("the {} worker exited during {!r}{}".format(
                         self.backend, method, self._exit_note()))
 
+    def _report_progress(self, seen, progress):
+        """Pass the worker's 'tbdzoo-progress DONE TOTAL' stderr lines to ``progress``."""
+        text, end = self._read_stderr(seen)
+        complete = text[:text.rfind("\n") + 1]  # a half-written line waits for the next look
+        for line in complete.splitlines():
+            if line.startswith("tbdzoo-progress "):
+                done, total = line.split()[1:3]
+                progress(int(done), int(total))
+        return seen + len(complete.encode("utf-8"))
+
     def _exit_note(self):
         code = self._process.poll() if self._process is not None else None
-        tail = self._stderr_tail() if not self._stderr.closed else ""
+        tail = self._stderr_tail()
         note = " (exit code {})".format(code) if code is not None else ""
         return note + (". Its stderr ends with:\n" + tail if tail.strip() else "")
 
@@ -146,9 +170,8 @@ class RemoteModel(BackendModel):
         for stream in (getattr(self._process, "stdin", None), getattr(self._process, "stdout", None)):
             if stream is not None:
                 stream.close()
-        if not self._stderr.closed:
-            self._stderr.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if getattr(self, "_dir", None):
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -193,6 +216,12 @@ class RemoteModel(BackendModel):
         result = self._on_batch("train_steps", batch, steps=int(steps))
         self.step_count = result["step_count"]
         return [float(x) for x in result["losses"]]
+
+    def time_training(self, batch, warmup=1, steps=3, repeats=3, progress=None, timeout=None):
+        """The measuring protocol run inside the worker (tbdzoo.profiling.timing);
+        ``progress(done, total)`` follows its steps."""
+        return self._on_batch("time_training", batch, timeout=timeout, progress=progress,
+                              warmup=warmup, steps=steps, repeats=repeats)
 
     def predict(self, batch):
         out = self._path("predict")

@@ -77,6 +77,15 @@ class Worker(object):
     def set_step_count(self, step_count):
         self.model.step_count = int(step_count)
 
+    def time_training(self, key, warmup, steps, repeats):
+        """Timed in the worker, so the request round trip is never inside a timed step."""
+        from ..profiling.timing import time_training
+
+        def progress(done, total):
+            sys.stderr.write("tbdzoo-progress {} {}\n".format(done, total))
+            sys.stderr.flush()
+        return time_training(self.model, self._batch(key), warmup, steps, repeats, progress)
+
     def ping(self):
         return {"pid": os.getpid(), "python": sys.version.split()[0]}
 

@@ -19,7 +19,10 @@ PAPER = {
     "label_smoothing": 0.0,
 }
 
-TINY = dict(PAPER, image_size=32, num_classes=10, blocks=(1, 1, 1, 1), width=8, batch_size=4,
+# 64 pixels, not 32: at 32 the last stage is 1x1, its BatchNorm sees 4 values per channel, and
+# three SGD steps amplify a 1e-7 weight perturbation into a 3e-2 loss difference (PyTorch vs
+# itself), so no two backends could agree on the consistency trajectory. At 64 it is ~4e-6.
+TINY = dict(PAPER, image_size=64, num_classes=10, blocks=(1, 1, 1, 1), width=8, batch_size=4,
             steps_per_epoch=100)
 
 

@@ -1,0 +1,64 @@
+"""Step timing by the measuring protocol (DESIGN.md section 7).
+
+Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
+on its own), then ``repeats`` runs of ``steps`` timed steps. Each step returns its loss as a
+Python float, which synchronises the device, so a timed step is a finished step.
+Valid Python 3.6: it runs inside every backend's worker.
+"""
+import math
+import time
+
+
+def summarize(values):
+    """median, min, max and coefficient of variation of a list of numbers."""
+    ordered = sorted(values)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    mean = sum(ordered) / n
+    var = sum((v - mean) ** 2 for v in ordered) / (n - 1) if n > 1 else 0.0
+    return {"median": median, "min": ordered[0], "max": ordered[-1],
+            "cv": math.sqrt(var) / mean if mean else 0.0, "n": n}
+
+
+def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None):
+    """Time ``model.train_step`` on one prepared batch; returns a JSON-able dict.
+
+    ``progress(done, total)`` is called after every step, warm-up included.
+    """
+    if warmup < 1 or steps < 1 or repeats < 1:
+        raise ValueError("warmup, steps and repeats must each be at least 1")
+    prepared = model.prepare_batch(batch)
+    total, done = warmup + steps * repeats, 0
+    start = time.perf_counter()
+    losses = [model.train_step(prepared)]
+    first_step = time.perf_counter() - start
+    done += 1
+    if progress:
+        progress(done, total)
+    for _ in range(warmup - 1):
+        losses.append(model.train_step(prepared))
+        done += 1
+        if progress:
+            progress(done, total)
+    per_step = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            losses.append(model.train_step(prepared))
+            done += 1
+            if progress:
+                progress(done, total)
+        per_step.append((time.perf_counter() - start) / steps)
+    step_time = summarize(per_step)
+    items = prepared.items
+    return {
+        "protocol": {"warmup": warmup, "steps": steps, "repeats": repeats},
+        "first_step_s": first_step,
+        "step_time": step_time,
+        "repeat_step_times": per_step,
+        "items_per_step": items,
+        "unit": model.model_def.unit,
+        "throughput": items / step_time["median"],
+        "losses": losses,
+        "finite": all(math.isfinite(x) for x in losses),
+    }
