@@ -14,6 +14,8 @@ canonical NumPy at the boundary:
 The optimizer each backend implements is defined here once (see OPTIMIZERS) so that three
 steps on any backend give the same trajectory.
 """
+import importlib
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -40,7 +42,8 @@ class Prepared(object):
 class BackendModel(object):
     backend = None
 
-    def __init__(self, model_def, hparams, seed=0):
+    def __init__(self, model_def, hparams, seed=0, device=None):
+        self.device = self._resolve_device(device)
         self.model_def = model_def
         self.name = model_def.name
         self.hparams = hparams
@@ -51,7 +54,11 @@ class BackendModel(object):
         schedules.check(hparams)
         self.step_count = 0
         self.native = None
+        from ..profiling.profile import resident_bytes
+        self.rss_before_build = resident_bytes()
+        start = time.perf_counter()
         self._build(initial_weights(self.spec, seed))
+        self.build_seconds = time.perf_counter() - start
 
     def __repr__(self):
         return "<tbdzoo {} on {} ({} config, {:,} parameters)>".format(
@@ -121,7 +128,38 @@ class BackendModel(object):
     def load_weights(self, path):
         self._set_weights(weights_io.load(path, self.spec))
 
+    # -- measuring -------------------------------------------------------------------------
+    @property
+    def framework(self):
+        from .environments import framework_of
+        return framework_of(self.backend)
+
+    def framework_version(self):
+        return getattr(importlib.import_module(self.framework), "__version__", None)
+
+    def measure_memory(self, prepared):
+        """Measured memory categories in bytes (docs/records.md), for the ones this framework
+        can report; the profiler fills the rest from the spec. Default: none."""
+        return {}
+
+    def close(self):
+        """Release what the model holds; a worker-backed model stops its process."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # -- for subclasses -------------------------------------------------------------------
+    def _resolve_device(self, device):
+        """The device string ('cpu', 'cuda:0'); backends with accelerators override this."""
+        if device not in (None, "cpu"):
+            from ..errors import UnsupportedOptionError
+            raise UnsupportedOptionError("backend {} runs on the CPU only here; device {!r} "
+                                         "is not available".format(self.backend, device))
+        return "cpu"
+
     def _build(self, weights):
         raise NotImplementedError
 

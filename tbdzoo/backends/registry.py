@@ -14,28 +14,29 @@ def _check_backend(backend):
         raise UnknownNameError("backend", backend, BACKEND_NAMES)
 
 
-def build(name, backend="torch", config="paper", seed=0, isolate=False, **overrides):
+def build(name, backend="torch", config="paper", seed=0, isolate=False, device=None, **overrides):
     """Build model ``name`` on ``backend`` with the ``config``'s hyperparameters.
 
     The model is native (a ``keras.Model``, Gluon ``HybridBlock``, ``cntk.Function`` or
     ``torch.nn.Module`` as ``.native``) when this interpreter has the framework; otherwise, or
     with ``isolate=True``, it runs in a worker process in the backend's environment.
+    ``device`` is 'cpu' or 'cuda:N'; by default the backend's best available device.
     """
     _check_backend(backend)
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
     if isolate or not environments.importable_here(backend):
         from .remote import RemoteModel
-        return RemoteModel(model_def, hparams, seed, backend)
-    return _native_class(backend)(model_def, hparams, seed)
+        return RemoteModel(model_def, hparams, seed, backend, device=device)
+    return _native_class(backend)(model_def, hparams, seed, device=device)
 
 
-def build_native(name, backend, config="paper", seed=0, **overrides):
+def build_native(name, backend, config="paper", seed=0, device=None, **overrides):
     """Build in this interpreter or fail saying which environment has the framework."""
     _check_backend(backend)
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
-    return _native_class(backend)(model_def, hparams, seed)
+    return _native_class(backend)(model_def, hparams, seed, device=device)
 
 
 def _native_class(backend):

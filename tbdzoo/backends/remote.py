@@ -40,7 +40,7 @@ class WorkerHandle(object):
 
 
 class RemoteModel(BackendModel):
-    def __init__(self, model_def, hparams, seed, backend, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, model_def, hparams, seed, backend, timeout=DEFAULT_TIMEOUT, device=None):
         self.backend = backend
         self.model_def, self.name, self.hparams, self.seed = model_def, model_def.name, hparams, seed
         self.spec = model_def.build_graph(hparams)
@@ -65,7 +65,8 @@ class RemoteModel(BackendModel):
                      if k not in ("model", "config") and model_def.configs[hparams["config"]].get(k) != v}
         try:
             built = self._call("build", model=model_def.name, backend=backend,
-                               config=hparams["config"], seed=seed, overrides=overrides)
+                               config=hparams["config"], seed=seed, overrides=overrides,
+                               device=device)
         except BaseException:
             self.close()
             raise
@@ -74,6 +75,7 @@ class RemoteModel(BackendModel):
             raise errors.WorkerError("the worker built spec {} but this side built {}: the two "
                                      "tbdzoo sources differ".format(built["spec_hash"], self.spec.hash()))
         self.native = WorkerHandle(self._process, python, built["native_type"])
+        self.device = built["device"]
 
     # -- plumbing -------------------------------------------------------------------------
     def _path(self, stem):
@@ -222,6 +224,22 @@ class RemoteModel(BackendModel):
         ``progress(done, total)`` follows its steps."""
         return self._on_batch("time_training", batch, timeout=timeout, progress=progress,
                               warmup=warmup, steps=steps, repeats=repeats)
+
+    def profile_in_worker(self, batch=None, progress=None, timeout=None, **options):
+        """tbdzoo.profiling.profile run inside the worker; returns its record."""
+        if batch is None:
+            return self._call("profile", timeout=timeout, progress=progress, **options)
+        path = self._path("batch")
+        save_arrays(path, batch)
+        try:
+            return self._call("profile", timeout=timeout, progress=progress, batch_path=path,
+                              **options)
+        finally:
+            os.remove(path)
+
+    @property
+    def pid(self):
+        return self._process.pid
 
     def predict(self, batch):
         out = self._path("predict")

@@ -26,10 +26,12 @@ class Worker(object):
         self.batches = {}
 
     # Each handler takes the request's args and returns a JSON-able result.
-    def build(self, model, backend, config, seed, overrides):
+    def build(self, model, backend, config, seed, overrides, device=None):
         from .registry import build_native
-        self.model = build_native(model, backend, config=config, seed=seed, **overrides)
+        self.model = build_native(model, backend, config=config, seed=seed, device=device,
+                                  **overrides)
         return {"spec_hash": self.model.spec.hash(), "repr": repr(self.model),
+                "device": self.model.device,
                 "native_type": type(self.model.native).__module__ + "." +
                 type(self.model.native).__name__}
 
@@ -80,14 +82,22 @@ class Worker(object):
     def time_training(self, key, warmup, steps, repeats):
         """Timed in the worker, so the request round trip is never inside a timed step."""
         from ..profiling.timing import time_training
+        return time_training(self.model, self._batch(key), warmup, steps, repeats, _progress)
 
-        def progress(done, total):
-            sys.stderr.write("tbdzoo-progress {} {}\n".format(done, total))
-            sys.stderr.flush()
-        return time_training(self.model, self._batch(key), warmup, steps, repeats, progress)
+    def profile(self, batch_path=None, **options):
+        from ..profiling.profile import profile
+        from ..weights import load_arrays
+        batch = load_arrays(batch_path) if batch_path else None
+        return profile(self.model, batch=batch, progress=_progress, **options)
 
     def ping(self):
         return {"pid": os.getpid(), "python": sys.version.split()[0]}
+
+
+def _progress(done, total):
+    """Progress goes to stderr as lines the client parses (tbdzoo.backends.remote)."""
+    sys.stderr.write("tbdzoo-progress {} {}\n".format(done, total))
+    sys.stderr.flush()
 
 
 def serve(requests, replies):

@@ -20,10 +20,13 @@ def summarize(values):
             "cv": math.sqrt(var) / mean if mean else 0.0, "n": n}
 
 
-def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None):
+def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, meters=()):
     """Time ``model.train_step`` on one prepared batch; returns a JSON-able dict.
 
-    ``progress(done, total)`` is called after every step, warm-up included.
+    ``progress(done, total)`` is called after every step, warm-up included. Each of ``meters``
+    (objects with start() and stop()) is started after the warm-up and stopped after the last
+    timed step, so samplers see exactly the timed region; their stop() results are returned
+    under "meters" in the same order.
     """
     if warmup < 1 or steps < 1 or repeats < 1:
         raise ValueError("warmup, steps and repeats must each be at least 1")
@@ -41,6 +44,8 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None):
         if progress:
             progress(done, total)
     per_step = []
+    for meter in meters:
+        meter.start()
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(steps):
@@ -49,6 +54,7 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None):
             if progress:
                 progress(done, total)
         per_step.append((time.perf_counter() - start) / steps)
+    readings = [meter.stop() for meter in meters]
     step_time = summarize(per_step)
     items = prepared.items
     return {
@@ -61,4 +67,5 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None):
         "throughput": items / step_time["median"],
         "losses": losses,
         "finite": all(math.isfinite(x) for x in losses),
+        "meters": readings,
     }

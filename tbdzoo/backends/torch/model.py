@@ -62,15 +62,31 @@ class SpecModule(nn.Module):
 class Model(BackendModel):
     backend = "torch"
 
+    def _resolve_device(self, device):
+        """Default: the first GPU when this PyTorch build sees one, else the CPU."""
+        if device is None:
+            return "cuda:0" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            return device
+        if device.startswith("cuda"):
+            index = int(device.split(":")[1]) if ":" in device else 0
+            if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+                from ...errors import UnsupportedOptionError
+                raise UnsupportedOptionError("device {!r} is not available: PyTorch sees {} GPU(s)"
+                                             .format(device, torch.cuda.device_count()))
+            return "cuda:{}".format(index)
+        raise ValueError("device must be 'cpu' or 'cuda:N', not {!r}".format(device))
+
     def _build(self, weights):
-        self.native = SpecModule(self.spec, weights)
+        self.native = SpecModule(self.spec, weights).to(self.device)
         self._trainable = [self.native.tensor(n) for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
 
     def _prepare(self, batch):
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
-            return torch.from_numpy(np.asarray(value, np.int64 if kind == "int32" else np.float32))
+            array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
+            return torch.from_numpy(array).to(self.device, non_blocking=True)
         return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs)
 
     def _features(self, prepared):
@@ -93,7 +109,7 @@ class Model(BackendModel):
     def _predict(self, prepared):
         self.native.eval()
         with torch.no_grad():
-            return self.native(*self._features(prepared)).numpy()
+            return self.native(*self._features(prepared)).cpu().numpy()
 
     def _loss_and_gradients(self, prepared):
         statistics = {n: t.clone() for n, t in self.native.named_buffers()}
@@ -102,7 +118,7 @@ class Model(BackendModel):
             t.grad = None
         loss = self._loss(prepared)
         loss.backward()
-        grads = OrderedDict((n, t.grad.detach().numpy().copy())
+        grads = OrderedDict((n, t.grad.detach().cpu().numpy().copy())
                             for n, t in zip(self.trainable_names(), self._trainable))
         for t in self._trainable:
             t.grad = None
@@ -112,10 +128,40 @@ class Model(BackendModel):
         return loss.item(), grads
 
     def _get_weights(self):
-        return OrderedDict((n, self.native.tensor(n).detach().numpy().copy())
+        return OrderedDict((n, self.native.tensor(n).detach().cpu().numpy().copy())
                            for n in self.spec.params())
 
     def _set_weights(self, weights):
         with torch.no_grad():
             for n, value in weights.items():
-                self.native.tensor(n).copy_(torch.from_numpy(value))
+                self.native.tensor(n).copy_(torch.from_numpy(value).to(self.device))
+
+    def measure_memory(self, prepared):
+        """One instrumented training step: feature maps are the storages autograd saves for
+        backward (saved-tensor hooks; parameters excluded), the rest is read off the tensors,
+        and on a GPU the peak is the caching allocator's high-water mark for that step."""
+        own = {t.untyped_storage().data_ptr() for t in self.native.state_dict().values()}
+        saved = {}
+
+        def pack(tensor):
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() not in own:
+                saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        cuda = self.device.startswith("cuda")
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            self.train_step(prepared)
+        state = [v for s in self.optimizer.state.values() for v in s.values()
+                 if torch.is_tensor(v) and v.dim() > 0]
+        return {
+            "weights": sum(t.nbytes for t in self._trainable),
+            "gradients": sum(t.grad.nbytes for t in self._trainable if t.grad is not None),
+            "optimizer_state": sum(t.nbytes for t in state),
+            "feature_maps": sum(saved.values()),
+            "input_batch": sum(t.nbytes for t in prepared.native.values()),
+            "peak": torch.cuda.max_memory_allocated(self.device) if cuda else None,
+        }

@@ -1,0 +1,152 @@
+"""GPU counters through NVML (the nvidia-ml-py package): a background sampler for
+utilisation, memory and power during the timed steps, the energy counter read at both ends,
+and on Hopper and newer the GPM metrics (SM activity, occupancy, tensor activity) over the
+whole region. Everything returns None cleanly where there is no GPU or no NVML.
+
+NVML's utilisation is only "a kernel was running in the last sample period": it reads 100%
+while tensor pipes idle. GPM's tensor activity is the figure that says how busy they were.
+"""
+import threading
+import time
+
+
+def _nvml():
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def device_info(index=0):
+    """Name, driver and CUDA driver version of one GPU, or None without NVML or a GPU."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        if index >= nv.nvmlDeviceGetCount():
+            return None
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+        cuda = nv.nvmlSystemGetCudaDriverVersion_v2()
+        return {"name": _text(nv.nvmlDeviceGetName(handle)), "index": index,
+                "driver": _text(nv.nvmlSystemGetDriverVersion()),
+                "cuda_driver": "{}.{}".format(cuda // 1000, (cuda % 1000) // 10)}
+    except Exception:
+        return None
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class GpuSampler(object):
+    """Samples every ``interval`` seconds in a daemon thread between start() and stop()."""
+
+    GPM_METRICS = (("sm_activity", "NVML_GPM_METRIC_SM_UTIL"),
+                   ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY"),
+                   ("tensor_activity", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"))
+
+    def __init__(self, index=0, interval=0.05):
+        self.nv = _nvml()
+        self.index, self.interval = index, interval
+        self.handle = None
+        if self.nv is not None:
+            try:
+                self.handle = self.nv.nvmlDeviceGetHandleByIndex(index)
+            except Exception:
+                self.handle = None
+
+    @property
+    def available(self):
+        return self.handle is not None
+
+    def start(self):
+        if not self.available:
+            return
+        self.samples = []
+        self._stop = threading.Event()
+        self._energy = self._read_energy()
+        self._gpm = self._gpm_sample()
+        self._thread = threading.Thread(target=self._run, name="tbdzoo-nvml", daemon=True)
+        self._t0 = time.perf_counter()
+        self._thread.start()
+
+    def _run(self):
+        nv, h = self.nv, self.handle
+        while not self._stop.is_set():
+            try:
+                util = nv.nvmlDeviceGetUtilizationRates(h)
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
+                self.samples.append((util.gpu / 100.0, mem.used, power))
+            except Exception:
+                pass
+            self._stop.wait(self.interval)
+
+    def _read_energy(self):
+        try:
+            return self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle)  # millijoules
+        except Exception:
+            return None
+
+    def _gpm_sample(self):
+        nv = self.nv
+        try:
+            if not nv.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice:
+                return None
+            sample = nv.nvmlGpmSampleAlloc()
+            nv.nvmlGpmSampleGet(self.handle, sample)
+            return sample
+        except Exception:
+            return None
+
+    def _gpm_metrics(self, first):
+        nv = self.nv
+        if first is None:
+            return None
+        try:
+            second = self._gpm_sample()
+            if second is None:
+                return None
+            request = nv.c_nvmlGpmMetricsGet_t()
+            request.version = nv.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(self.GPM_METRICS)
+            request.sample1, request.sample2 = first, second
+            for i, (_, name) in enumerate(self.GPM_METRICS):
+                request.metrics[i].metricId = getattr(nv, name)
+            nv.nvmlGpmMetricsGet(request)
+            out = {key: request.metrics[i].value / 100.0 for i, (key, _) in enumerate(self.GPM_METRICS)}
+            for s in (first, second):
+                nv.nvmlGpmSampleFree(s)
+            return out
+        except Exception:
+            return None
+
+    def stop(self):
+        """The summary dict for the record, or None without a GPU."""
+        if not self.available:
+            return None
+        self._stop.set()
+        self._thread.join()
+        energy = self._read_energy()
+        gpm = self._gpm_metrics(self._gpm)
+        info = device_info(self.index) or {}
+        util = sorted(s[0] for s in self.samples)
+        power = sorted(s[2] for s in self.samples)
+        joules = (energy - self._energy) / 1000.0 if energy is not None and self._energy is not None else None
+        return {
+            "name": info.get("name"), "index": self.index, "samples": len(self.samples),
+            "utilization": {"median": _median(util), "mean": sum(util) / len(util) if util else None},
+            "memory_used_bytes": max((s[1] for s in self.samples), default=None),
+            "power_w": {"median": _median(power), "max": power[-1] if power else None},
+            "energy_j": joules,
+            "gpm": gpm, "source": "measured",
+        }
+
+
+def _median(values):
+    if not values:
+        return None
+    n = len(values)
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])

@@ -1,0 +1,104 @@
+"""``profile``: the measuring protocol plus every sampler and accounting, as one run record.
+
+It runs where the model runs: in this process for a native model, inside the worker for one
+that lives in a worker (the samplers then see only that worker, which keeps figures clean).
+Valid Python 3.6: the CNTK worker runs it.
+"""
+import datetime
+import os
+import sys
+from collections import OrderedDict
+
+from . import flops as flops_mod
+from . import memory as memory_mod
+from .cpu import CpuMeter
+from .fingerprint import fingerprint
+from .gpu import GpuSampler, device_info
+from .timing import time_training
+
+SCHEMA = "tbdzoo.run/1"
+
+
+def resident_bytes():
+    """Current resident memory of this process (Linux /proc, no dependency)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def peak_resident_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
+            progress=None, command=None):
+    """Time ``model`` by the protocol and return a run record (docs/records.md)."""
+    if hasattr(model, "profile_in_worker"):
+        return model.profile_in_worker(steps=steps, warmup=warmup, repeats=repeats, batch=batch,
+                                       samplers=samplers, peak_flops=peak_flops,
+                                       progress=progress, command=command)
+    batch = model.synthetic_batch() if batch is None else batch
+    prepared = model.prepare_batch(batch)
+    device = model.device
+    cpu = CpuMeter() if samplers else None
+    gpu_index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
+    gpu = GpuSampler(gpu_index) if samplers and device.startswith("cuda") else None
+    meters = [m for m in (cpu, gpu) if m is not None]
+    timing = time_training(model, prepared, warmup, steps, repeats, progress, meters)
+    readings = dict(zip([type(m).__name__ for m in meters], timing.pop("meters")))
+    gpu_reading = readings.get("GpuSampler")
+    if gpu_reading is not None and gpu_reading.get("energy_j") is not None:
+        gpu_reading["energy_j_per_step"] = gpu_reading.pop("energy_j") / (steps * repeats)
+
+    measured = dict(model.measure_memory(prepared) or {})
+    peak = measured.pop("peak", None)
+    if peak is None and device == "cpu" and getattr(model, "rss_before_build", None) is not None:
+        peak = peak_resident_bytes() - model.rss_before_build
+    precision = model.hparams.get("precision", "fp32")
+    batch_size = model.hparams["batch_size"]
+    batch_bytes = sum(int(getattr(v, "nbytes", 0)) for v in batch.values())
+    analytic = memory_mod.analytic(model.spec, model.hparams, batch_size, batch_bytes, precision)
+    gpu_info = device_info(gpu_index) if device.startswith("cuda") else None
+
+    record = OrderedDict([
+        ("schema", SCHEMA), ("model", model.name), ("backend", model.backend),
+        ("config", model.hparams["config"]), ("status", "ok"), ("error", None),
+        ("batch_size", batch_size), ("precision", precision), ("device", device),
+        ("throughput", OrderedDict([("value", timing["throughput"]), ("unit", timing["unit"]),
+                                    ("items_per_step", timing["items_per_step"])])),
+        ("step_time", timing["step_time"]), ("first_step_s", timing["first_step_s"]),
+        ("build_s", getattr(model, "build_seconds", None)), ("protocol", timing["protocol"]),
+        ("cpu", readings.get("CpuMeter")), ("gpu", gpu_reading),
+        ("flops", flops_mod.summary(model.spec, batch_size, timing["step_time"]["median"],
+                                    (gpu_info or {}).get("name"), precision, peak_flops)),
+        ("memory", memory_mod.breakdown(analytic, measured, peak)),
+        ("losses", timing["losses"]),
+        ("env", fingerprint(model.framework, model.framework_version(), gpu_info)),
+        ("command", command or " ".join(sys.argv)),
+        ("timestamp", datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"),
+    ])
+    if not timing["finite"]:
+        record["status"], record["error"] = "error", "a loss was not finite: {}".format(timing["losses"])
+    return record
+
+
+OOM_MARKERS = ("out of memory", "outofmemory", "resourceexhausted", "cudamalloc failed",
+               "failed to allocate", "std::bad_alloc", "cannot allocate memory", "memory cap")
+
+
+def classify(message):
+    """'oom' for the ways frameworks say they ran out of memory, else 'error'."""
+    text = message.lower().replace(" ", "")
+    return "oom" if any(m.replace(" ", "") in text for m in OOM_MARKERS) else "error"
+
+
+def failed_record(model_name, backend, config, batch_size, message, command=None, status=None):
+    return OrderedDict([
+        ("schema", SCHEMA), ("model", model_name), ("backend", backend), ("config", config),
+        ("status", status or classify(message)), ("error", message), ("batch_size", batch_size),
+        ("env", fingerprint()), ("command", command or " ".join(sys.argv)),
+        ("timestamp", datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"),
+    ])
