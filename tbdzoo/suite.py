@@ -1,17 +1,19 @@
-"""The benchmark suite: every model on every ready backend, each run in its own worker.
+"""Runs as a user asks for them: one run, a batch-size sweep, the whole suite.
 
-A run that fails becomes a record with ``status: error`` and the suite goes on; records are
-appended to the JSONL file as each run finishes, so an interrupted suite keeps what it had.
+Every run executes in its own worker process in the backend's environment, so one backend's
+memory and threads never disturb another's figures, and a crash or an out-of-memory becomes a
+record with ``status`` 'oom' or 'error' while the rest goes on. Each record is appended to the
+JSONL file as soon as its run finishes, so an interrupted suite keeps every finished record.
 """
 import json
 import os
-import platform
-import time
+import threading
 from collections import OrderedDict
 
-from . import __version__
-from .backends.registry import build, list_backends
+from .backends.registry import _check_backend, build, list_backends
+from .errors import TbdError
 from .models import get_model, list_models
+from .profiling.profile import classify, failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU.
 CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16}
@@ -21,41 +23,72 @@ def ready_backends():
     return [b["name"] for b in list_backends() if b["ready"]]
 
 
-def run_one(model_name, backend, config="paper", batch_size=None, warmup=1, steps=3, repeats=3,
-            seed=0, progress=None, status=None):
-    """Build, time and close one model on one backend; always returns a record."""
-    record = OrderedDict([("model", model_name), ("backend", backend), ("config", config),
-                          ("batch_size", batch_size), ("seed", seed), ("status", "ok")])
-    overrides = {"batch_size": batch_size} if batch_size else {}
-    model = None
+class MemoryCap(object):
+    """Stops a worker whose resident memory passes ``cap_bytes`` (polled by a thread), so a
+    sweep on the CPU ends in a recorded 'oom' instead of the machine swapping or the kernel's
+    OOM killer picking a victim."""
+
+    def __init__(self, pid, cap_bytes, interval=0.2):
+        self.pid, self.cap, self.interval = pid, cap_bytes, interval
+        self.tripped = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self):
+        import psutil
+        try:
+            process = psutil.Process(self.pid)
+            while not self._stop.wait(self.interval):
+                rss = process.memory_info().rss
+                if rss > self.cap:
+                    self.tripped = rss
+                    process.kill()
+                    return
+        except psutil.Error:
+            return
+
+
+def run_one(model_name, backend, config="paper", batch_size=None, warmup=5, steps=20, repeats=3,
+            seed=0, device=None, samplers=True, peak_flops=None, memory_cap=None, progress=None,
+            status=None, command=None, overrides=None):
+    """Build in a worker, profile, close; always returns a record (docs/records.md)."""
+    overrides = dict(overrides or {})
+    if batch_size:
+        overrides["batch_size"] = batch_size
+    model, cap = None, None
     try:
         if status:
             status("building")
-        start = time.perf_counter()
         model = build(model_name, backend=backend, config=config, seed=seed, isolate=True,
-                      **overrides)
-        record["build_s"] = time.perf_counter() - start
-        record["batch_size"] = model.hparams["batch_size"]
-        record["parameters"] = model.spec.trainable_count()
+                      device=device, **overrides)
         if status:
             status("training")
-        timing = model.time_training(model.synthetic_batch(seed=seed), warmup, steps, repeats,
-                                     progress=progress)
-        record["throughput"] = OrderedDict([("value", timing["throughput"]), ("unit", timing["unit"])])
-        record.update((k, timing[k]) for k in ("step_time", "first_step_s", "items_per_step",
-                                               "protocol", "losses"))
-        if not timing["finite"]:
-            record["status"] = "error"
-            record["error"] = "a loss was not finite: {}".format(timing["losses"])
+        options = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
+                       peak_flops=peak_flops, progress=progress, command=command)
+        if memory_cap:
+            with MemoryCap(model.pid, memory_cap) as cap:
+                return model.profile_in_worker(**options)
+        return model.profile_in_worker(**options)
     except Exception as e:  # a failed run is a result, not the end of the suite
-        record["status"] = "error"
-        record["error"] = "{}: {}".format(type(e).__name__, e)
+        message = "{}: {}".format(type(e).__name__, e) if not isinstance(e, TbdError) else str(e)
+        state = None
+        if cap is not None and cap.tripped:
+            message = "resident memory {:.2f} GiB passed the memory cap of {:.2f} GiB".format(
+                cap.tripped / 2 ** 30, memory_cap / 2 ** 30)
+            state = "oom"
+        size = batch_size or (model.hparams["batch_size"] if model else None)
+        return failed_record(model_name, backend, config, size, message, command, state)
     finally:
         if model is not None:
             model.close()
-    record["env"] = OrderedDict([("tbdzoo", __version__), ("python_main", platform.python_version()),
-                                 ("machine", platform.machine()), ("cpus", os.cpu_count())])
-    return record
 
 
 def append_record(path, record):
@@ -67,8 +100,27 @@ def append_record(path, record):
 
 
 def plan(models=None, backends=None):
+    """(model, backend) pairs; unknown names fail here, before anything runs."""
     models = models or list_models()
     for m in models:
-        get_model(m)  # unknown names fail before anything runs
+        get_model(m)
+    for b in backends or []:
+        _check_backend(b)
     backends = backends or ready_backends()
     return [(m, b) for m in models for b in backends]
+
+
+def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **options):
+    """Ascending batch sizes until one runs out of memory (or fails); returns the records."""
+    records = []
+    for size in sorted(batch_sizes):
+        record = run(model_name, backend, batch_size=size, **options)
+        records.append(record)
+        if on_record:
+            on_record(record)
+        if record["status"] != "ok":
+            break
+    return records
+
+
+__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "classify", "MemoryCap"]
