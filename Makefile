@@ -1,12 +1,15 @@
 # The README's two commands: `make bench` and `make test`. Each creates what it needs.
-.PHONY: bench test env env-main env-cntk clean-env
+.PHONY: bench test env env-main env-cntk chromium clean-env
 
 VENV_PY := .venv/bin/python
+RESULTS ?= results/bench.jsonl
 
 bench: env
-	$(VENV_PY) -m tbdzoo.cli bench
+	@mkdir -p $(dir $(RESULTS))
+	$(VENV_PY) -m tbdzoo.cli bench -o $(RESULTS)
+	$(VENV_PY) -m tbdzoo.cli report $(RESULTS) -o results/report
 
-test: env
+test: env chromium
 	$(VENV_PY) -m pytest -q tests
 
 env: env-main env-cntk
@@ -16,6 +19,9 @@ env-main:
 
 env-cntk:
 	@scripts/make_env_cntk.sh
+
+chromium:
+	@scripts/ensure_chromium.sh
 
 clean-env:
 	rm -rf .venv .venv-cntk

@@ -41,6 +41,9 @@ class Prepared(object):
 
 class BackendModel(object):
     backend = None
+    # The values of the execution options (tbdzoo/models/registry.py) this backend honours.
+    OPTIONS = {"precision": ("fp32",), "execution": ("default",),
+               "memory_format": ("auto", "channels_first")}
 
     def __init__(self, model_def, hparams, seed=0, device=None):
         self.device = self._resolve_device(device)
@@ -49,6 +52,7 @@ class BackendModel(object):
         self.hparams = hparams
         self.seed = seed
         self.spec = model_def.build_graph(hparams)
+        self._check_options(hparams)
         if hparams["optimizer"] not in OPTIMIZERS:
             raise ValueError("optimizer {!r}; known: {}".format(hparams["optimizer"], OPTIMIZERS))
         schedules.check(hparams)
@@ -93,11 +97,23 @@ class BackendModel(object):
     def learning_rate(self):
         return schedules.learning_rate(self.hparams, self.step_count)
 
-    def train_step(self, batch):
-        """One optimizer step with the scheduled learning rate; returns the loss (a float)."""
-        loss = self._train_step(self.prepare_batch(batch), self.learning_rate())
+    def train_step(self, batch, sync=True):
+        """One optimizer step with the scheduled learning rate; returns the loss (a float).
+
+        ``sync=False`` lets a backend with an asynchronous device queue the step and return
+        None without waiting (timed loops sync once per repeat; see :meth:`synchronize`).
+        """
+        prepared, lr = self.prepare_batch(batch), self.learning_rate()
+        if not sync and hasattr(self, "_train_step_async"):
+            self._train_step_async(prepared, lr)
+            self.step_count += 1
+            return None
+        loss = self._train_step(prepared, lr)
         self.step_count += 1
         return float(loss)
+
+    def synchronize(self):
+        """Wait until every queued step has finished (a no-op on synchronous backends)."""
 
     def train_steps(self, batch, steps):
         """``steps`` optimizer steps on one batch; returns their losses."""
@@ -152,6 +168,14 @@ class BackendModel(object):
         self.close()
 
     # -- for subclasses -------------------------------------------------------------------
+    def _check_options(self, hparams):
+        from ..errors import UnsupportedOptionError
+        for option, allowed in sorted(self.OPTIONS.items()):
+            if hparams[option] not in allowed:
+                raise UnsupportedOptionError(
+                    "{} {!r} is not available on backend {} (on {}); it supports: {}".format(
+                        option, hparams[option], self.backend, self.device, ", ".join(allowed)))
+
     def _resolve_device(self, device):
         """The device string ('cpu', 'cuda:0'); backends with accelerators override this."""
         if device not in (None, "cpu"):

@@ -208,7 +208,8 @@ class RemoteModel(BackendModel):
             if prepared is not batch and self._process.poll() is None:
                 self._call("forget", key=prepared.native)
 
-    def train_step(self, batch):
+    def train_step(self, batch, sync=True):
+        """Always synchronous: the reply carries the loss."""
         result = self._on_batch("train_step", batch)
         self.step_count = result["step_count"]
         return float(result["loss"])

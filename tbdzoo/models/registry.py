@@ -6,6 +6,15 @@ from ..errors import UnknownNameError
 _MODELS = OrderedDict()
 
 
+# How a step executes, the same knobs for every model; each backend honours what its framework
+# can and refuses the rest by name (BackendModel.OPTIONS).
+EXECUTION_DEFAULTS = {
+    "precision": "fp32",        # fp32 | tf32 (fp32 storage, TF32 matmuls on GPUs) | bf16 (mixed)
+    "execution": "default",     # default (the framework's idiom) | eager | compiled
+    "memory_format": "auto",    # auto | channels_first | channels_last (convolutions)
+}
+
+
 class ModelDef(object):
     """What a model is, independent of any framework.
 
@@ -15,6 +24,7 @@ class ModelDef(object):
     """
 
     def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items):
+        configs = {k: dict(EXECUTION_DEFAULTS, **v) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
         self.unit, self.items = unit, items

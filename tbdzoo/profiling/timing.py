@@ -1,8 +1,9 @@
 """Step timing by the measuring protocol (DESIGN.md section 7).
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
-on its own), then ``repeats`` runs of ``steps`` timed steps. Each step returns its loss as a
-Python float, which synchronises the device, so a timed step is a finished step.
+on its own), then ``repeats`` runs of ``steps`` timed steps. Within a repeat, steps are queued
+without waiting where the backend allows; the last one returns its loss as a Python float,
+which synchronises the device, so a timed repeat ends when its last step has finished.
 Valid Python 3.6: it runs inside every backend's worker.
 """
 import math
@@ -47,9 +48,12 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     for meter in meters:
         meter.start()
     for _ in range(repeats):
+        model.synchronize()
         start = time.perf_counter()
-        for _ in range(steps):
-            losses.append(model.train_step(prepared))
+        for i in range(steps):
+            loss = model.train_step(prepared, sync=(i == steps - 1))
+            if loss is not None:
+                losses.append(loss)
             done += 1
             if progress:
                 progress(done, total)

@@ -1,24 +1,30 @@
 """The spec graph as a ``torch.nn.Module`` whose state_dict keys are the canonical names."""
+import contextlib
 from collections import OrderedDict
 
 import numpy as np
 import torch
 from torch import nn
 
+from ...errors import UnsupportedOptionError
 from ..base import BackendModel
 from . import ops, optimizers
 
 
 class SpecModule(nn.Module):
-    """Runs the graph node by node. Each parameter lives in a submodule at its node's path, so
-    ``state_dict()`` keys equal the canonical names (``layer1.0.conv1.weight``); tied parameters
-    are registered once, by their owner, and looked up by name where they are shared."""
+    """Runs the graph node by node.
+
+    Each parameter lives in a submodule at its node's path, so ``state_dict()`` keys equal the
+    canonical names (``layer1.0.conv1.weight``); tied parameters are registered once, by their
+    owner, and looked up by name where they are shared. Every intermediate value is dropped
+    right after its last consumer, so the forward pass holds no more memory than a
+    hand-written module would: only what autograd saves.
+    """
 
     def __init__(self, graph, weights):
         super(SpecModule, self).__init__()
         self.graph = graph
         self.input_names = [i.name for i in graph.feature_inputs()]
-        tensors = {}
         for name, spec in graph.params().items():
             owner = self._submodule(spec.owner)
             value = torch.from_numpy(np.array(weights[name], np.float32))
@@ -27,12 +33,16 @@ class SpecModule(nn.Module):
                 owner.register_parameter(suffix, nn.Parameter(value))
             else:
                 owner.register_buffer(suffix, value)
-        for name in graph.params():
-            tensors[name] = self.get_parameter(name) if graph.params()[name].trainable \
-                else self.get_buffer(name)
-        self._plan = [(node.name, getattr(ops, node.op), node.inputs,
-                       OrderedDict((s, n) for s, n in graph.param_names(node).items()), node.attrs)
-                      for node in graph.nodes.values()]
+        last_use = {}
+        for node in graph.nodes.values():
+            for i in node.inputs:
+                last_use[i] = node.name
+        self._plan = []
+        for node in graph.nodes.values():
+            params = [(suffix,) + self._locate(full) for suffix, full in graph.param_names(node).items()]
+            done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
+                    and i != graph.output]
+            self._plan.append((node.name, getattr(ops, node.op), node.inputs, params, node.attrs, done))
 
     def _submodule(self, path):
         module = self
@@ -42,26 +52,32 @@ class SpecModule(nn.Module):
             module = module._modules[part]
         return module
 
+    def _locate(self, name):
+        """(owning submodule, attribute name). The attribute is read at call time: .to()
+        keeps the submodules but may replace the tensors they hold."""
+        path, _, attribute = name.rpartition(".")
+        return self.get_submodule(path), attribute
+
     def tensor(self, name):
-        spec = self.graph.params()[name]
-        return self.get_parameter(name) if spec.trainable else self.get_buffer(name)
+        module, attribute = self._locate(name)
+        return getattr(module, attribute)
 
     def forward(self, *inputs):
         values = dict(zip(self.input_names, inputs))
-        tensors = {}
-        for name, fn, input_names, param_names, attrs in self._plan:
-            params = {}
-            for suffix, full in param_names.items():
-                if full not in tensors:
-                    tensors[full] = self.tensor(full)
-                params[suffix] = tensors[full]
-            values[name] = fn([values[i] for i in input_names], params, attrs, self.training)
+        for name, fn, input_names, params, attrs, done in self._plan:
+            p = {suffix: getattr(module, attr) for suffix, module, attr in params}
+            values[name] = fn([values[i] for i in input_names], p, attrs, self.training)
+            for i in done:
+                del values[i]
         return values[self.graph.output]
 
 
 class Model(BackendModel):
     backend = "torch"
+    OPTIONS = {"precision": ("fp32", "tf32", "bf16"), "execution": ("default", "eager", "compiled"),
+               "memory_format": ("auto", "channels_first", "channels_last")}
 
+    # -- options ---------------------------------------------------------------------------
     def _resolve_device(self, device):
         """Default: the first GPU when this PyTorch build sees one, else the CPU."""
         if device is None:
@@ -71,54 +87,111 @@ class Model(BackendModel):
         if device.startswith("cuda"):
             index = int(device.split(":")[1]) if ":" in device else 0
             if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-                from ...errors import UnsupportedOptionError
                 raise UnsupportedOptionError("device {!r} is not available: PyTorch sees {} GPU(s)"
                                              .format(device, torch.cuda.device_count()))
             return "cuda:{}".format(index)
         raise ValueError("device must be 'cpu' or 'cuda:N', not {!r}".format(device))
 
+    def _check_options(self, hparams):
+        BackendModel._check_options(self, hparams)
+        if hparams["precision"] == "tf32" and not self.device.startswith("cuda"):
+            raise UnsupportedOptionError("precision 'tf32' needs a CUDA device (TF32 is a GPU "
+                                         "matmul mode); on {} use fp32 or bf16".format(self.device))
+
+    @property
+    def channels_last(self):
+        """NHWC in memory for convolutions: explicit, or 'auto' on a GPU (tensor-core layout)."""
+        fmt = self.hparams["memory_format"]
+        has_conv = any(n.op == "conv2d" for n in self.spec.nodes.values())
+        return has_conv and (fmt == "channels_last" or (fmt == "auto" and self.device.startswith("cuda")))
+
+    @contextlib.contextmanager
+    def _precision(self):
+        """TF32 flags for the step (fp32 turns off cuDNN's TF32, on by default in PyTorch) and
+        bf16 autocast for the forward pass; the previous global flags are restored after."""
+        precision = self.hparams["precision"]
+        cuda = self.device.startswith("cuda")
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        if cuda:
+            tf32 = precision in ("tf32", "bf16")
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+        try:
+            if precision == "bf16":
+                with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16):
+                    yield
+            else:
+                yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+    # -- building --------------------------------------------------------------------------
     def _build(self, weights):
         self.native = SpecModule(self.spec, weights).to(self.device)
+        if self.channels_last:
+            self.native = self.native.to(memory_format=torch.channels_last)
         self._trainable = [self.native.tensor(n) for n in self.trainable_names()]
-        self.optimizer = optimizers.make(self._trainable, self.hparams)
+        self.optimizer = optimizers.make(self._trainable, self.hparams,
+                                         fused=self.device.startswith("cuda"))
+        self._forward_loss = self._loss
+        if self.hparams["execution"] == "compiled":
+            self._forward_loss = torch.compile(self._loss)
 
     def _prepare(self, batch):
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
             array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
-            return torch.from_numpy(array).to(self.device, non_blocking=True)
+            t = torch.from_numpy(array).to(self.device, non_blocking=True)
+            if self.channels_last and t.dim() == 4:
+                t = t.contiguous(memory_format=torch.channels_last)
+            return t
         return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs)
 
     def _features(self, prepared):
         return [prepared.native[n] for n in self.native.input_names]
 
-    def _loss(self, prepared):
-        logits = self.native(*self._features(prepared))
-        return ops.softmax_cross_entropy(logits, prepared.native[self.spec.loss["labels"]],
-                                         self.spec.loss)
+    def _loss(self, *tensors):
+        """Forward pass and loss in one function, which is what torch.compile sees."""
+        features, labels = tensors[:-1], tensors[-1]
+        logits = self.native(*features)
+        return ops.softmax_cross_entropy(logits, labels, self.spec.loss)
 
-    def _train_step(self, prepared, lr):
+    def _loss_of(self, prepared):
+        return self._forward_loss(*(self._features(prepared) + [prepared.native[self.spec.loss["labels"]]]))
+
+    # -- steps -----------------------------------------------------------------------------
+    def _train_step_async(self, prepared, lr):
+        """Queue one step; returns the loss tensor without waiting for it."""
         self.native.train()
         optimizers.set_learning_rate(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self._loss(prepared)
+        with self._precision():
+            loss = self._loss_of(prepared)
         loss.backward()
         self.optimizer.step()
-        return loss.item()
+        return loss.detach()
+
+    def _train_step(self, prepared, lr):
+        return self._train_step_async(prepared, lr).item()
+
+    def synchronize(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
 
     def _predict(self, prepared):
         self.native.eval()
-        with torch.no_grad():
-            return self.native(*self._features(prepared)).cpu().numpy()
+        with torch.no_grad(), self._precision():
+            return self.native(*self._features(prepared)).float().cpu().numpy()
 
     def _loss_and_gradients(self, prepared):
         statistics = {n: t.clone() for n, t in self.native.named_buffers()}
         self.native.train()
         for t in self._trainable:
             t.grad = None
-        loss = self._loss(prepared)
+        with self._precision():
+            loss = self._loss_of(prepared)
         loss.backward()
-        grads = OrderedDict((n, t.grad.detach().cpu().numpy().copy())
+        grads = OrderedDict((n, t.grad.detach().float().cpu().numpy().copy())
                             for n, t in zip(self.trainable_names(), self._trainable))
         for t in self._trainable:
             t.grad = None
@@ -127,8 +200,9 @@ class Model(BackendModel):
                 t.copy_(statistics[n])
         return loss.item(), grads
 
+    # -- weights ---------------------------------------------------------------------------
     def _get_weights(self):
-        return OrderedDict((n, self.native.tensor(n).detach().cpu().numpy().copy())
+        return OrderedDict((n, self.native.tensor(n).detach().cpu().contiguous().numpy().copy())
                            for n in self.spec.params())
 
     def _set_weights(self, weights):
@@ -136,6 +210,7 @@ class Model(BackendModel):
             for n, value in weights.items():
                 self.native.tensor(n).copy_(torch.from_numpy(value).to(self.device))
 
+    # -- measuring -------------------------------------------------------------------------
     def measure_memory(self, prepared):
         """One instrumented training step: feature maps are the storages autograd saves for
         backward (saved-tensor hooks; parameters excluded), the rest is read off the tensors,

@@ -106,6 +106,19 @@ def dropout(inputs, p, a, training):
     return F.dropout(inputs[0], a["rate"], training) if a["rate"] else inputs[0]
 
 
+def attention_bias(keys, pad_id, causal, t, dtype):
+    """Additive mask (N, 1, T|1, S): -1e9 on padded keys and, if causal, on later keys.
+
+    Adding -1e9 and setting to -1e9 give the same softmax wherever a row keeps one key (the
+    data always does); additive masks let PyTorch pick its fused attention kernels."""
+    bias = torch.zeros(keys.shape, dtype=dtype, device=keys.device)
+    bias = bias.masked_fill(keys == pad_id, -1e9)[:, None, None, :]
+    if causal:
+        later = torch.ones(t, keys.shape[1], dtype=torch.bool, device=keys.device).triu(1)
+        bias = bias.masked_fill(later, -1e9)
+    return bias
+
+
 def multi_head_attention(inputs, p, a, training):
     q_in, kv_in, keys = inputs
     n, t, d = q_in.shape
@@ -119,15 +132,10 @@ def multi_head_attention(inputs, p, a, training):
     q = heads(q_in, p["W_q"], p["b_q"], t)
     k = heads(kv_in, p["W_k"], p["b_k"], s)
     v = heads(kv_in, p["W_v"], p["b_v"], s)
-    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
-    masked = (keys == a["pad_id"])[:, None, None, :]
-    if a["causal"]:
-        masked = masked | torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1)
-    weights = torch.softmax(scores.masked_fill(masked, -1e9), dim=-1)
-    if a["dropout"]:
-        weights = F.dropout(weights, a["dropout"], training)
-    context = torch.matmul(weights, v).transpose(1, 2).reshape(n, t, d)
-    return F.linear(context, p["W_o"], p["b_o"])
+    bias = attention_bias(keys, a["pad_id"], a["causal"], t, q.dtype)
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                             dropout_p=a["dropout"] if training else 0.0)
+    return F.linear(context.transpose(1, 2).reshape(n, t, d), p["W_o"], p["b_o"])
 
 
 def softmax_cross_entropy(logits, labels, loss):

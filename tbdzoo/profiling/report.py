@@ -1,0 +1,485 @@
+"""Turn run records (docs/records.md) into a static report: index.html, report.md and PNG plots.
+
+The page opens from the file system with no network: images are files next to it, styles are
+inline. Tables are built once as plain text cells and then written both as HTML (jinja2,
+autoescaped) and Markdown, so the two versions cannot disagree. Usage::
+
+    tbd report results.jsonl -o report/
+    python -m tbdzoo.profiling.report results.jsonl -o report/
+"""
+import argparse
+import html
+import json
+import os
+import re
+import sys
+from collections import OrderedDict
+from datetime import datetime, timezone
+
+import jinja2
+
+from ..errors import TbdError
+from . import plots
+from .plots import CATEGORIES, dig, fmt_bytes, memory_entry, number
+
+SCHEMA_NAME = "tbdzoo.run"
+KNOWN_MAJORS = (1,)
+REQUIRED_KEYS = ("model", "backend", "status")
+DASH = "—"
+
+
+class ReportInputError(TbdError, ValueError):
+    """A results file or record the report cannot read; the message names file and line."""
+
+
+class Entry:
+    """One record with where it came from, so every error and note can point at its line."""
+
+    def __init__(self, record, source, origin, order):
+        self.record, self.source, self.origin, self.order = record, source, origin, order
+
+    def key(self):
+        r = self.record
+        return (r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
+                r.get("precision"))
+
+
+# ---------------------------------------------------------------- reading
+
+def check_schema(record, where):
+    """Refuse what this reader cannot interpret rather than report it wrongly."""
+    schema = record.get("schema")
+    expected = "{}/{}".format(SCHEMA_NAME, KNOWN_MAJORS[-1])
+    if schema is None:
+        raise ReportInputError("{}: the record has no 'schema' key (expected {!r}); it is not a "
+                               "tbdzoo run record".format(where, expected))
+    match = re.fullmatch(re.escape(SCHEMA_NAME) + r"/(\d+)(?:\.\d+)*", str(schema))
+    if not match:
+        raise ReportInputError("{}: unknown record schema {!r} (expected {!r})"
+                               .format(where, schema, expected))
+    if int(match.group(1)) not in KNOWN_MAJORS:
+        raise ReportInputError("{}: record schema {!r} has major version {}, which this reader "
+                               "does not know (it reads {}); upgrade tbdzoo to report it"
+                               .format(where, schema, match.group(1), expected))
+    missing = [k for k in REQUIRED_KEYS if not isinstance(record.get(k), str)]
+    if missing:
+        raise ReportInputError("{}: the record lacks {}".format(where, ", ".join(missing)))
+
+
+def parse_line(text, where):
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        raise ReportInputError("{} is not JSON ({}); a results file must be JSON Lines: one JSON "
+                               "object per line".format(where, e)) from None
+    if not isinstance(record, dict):
+        raise ReportInputError("{} holds a JSON {}, not an object; a results file must be JSON "
+                               "Lines: one record object per line"
+                               .format(where, type(record).__name__))
+    check_schema(record, where)
+    return record
+
+
+def read_jsonl(path):
+    """Records of one JSONL file, blank lines skipped, as (record, path, 'path line N')."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError:
+        raise ReportInputError("{} is not a text file; a results file must be JSON Lines"
+                               .format(path)) from None
+    except OSError as e:
+        raise ReportInputError("cannot read results file {}: {}".format(path, e.strerror)) from None
+    found = []
+    for number_, text in enumerate(lines, 1):
+        if text.strip():
+            where = "{} line {}".format(path, number_)
+            found.append((parse_line(text, where), path, where))
+    if not found:
+        raise ReportInputError("{} holds no records".format(path))
+    return found
+
+
+def load(records_or_paths):
+    """Entries from paths, records, or a mix, in input order (the order breaks timestamp ties)."""
+    if isinstance(records_or_paths, (str, os.PathLike, dict)):
+        records_or_paths = [records_or_paths]
+    found = []
+    for i, item in enumerate(records_or_paths):
+        if isinstance(item, dict):
+            where = "record #{}".format(i + 1)
+            check_schema(item, where)
+            found.append((item, "records given in Python", where))
+        else:
+            found.extend(read_jsonl(os.fspath(item)))
+    if not found:
+        raise ReportInputError("no records given")
+    return [Entry(record, source, where, order)
+            for order, (record, source, where) in enumerate(found)]
+
+
+def timestamp(record):
+    """The finish time as an aware datetime, or None when absent or unreadable."""
+    try:
+        when = datetime.fromisoformat(str(record["timestamp"]))
+    except (KeyError, ValueError):
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def newest(entries):
+    """By timestamp when every candidate has one, else by input order."""
+    stamps = [timestamp(e.record) for e in entries]
+    if all(stamps):
+        return max(zip(stamps, entries), key=lambda p: (p[0], p[1].order))[1]
+    return max(entries, key=lambda e: e.order)
+
+
+def select(entries):
+    """One record per (model, backend, config, batch, precision), the newest; and notes on the
+    superseded ones, so a reader knows a rerun replaced a result."""
+    groups = OrderedDict()
+    for e in entries:
+        groups.setdefault(e.key(), []).append(e)
+    chosen, notes = [], []
+    for key, group in groups.items():
+        kept = newest(group)
+        chosen.append(kept)
+        if len(group) > 1:
+            older = [e for e in group if e is not kept]
+            notes.append("{}: used {} ({}); superseded {}".format(
+                describe(key), kept.origin, kept.record.get("timestamp") or "no timestamp",
+                "; ".join("{} ({})".format(e.origin, e.record.get("timestamp") or "no timestamp")
+                          for e in older)))
+    return sorted(chosen, key=sort_key), notes
+
+
+def describe(key):
+    model, backend, config, batch, precision = key
+    return "{} on {}, config {}, batch {}, {}".format(model, backend, config, batch, precision)
+
+
+def sort_key(entry):
+    r = entry.record
+    return (str(r.get("model")), str(r.get("backend")), str(r.get("config")),
+            str(r.get("precision")), r.get("batch_size") or 0)
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt_number(value):
+    """Thousands separators for big numbers, three significant digits for small ones."""
+    if abs(value) >= 1000:
+        return "{:,.0f}".format(value)
+    if abs(value) >= 100:
+        return "{:.1f}".format(value)
+    if abs(value) >= 1:
+        return "{:.2f}".format(value)
+    return "{:.3g}".format(value)
+
+
+def fmt_percent(fraction):
+    return DASH if fraction is None else "{:.1f}%".format(100 * fraction)
+
+
+def fmt_ms(seconds):
+    return DASH if seconds is None else "{:.1f} ms".format(1000 * seconds)
+
+
+def fmt_flops(per_s):
+    if per_s is None:
+        return DASH
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+        if per_s >= scale:
+            return "{:.2f} {}".format(per_s / scale, unit)
+    return "{:.0f} FLOP/s".format(per_s)
+
+
+def fmt_seconds(seconds):
+    return DASH if seconds is None else "{:.2f} s".format(seconds)
+
+
+def text(value):
+    return DASH if value is None else str(value)
+
+
+# ---------------------------------------------------------------- tables
+
+class Table:
+    """Headers and rows of plain strings; renderers escape, so cells never carry markup."""
+
+    def __init__(self, headers, rows, numeric=()):
+        self.headers, self.rows, self.numeric = headers, rows, set(numeric)
+
+    def align(self, column):
+        return "right" if self.headers[column] in self.numeric else "left"
+
+
+def throughput_cell(r):
+    value = number(dig(r, "throughput", "value"))
+    if value is None:
+        return DASH
+    return "{} {}".format(fmt_number(value), dig(r, "throughput", "unit") or "items/s")
+
+
+def step_range(r):
+    low, high = number(dig(r, "step_time", "min")), number(dig(r, "step_time", "max"))
+    if low is None or high is None:
+        return DASH
+    return "{:.1f}–{:.1f} ms".format(1000 * low, 1000 * high)
+
+
+def results_table(records):
+    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Device", "Throughput",
+               "Step time (median)", "Step min–max", "Step cv", "First step", "FLOP/s achieved",
+               "FLOP utilisation", "Peak memory"]
+    rows = [[text(r.get("model")), text(r.get("backend")), text(r.get("config")),
+             text(r.get("batch_size")), text(r.get("precision")), text(r.get("device")),
+             throughput_cell(r), fmt_ms(number(dig(r, "step_time", "median"))), step_range(r),
+             fmt_percent(number(dig(r, "step_time", "cv"))),
+             fmt_seconds(number(r.get("first_step_s"))),
+             fmt_flops(number(dig(r, "flops", "achieved_per_s"))),
+             fmt_percent(number(dig(r, "flops", "utilization"))),
+             fmt_bytes(memory_entry(r, "peak")[0])] for r in records]
+    return Table(headers, rows, numeric=headers[3:4] + headers[6:])
+
+
+def memory_cell(size, total, source):
+    if size is None:
+        return DASH
+    share = "{:.1f}%".format(100 * size / total) if total else DASH
+    return "{} ({}, {})".format(fmt_bytes(size), share, source)
+
+
+def memory_row(r):
+    entries = [memory_entry(r, c) for c in CATEGORIES]
+    total = sum(size for size, _ in entries if size)
+    cells = [memory_cell(size, total, source) for size, source in entries]
+    return ([text(r.get("model")), text(r.get("backend")), text(r.get("config")),
+             text(r.get("batch_size"))] + cells
+            + [fmt_bytes(total) if total else DASH, fmt_bytes(memory_entry(r, "peak")[0])])
+
+
+def memory_table(records):
+    headers = (["Model", "Backend", "Config", "Batch"] + [c.replace("_", " ") for c in CATEGORIES]
+               + ["Sum", "Measured peak"])
+    rows = [memory_row(r) for r in records if plots.has_memory(r)]
+    return Table(headers, rows, numeric=headers[3:])
+
+
+def failures_table(records):
+    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Status", "Message", "Finished"]
+    rows = [[text(r.get("model")), text(r.get("backend")), text(r.get("config")),
+             text(r.get("batch_size")), text(r.get("precision")), text(r.get("status")),
+             text(r.get("error") or "(no message)"), text(r.get("timestamp"))] for r in records]
+    return Table(headers, rows)
+
+
+def protocol_line(r):
+    """How the figures were measured, in one sentence (DESIGN.md section 7)."""
+    p = r.get("protocol") or {}
+    return ("{} on {}, config {}, batch {}, {} on {}: {} warm-up step(s) excluded, then {} timed "
+            "step(s) x {} repeat(s); step time is the median of {} repeats; first step {}, build {}"
+            .format(r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
+                    r.get("precision"), r.get("device"), text(p.get("warmup")),
+                    text(p.get("steps")), text(p.get("repeats")),
+                    text(dig(r, "step_time", "n")), fmt_seconds(number(r.get("first_step_s"))),
+                    fmt_seconds(number(r.get("build_s")))))
+
+
+def provenance(entries):
+    """Per record: the protocol line, then env, command and origin as (key, value) pairs."""
+    items = []
+    for e in entries:
+        r = e.record
+        env = r.get("env") if isinstance(r.get("env"), dict) else {}
+        pairs = [(str(k), text(v)) for k, v in env.items()]
+        pairs += [("command", text(r.get("command"))), ("finished", text(r.get("timestamp"))),
+                  ("record", e.origin)]
+        items.append((protocol_line(r), pairs))
+    return items
+
+
+# ---------------------------------------------------------------- rendering
+
+def build_context(entries, sources):
+    """Everything both renderers show, computed once."""
+    chosen, notes = select(entries)
+    ok = [e for e in chosen if e.record.get("status") == "ok"]
+    failed = [e for e in chosen if e.record.get("status") != "ok"]
+    return {
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
+        "results": results_table([e.record for e in ok]),
+        "memory": memory_table([e.record for e in ok]),
+        "failures": failures_table([e.record for e in failed]),
+        "provenance": provenance(ok),
+    }
+
+
+def md_escape(value):
+    """Markdown cells: backslash-escape markup, entity-escape HTML (renderers pass raw HTML)."""
+    value = re.sub(r"([\\`*_\[\]|#!{}])", r"\\\1", str(value))
+    return html.escape(" ".join(value.splitlines()), quote=False)
+
+
+def md_table(table):
+    if not table.rows:
+        return "_none_\n"
+    lines = ["| " + " | ".join(md_escape(h) for h in table.headers) + " |",
+             "|" + "|".join("---:" if table.align(i) == "right" else "---"
+                            for i in range(len(table.headers))) + "|"]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines) + "\n"
+
+
+MEMORY_LEGEND = ("Each category: size (share of the sum of categories, source). measured = read "
+                 "from the framework; analytic = computed from the spec; derived = measured peak "
+                 "minus the attributed categories, never below 0.")
+READING_NOTE = ("Protocol (DESIGN.md section 7): warm-up steps are excluded (compilation and "
+                "autotuning happen there, the first step is reported apart); then timed steps "
+                "with the device synchronised, repeated; step time is the median over repeats "
+                "with its min–max and coefficient of variation (cv). FLOPs are counted from the "
+                "spec (a training step is 3x forward); FLOP utilisation is achieved over the "
+                "device's peak.")
+
+
+def render_markdown(ctx, figures):
+    out = ["# tbdzoo training report", "",
+           "Generated {} from {}. {} record(s) read: {} successful run(s) shown, {} failed."
+           .format(ctx["generated"], md_escape(", ".join(ctx["sources"])), ctx["read"],
+                   len(ctx["ok"]), len(ctx["failed"])), "", md_escape(READING_NOTE), ""]
+    if ctx["notes"]:
+        out += ["{} run(s) had older records with the same (model, backend, config, batch, "
+                "precision); the newest was used:".format(len(ctx["notes"])), ""]
+        out += ["- " + md_escape(n) for n in ctx["notes"]] + [""]
+    out += ["## Results", "", md_table(ctx["results"])]
+    for name, title, caption in figures:
+        out += ["## {}".format(title), "", "![{}]({})".format(title, name), "", caption, ""]
+    out += ["## Memory", "", md_escape(MEMORY_LEGEND), "", md_table(ctx["memory"]),
+            "## Failures", "", md_table(ctx["failures"]), "## Protocol and environment", ""]
+    for line, pairs in ctx["provenance"]:
+        out.append("- " + md_escape(line))
+        out += ["  - {}: {}".format(md_escape(k), md_escape(v)) for k, v in pairs]
+    return "\n".join(out) + "\n"
+
+
+HTML_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tbdzoo training report</title>
+<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1400px; padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+.meta, .note { color: #555; font-size: 0.92rem; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.88rem; margin: 0.6rem 0; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; vertical-align: top; }
+th { background: #f3f3f3; text-align: left; }
+td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table.wrap td.num { white-space: normal; min-width: 6.5rem; }
+td.msg { font-family: ui-monospace, monospace; font-size: 0.8rem; white-space: pre-wrap;
+         max-width: 48rem; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9rem; }
+details { margin: 0.3rem 0; } summary { cursor: pointer; }
+details dl { display: grid; grid-template-columns: max-content auto; gap: 0.1rem 1rem;
+             font-size: 0.85rem; margin: 0.3rem 0 0.6rem 1.2rem; }
+dt { font-weight: 600; } dd { margin: 0; font-family: ui-monospace, monospace; }
+</style>
+</head>
+<body>
+<h1>tbdzoo training report</h1>
+<p class="meta">Generated {{ generated }} from {{ sources | join(", ") }}.
+{{ read }} record(s) read: {{ ok | length }} successful run(s) shown,
+{{ failed | length }} failed.</p>
+<p class="note">{{ reading_note }}</p>
+{% if notes %}
+<p class="note">{{ notes | length }} run(s) had older records with the same (model, backend,
+config, batch, precision); the newest was used:</p>
+<ul class="note">{% for n in notes %}<li>{{ n }}</li>{% endfor %}</ul>
+{% endif %}
+<h2 id="results">Results</h2>
+{{ table(results) }}
+{% for name, title, caption in figures %}
+<h2>{{ title }}</h2>
+<figure><img src="{{ name }}" alt="{{ title }}"><figcaption>{{ caption }}</figcaption></figure>
+{% else %}
+<p class="note">No successful runs to plot.</p>
+{% endfor %}
+<h2 id="memory">Memory</h2>
+<p class="note">{{ memory_legend }}</p>
+{{ table(memory, kind="wrap") }}
+<h2 id="failures">Failures</h2>
+{{ table(failures, message_class="msg") }}
+<h2 id="provenance">Protocol and environment</h2>
+{% for line, pairs in provenance %}
+<details><summary>{{ line }}</summary>
+<dl>{% for k, v in pairs %}<dt>{{ k }}</dt><dd>{{ v }}</dd>{% endfor %}</dl>
+</details>
+{% endfor %}
+</body>
+</html>
+"""
+
+TABLE_MACRO = """{% macro table(t, message_class="", kind="") -%}
+{% if t.rows %}<div class="scroll"><table{% if kind %} class="{{ kind }}"{% endif %}>
+<thead><tr>{% for h in t.headers %}<th>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in t.rows %}
+<tr>{% for cell in row %}<td{% if t.align(loop.index0) == "right" %} class="num"
+  {%- elif message_class and t.headers[loop.index0] == "Message" %} class="{{ message_class }}"
+  {%- endif -%}
+  >{{ cell }}</td>{% endfor %}</tr>
+{%- endfor %}</tbody>
+</table></div>{% else %}<p class="note">None.</p>{% endif %}
+{%- endmacro %}
+"""
+
+
+def render_html(ctx, figures):
+    """Autoescaping is on for the whole page: every record value is user input."""
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    template = env.from_string(TABLE_MACRO + HTML_TEMPLATE)
+    return template.render(figures=figures, reading_note=READING_NOTE,
+                           memory_legend=MEMORY_LEGEND, **ctx)
+
+
+def write_report(records_or_paths, out_dir):
+    """Write index.html, report.md and the PNG figures into out_dir; return index.html's path."""
+    entries = load(records_or_paths)
+    sources = list(OrderedDict.fromkeys(e.source for e in entries))
+    ctx = build_context(entries, sources)
+    os.makedirs(out_dir, exist_ok=True)
+    figures = plots.draw_all([e.record for e in ctx["ok"]], out_dir)
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write(render_markdown(ctx, figures))
+    index = os.path.join(out_dir, "index.html")
+    with open(index, "w", encoding="utf-8") as f:
+        f.write(render_html(ctx, figures))
+    return index
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="tbd report", description="Write an HTML and Markdown "
+                                "report with plots from JSONL run records.")
+    p.add_argument("results", nargs="+", help="JSONL files of run records")
+    p.add_argument("-o", "--output", default="report", help="output directory (default: report)")
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        index = write_report(args.results, args.output)
+    except TbdError as e:
+        print("tbd report: error: {}".format(e), file=sys.stderr)
+        return 2
+    print("report written to {}".format(index))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

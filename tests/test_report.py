@@ -1,0 +1,321 @@
+"""The report generator: files, numbers in the tables, escaping, input errors, and a real
+browser loading every image of the page."""
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+
+from tbdzoo.profiling.report import ReportInputError, write_report
+
+from conftest import IN_CI
+
+CHROMIUM = "/usr/bin/chromium"
+GiB, MiB = 2 ** 30, 2 ** 20
+HOSTILE = "<img src=x onerror=alert(1)> & | *bold*"
+
+
+def memory(weights, feature_maps, peak=None, fm_source="analytic", workspace=None):
+    """A memory object as a run writes it: gradients equal weights, momentum SGD one slot."""
+    def entry(size, source):
+        return {"bytes": size, "source": source}
+    categories = {"weights": entry(weights, "analytic"), "gradients": entry(weights, "analytic"),
+                  "optimizer_state": entry(weights, "analytic"),
+                  "feature_maps": entry(feature_maps, fm_source),
+                  "input_batch": entry(feature_maps // 50, "analytic")}
+    if peak is not None:
+        attributed = sum(c["bytes"] for c in categories.values())
+        categories["workspace"] = entry(workspace if workspace is not None
+                                        else max(0, peak - attributed), "derived")
+        categories["peak"] = entry(peak, "measured")
+    else:
+        categories["peak"] = None
+    return categories
+
+
+UNITS = {"resnet50": ("images/s", 1, 4.1e9), "transformer": ("tokens/s", 256, 256 * 1.3e8)}
+
+
+def record(model, backend, batch, value, timestamp="2026-01-10T12:00:00+00:00", gpu=False,
+           status="ok", error=None, config="paper", mem=None, flops_util=None):
+    """A realistic tbdzoo.run/1 record; values are chosen so formatted numbers are unambiguous.
+    The step time follows from the throughput: items per step / items per second."""
+    unit, items_per_example, forward = UNITS[model]
+    r = {"schema": "tbdzoo.run/1", "model": model, "backend": backend, "config": config,
+         "status": status, "error": error, "batch_size": batch, "precision": "fp32",
+         "device": "cuda:0" if gpu else "cpu", "timestamp": timestamp,
+         "command": "tbd run {} --backend {} --batch-size {}".format(model, backend, batch),
+         "env": {"tbdzoo": "0.3.0", "framework": backend, "framework_version": "1.0",
+                 "python": "3.11.2", "hostname": HOSTILE,
+                 "gpu_name": "NVIDIA H200" if gpu else None}}
+    if status != "ok":
+        return r
+    step = batch * items_per_example / value
+    r.update({
+        "throughput": {"value": value, "unit": unit, "items_per_step": batch * items_per_example},
+        "step_time": {"median": step, "min": step * 0.98, "max": step * 1.05, "cv": 0.0213, "n": 3},
+        "first_step_s": 4.321, "build_s": 1.5, "protocol": {"warmup": 2, "steps": 10, "repeats": 3},
+        "cpu": {"cores": 16, "process_cores_busy": 1.6, "process_utilization": 0.1,
+                "system_per_core": [0.1] * 16, "source": "measured"},
+        "gpu": None, "memory": mem or memory(100 * MiB, batch * 3 * MiB),
+        "flops": {"forward_per_example": forward, "per_step": 3 * forward * batch,
+                  "achieved_per_s": 3 * forward * batch / step, "peak_per_s": None,
+                  "utilization": flops_util, "source": "analytic"},
+    })
+    if gpu:
+        r["gpu"] = {"name": "NVIDIA H200", "index": 0,
+                    "utilization": {"median": 0.97, "mean": 0.95},
+                    "memory_used_bytes": 30 * GiB, "power_w": {"median": 420.0, "max": 610.0},
+                    "energy_j_per_step": 40.0, "samples": 120,
+                    "gpm": {"sm_activity": 0.81, "sm_occupancy": 0.4, "tensor_activity": 0.22}}
+        r["flops"]["peak_per_s"] = 494.7e12
+    return r
+
+
+def gpu_memory(batch):
+    """Measured feature maps and peak; the peak leaves 512 MiB of workspace."""
+    attributed = 3 * 100 * MiB + batch * 40 * MiB + batch * 40 * MiB // 50
+    return memory(100 * MiB, batch * 40 * MiB, peak=attributed + 512 * MiB, fm_source="measured")
+
+
+@pytest.fixture(scope="module")
+def records():
+    """Two models, four backends, a torch and a tensorflow sweep, a rerun, an oom and an error."""
+    return [
+        record("resnet50", "torch", 64, 1800.4, gpu=True, mem=gpu_memory(64), flops_util=0.045),
+        record("resnet50", "torch", 128, 2600.4, gpu=True, mem=gpu_memory(128), flops_util=0.065),
+        record("resnet50", "torch", 256, 2999.4, gpu=True, mem=gpu_memory(256), flops_util=0.07,
+               timestamp="2026-01-10T09:00:00+00:00"),
+        record("resnet50", "torch", 256, 3170.4, gpu=True, mem=gpu_memory(256), flops_util=0.079,
+               timestamp="2026-01-11T09:00:00Z"),
+        record("resnet50", "tensorflow", 8, 12.34),
+        record("resnet50", "tensorflow", 16, 14.56),
+        record("resnet50", "tensorflow", 512, None, status="oom",
+               error="ResourceExhaustedError: OOM when allocating tensor"),
+        record("resnet50", "mxnet", 8, 10.87),
+        record("transformer", "torch", 16, 4567.4),
+        record("transformer", "mxnet", 16, 2345.6),
+        record("transformer", "cntk", 16, None, status="error", error="RuntimeError: " + HOSTILE),
+    ]
+
+
+def write_jsonl(path, records, blank_lines=True):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+            if blank_lines:
+                f.write("\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, records):
+    """One report from two files, shared by the tests that only read it."""
+    where = tmp_path_factory.mktemp("report")
+    half = len(records) // 2
+    first = write_jsonl(where / "a.jsonl", records[:half])
+    second = write_jsonl(where / "b.jsonl", records[half:], blank_lines=False)
+    index = write_report([first, second], str(where / "report"))
+    return where / "report", index
+
+
+def markdown_rows(text, heading):
+    """The rows of the table under a Markdown heading, as lists of cells."""
+    section = text.split("## " + heading + "\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[1:]]
+
+
+def row_for(rows, *cells):
+    matches = [r for r in rows if r[:len(cells)] == list(cells)]
+    assert len(matches) == 1, (cells, rows)
+    return matches[0]
+
+
+def test_writes_page_markdown_and_plots(report):
+    out, index = report
+    assert index == str(out / "index.html")
+    names = {"index.html", "report.md", "throughput.png", "throughput_vs_batch.png", "memory.png",
+             "memory_vs_batch.png", "utilization.png"}
+    assert names <= set(os.listdir(out))
+    for png in (n for n in names if n.endswith(".png")):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "index.html").read_text()
+    srcs = re.findall(r'<img src="([^"]+)"', page)
+    assert sorted(srcs) == sorted(n for n in names if n.endswith(".png"))
+    assert not re.search(r"(src|href)=\"(https?:)?//", page), "the page must load nothing remote"
+    md = (out / "report.md").read_text()
+    assert all("]({})".format(s) in md for s in srcs)
+
+
+def test_results_table_numbers(report):
+    md = (report[0] / "report.md").read_text()
+    rows = markdown_rows(md, "Results")
+    assert len(rows) == 8  # 9 ok records, one of them superseded by a rerun
+    torch = row_for(rows, "resnet50", "torch", "paper", "256")
+    assert torch[4:7] == ["fp32", "cuda:0", "3,170 images/s"]  # the newer rerun, not 2,999
+    step = 256 / 3170.4
+    assert torch[7:11] == ["{:.1f} ms".format(1000 * step),
+                           "{:.1f}–{:.1f} ms".format(980 * step, 1050 * step), "2.1%", "4.32 s"]
+    assert torch[11:] == ["{:.2f} TFLOP/s".format(3 * 4.1e9 * 3170.4 / 1e12), "7.9%", "11.0 GiB"]
+    tf = row_for(rows, "resnet50", "tensorflow", "paper", "8")
+    assert tf[5:8] == ["cpu", "12.34 images/s", "648.3 ms"]  # 8 images / 12.34 images/s
+    assert tf[12:] == ["—", "—"]  # no FLOP utilisation and no measurable peak on this CPU run
+    transformer = row_for(rows, "transformer", "torch", "paper", "16")
+    assert transformer[6:8] == ["4,567 tokens/s", "896.8 ms"]  # 16 x 256 tokens a step
+    assert transformer[11] == "{:.2f} TFLOP/s".format(3 * 1.3e8 * 4567.4 / 1e12)  # per token
+    assert "newest was used" in md and "a.jsonl line 5" in md and "b.jsonl line 1" in md
+
+
+def test_memory_table_sizes_shares_and_sources(report, records):
+    rows = markdown_rows((report[0] / "report.md").read_text(), "Memory")
+    torch = row_for(rows, "resnet50", "torch", "paper", "256")
+    mem = records[3]["memory"]
+    total = sum(mem[c]["bytes"] for c in ("weights", "gradients", "optimizer_state", "feature_maps",
+                                          "input_batch", "workspace"))
+    assert torch[4] == "100.0 MiB ({:.1f}%, analytic)".format(100 * 100 * MiB / total)
+    assert torch[7] == "10.0 GiB ({:.1f}%, measured)".format(100 * 256 * 40 * MiB / total)
+    assert torch[9] == "512.0 MiB ({:.1f}%, derived)".format(100 * 512 * MiB / total)
+    assert torch[10] == torch[11] == "11.0 GiB"  # the sum of categories is the measured peak
+    mxnet = row_for(rows, "resnet50", "mxnet", "paper", "8")
+    assert mxnet[7] == "24.0 MiB ({:.1f}%, analytic)".format(100 * 24 / (3 * 100 + 24 + 24 / 50))
+    assert mxnet[9] == "—" and mxnet[11] == "—"
+
+
+def test_failures_only_in_failures_table_and_escaped(report):
+    out = report[0]
+    md = (out / "report.md").read_text()
+    failures = markdown_rows(md, "Failures")
+    assert [r[5] for r in failures] == ["oom", "error"]
+    assert "OOM when allocating tensor" in failures[0][6]
+    assert all(r[3] != "512" for r in markdown_rows(md, "Results"))
+    assert "<img src=x" not in md
+    assert "&lt;img src=x onerror=alert(1)&gt; &amp; \\| \\*bold\\*" in md
+    page = (out / "index.html").read_text()
+    assert "<img src=x" not in page
+    assert "RuntimeError: &lt;img src=x onerror=alert(1)&gt; &amp; | *bold*" in page
+    assert page.count("<details>") == 8  # the protocol and env line of each shown run
+
+
+def test_single_path_and_record_dicts(tmp_path, records):
+    index = write_report(write_jsonl(tmp_path / "r.jsonl", records[4:6]), str(tmp_path / "one"))
+    assert os.path.exists(index)
+    # one model at two batch sizes on one backend: the sweep plots exist, CPU-only: no GPU bars
+    assert os.path.exists(tmp_path / "one" / "throughput_vs_batch.png")
+    index = write_report(records[6:7], str(tmp_path / "one"))  # only a failure: no plots
+    assert not [n for n in os.listdir(tmp_path / "one") if n.endswith(".png")], "stale plots left"
+    assert "No successful runs to plot." in open(index).read()
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"schema": "tbdzoo.run/2", "model": "m", "backend": "b", "status": "ok"}',
+     r"bad\.jsonl line 2: record schema 'tbdzoo.run/2' has major version 2"),
+    ('{"model": "m", "backend": "b", "status": "ok"}',
+     r"bad\.jsonl line 2: the record has no 'schema'"),
+    ("model,backend,throughput", r"bad\.jsonl line 2 is not JSON .*JSON Lines"),
+    ('[{"schema": "tbdzoo.run/1"}]', r"bad\.jsonl line 2 holds a JSON list, not an object"),
+])
+def test_bad_input_names_file_and_line(tmp_path, records, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(records[0]) + "\n" + line + "\n")
+    with pytest.raises(ReportInputError, match=message):
+        write_report(str(path), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists(), "nothing is written from refused input"
+
+
+def test_not_jsonl_files(tmp_path):
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps({"schema": "tbdzoo.run/1"}, indent=2))
+    with pytest.raises(ReportInputError, match=r"pretty\.json line 1 is not JSON"):
+        write_report(str(pretty), str(tmp_path / "out"))
+    binary = tmp_path / "plot.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    with pytest.raises(ReportInputError, match=r"plot\.png is not a text file"):
+        write_report(str(binary), str(tmp_path / "out"))
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    with pytest.raises(ReportInputError, match="holds no records"):
+        write_report(str(tmp_path / "empty.jsonl"), str(tmp_path / "out"))
+    with pytest.raises(ReportInputError, match="cannot read results file"):
+        write_report(str(tmp_path / "missing.jsonl"), str(tmp_path / "out"))
+
+
+class ImageSources(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.sources = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.sources.append(dict(attrs).get("src"))
+
+
+# The page under test is loaded untouched in an iframe; this test-only wrapper reads its images.
+PROBE = """<!DOCTYPE html><html><body><pre id="status">pending</pre>
+<iframe id="page" src="{page}" width="1400" height="900"></iframe>
+<script>
+document.getElementById("page").addEventListener("load", function () {{
+  var out = document.getElementById("status"), doc;
+  try {{ doc = this.contentDocument; }} catch (e) {{ out.textContent = "NO-ACCESS " + e; return; }}
+  if (!doc) {{ out.textContent = "NO-ACCESS"; return; }}
+  var lines = [];
+  for (var img of doc.images) {{
+    lines.push((img.complete && img.naturalWidth > 0 ? "LOADED " : "BROKEN ") +
+               img.getAttribute("src") + " " + img.naturalWidth + "x" + img.naturalHeight);
+  }}
+  out.textContent = "IMAGES " + doc.images.length + "\\n" + lines.join("\\n") + "\\nDONE";
+}});
+</script></body></html>
+"""
+
+
+def chromium_or_skip():
+    if os.path.exists(CHROMIUM):
+        return CHROMIUM
+    message = "{} is missing; run scripts/ensure_chromium.sh".format(CHROMIUM)
+    if IN_CI:
+        pytest.fail(message + " (CI must run the browser test)")
+    pytest.skip(message)
+
+
+def image_status(chromium, index, tmp_path):
+    """Open index.html in headless Chromium; one 'LOADED src WxH' or 'BROKEN src 0x0' per <img>."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(PROBE.format(page=index.as_uri()))
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir(exist_ok=True)
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--user-data-dir={}".format(profile),
+            "--allow-file-access-from-files",  # lets the wrapper read the framed file:// page
+            "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
+    try:
+        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=25,
+                              universal_newlines=True)
+    finally:
+        shutil.rmtree(str(profile), ignore_errors=True)
+    status = re.search(r'<pre id="status">(.*?)</pre>', proc.stdout, re.S)
+    assert status, "no DOM from chromium (rc {}): {}".format(proc.returncode, proc.stderr[-2000:])
+    lines = status.group(1).split("\n")
+    assert lines[0].startswith("IMAGES ") and lines[-1] == "DONE", lines
+    return lines[1:-1]
+
+
+def test_every_image_loads_in_chromium(report, tmp_path):
+    chromium = chromium_or_skip()
+    out, index = report
+    parser = ImageSources()
+    parser.feed(open(index).read())
+    assert len(parser.sources) >= 5
+    lines = image_status(chromium, out / "index.html", tmp_path)
+    assert len(lines) == len(parser.sources), lines
+    assert all(line.startswith("LOADED ") for line in lines), lines
+    # the probe sees a missing image: a copy of the report without one PNG has one broken <img>
+    copy = tmp_path / "copy"
+    shutil.copytree(str(out), str(copy))
+    (copy / "memory.png").unlink()
+    lines = image_status(chromium, copy / "index.html", tmp_path)
+    assert [line.split()[:2] for line in lines if line.startswith("BROKEN")] == [
+        ["BROKEN", "memory.png"]], lines
