@@ -62,8 +62,21 @@ def analytic(graph, hparams, batch_size, batch_arrays_bytes, precision="fp32"):
 
 
 def breakdown(analytic_bytes, measured=None, peak=None):
-    """Merge: measured figures win; workspace = peak - the rest (derived) when a peak exists."""
-    measured = measured or {}
+    """Merge: measured figures win; workspace = peak - the rest (derived) when a peak exists.
+
+    When the backend attributed the blocks live at the moment of the peak (``at_peak``, from
+    the CUDA allocator's trace), those are the categories: they sum to the peak, workspace is
+    measured, and ``unattributed`` says how much of the allocator's peak the replay missed.
+    The full sizes of the tensors are kept under ``tensors``."""
+    measured = dict(measured or {})
+    at_peak = measured.pop("at_peak", None)
+    if at_peak is not None and peak is not None:
+        out = OrderedDict((k, {"bytes": int(at_peak[k]), "source": "measured"}) for k in CATEGORIES)
+        out["peak"] = {"bytes": int(peak), "source": "measured"}
+        out["unattributed"] = {"bytes": int(at_peak["unattributed"]), "source": "measured"}
+        out["tensors"] = OrderedDict((k, int(v)) for k, v in measured.items() if v is not None)
+        out["analytic"] = OrderedDict((k, int(v)) for k, v in analytic_bytes.items())
+        return out
     out = OrderedDict()
     for key in CATEGORIES[:-1]:
         if key in measured and measured[key] is not None:

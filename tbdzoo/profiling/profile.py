@@ -54,7 +54,7 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
         gpu_reading["energy_j_per_step"] = gpu_reading.pop("energy_j") / (steps * repeats)
 
     measured = dict(model.measure_memory(prepared) or {})
-    peak = measured.pop("peak", None)
+    peak = measured.pop("peak", None)  # at_peak, when present, stays for breakdown()
     if peak is None and device == "cpu" and getattr(model, "rss_before_build", None) is not None:
         peak = peak_resident_bytes() - model.rss_before_build
     precision = model.hparams.get("precision", "fp32")

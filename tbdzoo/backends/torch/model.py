@@ -1,4 +1,5 @@
 """The spec graph as a ``torch.nn.Module`` whose state_dict keys are the canonical names."""
+import bisect
 import contextlib
 from collections import OrderedDict
 
@@ -162,7 +163,8 @@ class Model(BackendModel):
     # -- steps -----------------------------------------------------------------------------
     def _train_step_async(self, prepared, lr):
         """Queue one step; returns the loss tensor without waiting for it."""
-        self.native.train()
+        if not self.native.training:  # .train() walks every submodule: only when needed
+            self.native.train()
         optimizers.set_learning_rate(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=True)
         with self._precision():
@@ -212,9 +214,15 @@ class Model(BackendModel):
 
     # -- measuring -------------------------------------------------------------------------
     def measure_memory(self, prepared):
-        """One instrumented training step: feature maps are the storages autograd saves for
-        backward (saved-tensor hooks; parameters excluded), the rest is read off the tensors,
-        and on a GPU the peak is the caching allocator's high-water mark for that step."""
+        """One instrumented training step.
+
+        Feature maps are the storages autograd saves for backward (saved-tensor hooks,
+        parameters excluded); weights, gradients, optimizer state and the batch are read off
+        their tensors. On a GPU the step also runs under the caching allocator's trace, which
+        is replayed to find the moment of the peak and to attribute every block live then
+        (``peak_attribution``): what no tensor claims is the workspace (activation gradients
+        in flight, cuDNN scratch, casts), measured rather than left as a remainder.
+        """
         own = {t.untyped_storage().data_ptr() for t in self.native.state_dict().values()}
         saved = {}
 
@@ -224,19 +232,86 @@ class Model(BackendModel):
                 saved[storage.data_ptr()] = storage.nbytes()
             return tensor
 
+        def step():
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                self.train_step(prepared)
+
         cuda = self.device.startswith("cuda")
-        if cuda:
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            self.train_step(prepared)
+        trace = memory_trace(step, self.device) if cuda else step()
         state = [v for s in self.optimizer.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0]
-        return {
+        grads = [t.grad for t in self._trainable if t.grad is not None]
+        tensors = {"weights": list(self.native.state_dict().values()), "optimizer_state": state,
+                   "input_batch": list(prepared.native.values()), "gradients": grads}
+        measured = {
             "weights": sum(t.nbytes for t in self._trainable),
-            "gradients": sum(t.grad.nbytes for t in self._trainable if t.grad is not None),
+            "gradients": sum(t.nbytes for t in grads),
             "optimizer_state": sum(t.nbytes for t in state),
             "feature_maps": sum(saved.values()),
             "input_batch": sum(t.nbytes for t in prepared.native.values()),
-            "peak": torch.cuda.max_memory_allocated(self.device) if cuda else None,
+            "peak": None,
         }
+        if cuda:
+            at_peak = peak_attribution(trace, tensors, saved)
+            measured["peak"] = trace["max_memory_allocated"]
+            measured["at_peak"] = at_peak
+        return measured
+
+
+def memory_trace(step, device):
+    """Run ``step`` under the CUDA caching allocator's event trace; return what replaying needs:
+    the blocks live before, the events, and the allocator's own peak for the step."""
+    index = torch.device(device).index or 0
+    torch.cuda.synchronize(device)
+    live = {b["address"]: b["size"] for seg in torch.cuda.memory._snapshot()["segments"]
+            if seg["device"] == index for b in seg["blocks"] if b["state"] == "active_allocated"}
+    torch.cuda.reset_peak_memory_stats(device)
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=4000000)
+    try:
+        step()
+        torch.cuda.synchronize(device)
+        events = torch.cuda.memory._snapshot()["device_traces"][index]
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    return {"live_before": live, "events": events,
+            "max_memory_allocated": torch.cuda.max_memory_allocated(device)}
+
+
+def peak_attribution(trace, tensors, saved):
+    """Replay the trace to the moment of the peak and attribute the blocks live then.
+
+    A block belongs to the first category, in the order of ``tensors`` then feature maps, one
+    of whose tensors starts inside it; other live blocks are workspace. ``unattributed`` is
+    the allocator's peak minus the replayed one (rounding, events the trace missed)."""
+    live = dict(trace["live_before"])
+    total = peak = sum(live.values())
+    peak_live = dict(live)
+    for event in trace["events"]:
+        action, addr, size = event["action"], event["addr"], event["size"]
+        if action == "alloc":
+            live[addr] = size
+            total += size
+            if total > peak:
+                peak, peak_live = total, None
+        elif action == "free_requested" and addr in live:  # the allocator's counters drop here
+            if peak_live is None:
+                peak_live = dict(live)
+            total -= live.pop(addr)
+    if peak_live is None:
+        peak_live = dict(live)
+    starts = sorted(peak_live)
+    owner = {}
+    claims = [(k, [t.untyped_storage().data_ptr() for t in ts]) for k, ts in tensors.items()]
+    claims.append(("feature_maps", list(saved)))
+    for category, pointers in claims:
+        for ptr in pointers:
+            i = bisect.bisect_right(starts, ptr) - 1
+            if i >= 0 and ptr < starts[i] + peak_live[starts[i]] and starts[i] not in owner:
+                owner[starts[i]] = category
+    out = {k: 0 for k in list(tensors) + ["feature_maps", "workspace"]}
+    for addr, size in peak_live.items():
+        out[owner.get(addr, "workspace")] += size
+    out["replayed_peak"] = peak
+    out["unattributed"] = trace["max_memory_allocated"] - peak
+    return out

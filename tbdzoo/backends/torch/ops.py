@@ -126,12 +126,18 @@ def multi_head_attention(inputs, p, a, training):
     h = a["num_heads"]
     dh = d // h
 
-    def heads(x, w, b, length):
-        return F.linear(x, w, b).view(n, length, h, dh).transpose(1, 2)  # (N, H, L, dh)
+    def split(x, length, parts):
+        """(N, L, parts * D) -> parts tensors of (N, H, L, dh)."""
+        return x.view(n, length, parts, h, dh).permute(2, 0, 3, 1, 4).unbind(0)
 
-    q = heads(q_in, p["W_q"], p["b_q"], t)
-    k = heads(kv_in, p["W_k"], p["b_k"], s)
-    v = heads(kv_in, p["W_v"], p["b_v"], s)
+    # One GEMM for the projections that read the same input, as nn.MultiheadAttention does.
+    if q_in is kv_in:
+        q, k, v = split(F.linear(q_in, torch.cat([p["W_q"], p["W_k"], p["W_v"]]),
+                                 torch.cat([p["b_q"], p["b_k"], p["b_v"]])), t, 3)
+    else:
+        q, = split(F.linear(q_in, p["W_q"], p["b_q"]), t, 1)
+        k, v = split(F.linear(kv_in, torch.cat([p["W_k"], p["W_v"]]),
+                              torch.cat([p["b_k"], p["b_v"]])), s, 2)
     bias = attention_bias(keys, a["pad_id"], a["causal"], t, q.dtype)
     context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
                                              dropout_p=a["dropout"] if training else 0.0)
