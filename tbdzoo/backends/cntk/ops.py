@@ -1,0 +1,296 @@
+"""The spec's node types in CNTK 2.7: one function per op, ``fn(inputs, params, attrs, ctx)``.
+
+Each example is a static tensor in canonical layout ((C, H, W) images, (T, D) sequences) and
+the batch is CNTK's dynamic batch axis, so canonical layouts need no conversion at all: conv
+kernels are CNTK's (out, in, kh, kw) and dense weights stay (out, in), applied with
+``times_transpose``. Semantics follow tbdzoo/spec/ops.py and the PyTorch reference; the CNTK
+conventions that differ (DESIGN.md section 5) are handled where they arise. Valid Python 3.6.
+"""
+import math
+
+import cntk as C
+import numpy as np
+
+# Masked attention logits and padded max-pool cells (the reference uses -1e9 and -inf).
+MASKED_LOGIT = -1e9
+LOWEST = float(np.finfo(np.float32).min)
+
+
+class Context(object):
+    """What ops record while the graph is built: BN counters to reset each step, dropout seeds."""
+
+    def __init__(self, seed):
+        self.seed = int(seed)
+        self.batchnorms = []   # (running_count constant, momentum)
+        self._dropouts = 0
+
+    def dropout_seed(self):
+        """A distinct, reproducible seed per dropout node."""
+        self._dropouts += 1
+        return (self.seed * 1000003 + self._dropouts * 7919) % (2 ** 31 - 1)
+
+
+# -- padding -------------------------------------------------------------------------------------
+def auto_pad_matches(size, kernel, stride, pads):
+    """True when CNTK's auto padding gives exactly the spec's windows on one axis.
+
+    CNTK centres the kernel: it pads (k - 1) // 2 before and returns ceil(size / stride)
+    outputs (checked against NumPy for odd and even kernels). The windows are then identical
+    when the leading pad and the output count agree; unused trailing pad cells never matter.
+    CNTK also refuses a kernel larger than the unpadded input, whatever the padding.
+    """
+    if kernel > size:
+        return False
+    before, after = pads
+    out = (size + before + after - kernel) // stride + 1
+    return before == (kernel - 1) // 2 and out == -(-size // stride)
+
+
+def _axis_modes(shape, kernel, stride, padding):
+    """Per spatial axis: False (no padding), True (CNTK auto padding) or None (explicit)."""
+    modes = []
+    for i in range(2):
+        pads = padding[i]
+        if pads[0] == 0 and pads[1] == 0:
+            modes.append(False)
+        elif auto_pad_matches(shape[1 + i], kernel[i], stride[i], pads):
+            modes.append(True)
+        else:
+            modes.append(None)
+    return modes
+
+
+def _explicit_pad(x, padding, modes, value=0.0):
+    """Pad with C.pad the axes CNTK's auto padding cannot express; they then use no padding."""
+    pattern = [(0, 0)]
+    for i in range(2):
+        pattern.append(tuple(padding[i]) if modes[i] is None else (0, 0))
+    if any(p != (0, 0) for p in pattern):
+        x = C.pad(x, pattern=pattern, constant_value=value)
+    return x, [False if m is None else m for m in modes]
+
+
+# -- image ops -------------------------------------------------------------------------------------
+def dilated_kernel(weight, dilation):
+    """The (O, I, kh, kw) kernel with dilation - 1 zeros between taps: CNTK 2.7 has no dilated
+    convolution on the CPU, and a convolution with this kernel computes the same sums (the
+    gradient reaches only the real taps, through pad/reshape/slice)."""
+    dh, dw = dilation
+    o, i, kh, kw = weight.shape
+    spread = C.reshape(weight, (o, i, kh, 1, kw, 1))
+    spread = C.pad(spread, pattern=[(0, 0), (0, 0), (0, 0), (0, dh - 1), (0, 0), (0, dw - 1)])
+    spread = C.reshape(spread, (o, i, kh * dh, kw * dw))
+    return C.slice(spread, [2, 3], [0, 0], [dh * (kh - 1) + 1, dw * (kw - 1) + 1])
+
+
+def conv2d(inputs, p, a, ctx):
+    x, = inputs
+    weight, kernel = p["weight"], tuple(a["kernel"])
+    if tuple(a["dilation"]) != (1, 1):
+        weight = dilated_kernel(weight, a["dilation"])
+        kernel = tuple(weight.shape[2:])
+    modes = _axis_modes(x.shape, kernel, a["stride"], a["padding"])
+    x, modes = _explicit_pad(x, a["padding"], modes)
+    y = C.convolution(weight, x, strides=(1,) + tuple(a["stride"]),
+                      auto_padding=[False] + modes, groups=a["groups"])
+    if "bias" in p:
+        y = y + C.reshape(p["bias"], (a["filters"], 1, 1))
+    return y
+
+
+def batchnorm(inputs, p, a, ctx, running_count):
+    """CNTK's native batch normalisation, driven so its running statistics are the spec's.
+
+    CNTK weights the new batch by 1 - exp(-N / time_constant), which depends on the batch
+    size N; a negative time constant selects N / (N + count) instead, where count is the
+    ``running_count`` input. The model sets count = N (1 - m) / m before every training
+    forward, which makes the weight exactly m for any N. CNTK already updates running_var with
+    the unbiased batch variance (checked against NumPy), as the spec asks.
+    """
+    x, = inputs
+    m = float(a["momentum"])
+    if m <= 0.0:
+        time_constant = float("inf")     # running statistics frozen
+    elif m >= 1.0:
+        time_constant = 0.0              # running statistics = last batch
+    else:
+        time_constant = -1.0
+        ctx.batchnorms.append((running_count, m))
+    return C.batch_normalization(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
+                                 spatial=len(x.shape) > 1, normalization_time_constant=time_constant,
+                                 epsilon=a["eps"], running_count=running_count)
+
+
+def relu(inputs, p, a, ctx):
+    return C.relu(inputs[0])
+
+
+def add(inputs, p, a, ctx):
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = C.plus(out, x)
+    return out
+
+
+def maxpool2d(inputs, p, a, ctx):
+    """Padded cells never win: CNTK's auto padding skips them, explicit pads hold the lowest float."""
+    x, = inputs
+    modes = _axis_modes(x.shape, a["kernel"], a["stride"], a["padding"])
+    x, modes = _explicit_pad(x, a["padding"], modes, value=LOWEST)
+    return C.pooling(x, C.MAX_POOLING, tuple(a["kernel"]), strides=tuple(a["stride"]),
+                     auto_padding=[False] + modes)
+
+
+def pool_divisors(shape, kernel, stride, padding, count_include_pad):
+    """How many cells each average-pool window divides by, as a (1, Ho, Wo) NumPy array."""
+    counts = []
+    for i in range(2):
+        size, k, s, (before, after) = shape[1 + i], kernel[i], stride[i], padding[i]
+        n_out = (size + before + after - k) // s + 1
+        starts = np.arange(n_out) * s - before
+        if count_include_pad:
+            lo, hi = np.maximum(starts, -before), np.minimum(starts + k, size + after)
+        else:
+            lo, hi = np.maximum(starts, 0), np.minimum(starts + k, size)
+        counts.append((hi - lo).astype(np.float64))
+    return np.outer(counts[0], counts[1])[None].astype(np.float32)
+
+
+def avgpool2d(inputs, p, a, ctx):
+    """Native pooling when CNTK's auto padding gives the same windows; otherwise zero-pad,
+    average over the full window and rescale by k*k / (the spec's divisor)."""
+    x, = inputs
+    kernel, stride, padding = tuple(a["kernel"]), tuple(a["stride"]), a["padding"]
+    modes = _axis_modes(x.shape, kernel, stride, padding)
+    if None not in modes:
+        return C.pooling(x, C.AVG_POOLING, kernel, strides=stride, auto_padding=[False] + modes,
+                         include_pad=bool(a["count_include_pad"]))
+    divisors = pool_divisors(x.shape, kernel, stride, padding, a["count_include_pad"])
+    x, modes = _explicit_pad(x, padding, [None, None])
+    y = C.pooling(x, C.AVG_POOLING, kernel, strides=stride, auto_padding=[False, False, False])
+    scale = (kernel[0] * kernel[1]) / divisors
+    if np.all(scale == 1.0):
+        return y
+    return y * C.constant(scale.astype(np.float32))
+
+
+def global_avgpool(inputs, p, a, ctx):
+    x, = inputs
+    return C.reshape(C.reduce_mean(x, axis=(1, 2)), (x.shape[0],))
+
+
+def flatten(inputs, p, a, ctx):
+    """CNTK's per-example layout is the canonical (C, H, W), so a reshape keeps its order."""
+    x, = inputs
+    return C.reshape(x, (int(np.prod(x.shape)),))
+
+
+# -- sequence ops ------------------------------------------------------------------------------------
+def linear(x, weight, bias=None):
+    """x W^T + b on the last axis with W in canonical (out, in) layout."""
+    shape = x.shape
+    if len(shape) > 2:
+        x = C.reshape(x, (-1, shape[-1]))
+    y = C.times_transpose(x, weight)
+    if len(shape) > 2:
+        y = C.reshape(y, tuple(shape[:-1]) + (weight.shape[0],))
+    return y + bias if bias is not None else y
+
+
+def dense(inputs, p, a, ctx):
+    return linear(inputs[0], p["weight"], p.get("bias"))
+
+
+def embedding(inputs, p, a, ctx):
+    out = C.gather(p["weight"], inputs[0])
+    return out * a["scale"] if a["scale"] != 1.0 else out
+
+
+def sinusoid_table(length, dim):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), in float64."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
+    table = np.zeros((length, dim), np.float64)
+    table[:, 0::2] = np.sin(position * rate)
+    table[:, 1::2] = np.cos(position * rate[: dim // 2])
+    return table.astype(np.float32)
+
+
+def positional_encoding(inputs, p, a, ctx):
+    x, = inputs
+    return x + C.constant(sinusoid_table(x.shape[0], x.shape[1]))
+
+
+def layernorm(inputs, p, a, ctx):
+    """From primitives: CNTK's LayerNormalization layer adds eps to the std, not the variance."""
+    x, = inputs
+    centred = x - C.reduce_mean(x, axis=-1)
+    variance = C.reduce_mean(C.square(centred), axis=-1)
+    return centred * C.reciprocal(C.sqrt(variance + a["eps"])) * p["gamma"] + p["beta"]
+
+
+def dropout(inputs, p, a, ctx):
+    """CNTK's dropout is inverted (scaled by 1/(1-rate)) and active only in training."""
+    if not a["rate"]:
+        return inputs[0]
+    return C.dropout(inputs[0], a["rate"], seed=ctx.dropout_seed())
+
+
+def attention_mask(keys, pad_id, causal, t, s):
+    """1 where a logit is masked: padded keys (per example) and, if causal, keys after the query."""
+    masked = C.equal(keys, pad_id)
+    if causal:
+        future = np.triu(np.ones((t, s), np.float32), 1)
+        masked = C.greater(masked + C.constant(future), 0.5)
+    return masked
+
+
+def multi_head_attention(inputs, p, a, ctx):
+    """Heads are static slices of the projected (T, D) tensors; each head's two products are
+    CNTK ``times`` of two per-example matrices, which CNTK evaluates per example."""
+    q_in, kv_in, keys = inputs
+    (t, d), s = q_in.shape, kv_in.shape[0]
+    heads, dh = a["num_heads"], d // a["num_heads"]
+    q = linear(q_in, p["W_q"], p["b_q"])
+    k = linear(kv_in, p["W_k"], p["b_k"])
+    v = linear(kv_in, p["W_v"], p["b_v"])
+    masked = attention_mask(keys, a["pad_id"], a["causal"], t, s)
+    fill, root = C.constant(MASKED_LOGIT), math.sqrt(dh)
+    contexts = []
+    for h in range(heads):
+        lo, hi = h * dh, (h + 1) * dh
+        q_h = C.slice(q, 1, lo, hi)
+        k_h = C.slice(k, 1, lo, hi)
+        v_h = C.slice(v, 1, lo, hi)
+        scores = C.element_select(masked, fill, C.times_transpose(q_h, k_h) / root)
+        weights = C.softmax(scores, axis=-1)
+        if a["dropout"]:
+            weights = C.dropout(weights, a["dropout"], seed=ctx.dropout_seed())
+        contexts.append(C.times(weights, v_h))
+    context = contexts[0] if heads == 1 else C.splice(*contexts, axis=1)
+    return linear(context, p["W_o"], p["b_o"])
+
+
+# -- loss ------------------------------------------------------------------------------------------
+def softmax_cross_entropy(logits, labels, loss):
+    """Mean over counted positions of the whole minibatch of -sum_k q_k log p_k,
+    q = (1 - eps) onehot + eps / K; positions whose label is ``ignore_index`` do not count.
+
+    The result is one scalar without a batch axis (reductions over ``Axis.all_axes``), so its
+    gradient is the mean-loss gradient: no per-sample summing by the learner to undo.
+    """
+    classes = logits.shape[-1]
+    eps = float(loss["label_smoothing"])
+    ignore = loss["ignore_index"]
+    log_p = C.log_softmax(logits, axis=-1)
+    if ignore is None:
+        mask, safe = C.ones_like(labels), labels
+    else:
+        mask = C.not_equal(labels, ignore)
+        safe = labels * mask              # ignored labels become class 0; their term is masked
+    picked = C.reduce_sum(C.one_hot(safe, classes) * log_p, axis=-1, keepdims=False)
+    per_position = -(1.0 - eps) * picked
+    if eps:
+        per_position = per_position - (eps / classes) * C.reduce_sum(log_p, axis=-1, keepdims=False)
+    total = C.reduce_sum(per_position * mask, axis=C.Axis.all_axes())
+    return total / C.reduce_sum(mask, axis=C.Axis.all_axes())
