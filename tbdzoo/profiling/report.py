@@ -267,6 +267,24 @@ def memory_table(records):
     return Table(headers, rows, numeric=headers[3:])
 
 
+def memory_findings(records):
+    """One sentence per run: its largest memory category and that category's share, which is
+    how TBD's finding (feature maps dominate training memory) shows up in the data."""
+    lines = []
+    for r in records:
+        if not plots.has_memory(r):
+            continue
+        sizes = [(memory_entry(r, c)[0] or 0, c) for c in CATEGORIES]
+        total = sum(size for size, _ in sizes)
+        if not total:
+            continue
+        size, category = max(sizes)
+        lines.append("{} on {} (batch {}, {}): {} is the largest category, {:.0%} of {} ({})".format(
+            r.get("model"), r.get("backend"), r.get("batch_size"), r.get("precision"),
+            category.replace("_", " "), size / total, fmt_bytes(total), memory_entry(r, category)[1]))
+    return lines
+
+
 def failures_table(records):
     headers = ["Model", "Backend", "Config", "Batch", "Precision", "Status", "Message", "Finished"]
     rows = [[text(r.get("model")), text(r.get("backend")), text(r.get("config")),
@@ -312,6 +330,7 @@ def build_context(entries, sources):
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
         "results": results_table([e.record for e in ok]),
         "memory": memory_table([e.record for e in ok]),
+        "memory_findings": memory_findings([e.record for e in ok]),
         "failures": failures_table([e.record for e in failed]),
         "provenance": provenance(ok),
     }
@@ -356,7 +375,9 @@ def render_markdown(ctx, figures):
     out += ["## Results", "", md_table(ctx["results"])]
     for name, title, caption in figures:
         out += ["## {}".format(title), "", "![{}]({})".format(title, name), "", caption, ""]
-    out += ["## Memory", "", md_escape(MEMORY_LEGEND), "", md_table(ctx["memory"]),
+    out += ["## Memory", "", md_escape(MEMORY_LEGEND), ""]
+    out += ["- " + md_escape(line) for line in ctx["memory_findings"]] + [""]
+    out += [md_table(ctx["memory"]),
             "## Failures", "", md_table(ctx["failures"]), "## Protocol and environment", ""]
     for line, pairs in ctx["provenance"]:
         out.append("- " + md_escape(line))
@@ -412,6 +433,7 @@ config, batch, precision); the newest was used:</p>
 {% endfor %}
 <h2 id="memory">Memory</h2>
 <p class="note">{{ memory_legend }}</p>
+<ul>{% for line in memory_findings %}<li>{{ line }}</li>{% endfor %}</ul>
 {{ table(memory, kind="wrap") }}
 <h2 id="failures">Failures</h2>
 {{ table(failures, message_class="msg") }}
