@@ -1,0 +1,251 @@
+"""The spec's node types in MXNet: one function per op, ``fn(F, inputs, params, attrs, ctx)``.
+
+``F`` is ``mx.symbol`` while a hybridized block traces its graph and ``mx.ndarray`` otherwise,
+so every function uses only operators both namespaces share. Activations stay NCHW (MXNet's
+own layout), which is the canonical one, so nothing is transposed at the boundary.
+
+``ctx`` (a :class:`GraphContext`) carries what is not a spec parameter: NumPy-built constant
+tables and whether batch-norm should hand back its batch statistics (the train step updates
+the running statistics itself, because MXNet's update uses the biased variance).
+"""
+import math
+
+import numpy as np
+
+# float32's lowest value: fills explicit max-pool padding so a padded cell never wins.
+_LOWEST = float(np.finfo(np.float32).min)
+_MASKED = -1e9  # what masked attention logits are set to (tbdzoo/spec/ops.py)
+
+
+class GraphContext(object):
+    """Per-trace state: constant tables by key, the batch statistics collected so far, and the
+    node being run (its name and input shapes without the batch axis)."""
+
+    def __init__(self, constants, exact_bn_stats):
+        self.constants = constants
+        self.exact_bn_stats = exact_bn_stats
+        self.bn_stats = []
+        self.node_name, self.in_shapes = None, None
+
+
+# -- constants: NumPy tables a node needs, keyed so equal tables are stored once ------------------
+
+def sinusoid_table(length, dim):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), in float64 first."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
+    table = np.zeros((length, dim), np.float64)
+    table[:, 0::2] = np.sin(position * rate)
+    table[:, 1::2] = np.cos(position * rate[: dim // 2])
+    return table.astype(np.float32)
+
+
+def causal_table(length):
+    """1 where key s lies after query t (masked), else 0."""
+    return np.triu(np.ones((length, length), np.float32), 1)
+
+
+def pool_count_table(size_hw, kernel, stride, pads):
+    """How many real (unpadded) cells each pooling window holds, shaped (1, 1, Ho, Wo)."""
+    (t, b), (l, r) = pads
+    ones = np.pad(np.ones(size_hw, np.float64), ((t, b), (l, r)))
+    ho = (ones.shape[0] - kernel[0]) // stride[0] + 1
+    wo = (ones.shape[1] - kernel[1]) // stride[1] + 1
+    count = np.zeros((ho, wo), np.float64)
+    for i in range(ho):
+        for j in range(wo):
+            count[i, j] = ones[i * stride[0]:i * stride[0] + kernel[0],
+                               j * stride[1]:j * stride[1] + kernel[1]].sum()
+    return count.astype(np.float32)[None, None]
+
+
+def constants_for(node, in_shapes):
+    """key -> NumPy table for the constants ``node`` reads from ``ctx.constants``."""
+    a = node.attrs
+    if node.op == "positional_encoding":
+        t, d = in_shapes[0]
+        return {"pe_{}x{}".format(t, d): sinusoid_table(t, d)}
+    if node.op == "multi_head_attention" and a["causal"]:
+        t = in_shapes[0][0]
+        return {"causal_{}".format(t): causal_table(t)}
+    if node.op == "avgpool2d" and _needs_explicit_pool_pad(a) and not a["count_include_pad"]:
+        _, h, w = in_shapes[0]
+        return {_count_key(node.name): pool_count_table((h, w), a["kernel"], a["stride"],
+                                                        a["padding"])}
+    return {}
+
+
+def _count_key(node_name):
+    return "count_" + node_name
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+def _symmetric(pads):
+    """(ph, pw) when top == bottom and left == right, else None."""
+    (t, b), (l, r) = pads
+    return (t, l) if t == b and l == r else None
+
+
+def _pad(F, x, pads, value=0.0):
+    """Explicit, possibly asymmetric, spatial padding of an NCHW tensor."""
+    (t, b), (l, r) = pads
+    if not (t or b or l or r):
+        return x
+    return F.pad(x, mode="constant", constant_value=value, pad_width=(0, 0, 0, 0, t, b, l, r))
+
+
+def _needs_explicit_pool_pad(a):
+    """MXNet pools pad symmetrically only; a pad wider than half the window also takes the
+    explicit path, as in the reference backend, so such unusual windows match it exactly."""
+    sym = _symmetric(a["padding"])
+    return sym is None or 2 * max(sym) > min(a["kernel"])
+
+
+def _linear(F, x, weight, bias, units):
+    """y = x W^T + b on the last axis; flatten=False keeps the leading axes (Gluon's trap)."""
+    if bias is None:
+        return F.FullyConnected(x, weight, num_hidden=units, no_bias=True, flatten=False)
+    return F.FullyConnected(x, weight, bias, num_hidden=units, flatten=False)
+
+
+# -- node types ------------------------------------------------------------------------------
+
+def conv2d(F, inputs, p, a, ctx):
+    x, = inputs
+    sym = _symmetric(a["padding"])
+    if sym is None:
+        x, sym = _pad(F, x, a["padding"]), (0, 0)
+    kw = dict(kernel=a["kernel"], stride=a["stride"], dilate=a["dilation"], pad=sym,
+              num_filter=a["filters"], num_group=a["groups"], no_bias="bias" not in p)
+    if "bias" in p:
+        return F.Convolution(x, p["weight"], p["bias"], **kw)
+    return F.Convolution(x, p["weight"], **kw)
+
+
+def batchnorm(F, inputs, p, a, ctx):
+    """Batch statistics in training, running ones in inference. With ``ctx.exact_bn_stats``
+    MXNet's own running update is switched off (momentum 1 keeps the old value) and the batch
+    mean and biased variance are returned for the caller's exact update; otherwise MXNet
+    updates them its own way (Keras momentum convention, biased variance)."""
+    x, = inputs
+    common = dict(eps=a["eps"], fix_gamma=False, use_global_stats=False, axis=1)
+    if not ctx.exact_bn_stats:
+        return F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
+                           momentum=1.0 - a["momentum"], **common)
+    out = F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
+                      momentum=1.0, output_mean_var=True, **common)
+    y, mean, invstd = out[0], out[1], out[2]  # MXNet's third output is 1 / sqrt(var + eps)
+    variance = F.reciprocal(F.square(invstd)) - a["eps"]
+    ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(variance)))
+    return y
+
+
+def relu(F, inputs, p, a, ctx):
+    return F.Activation(inputs[0], act_type="relu")  # MKLDNN keeps its blocked layout
+
+
+def add(F, inputs, p, a, ctx):
+    if len(inputs) == 2:
+        return F.elemwise_add(inputs[0], inputs[1])
+    return F.add_n(*inputs)
+
+
+def maxpool2d(F, inputs, p, a, ctx):
+    x, = inputs
+    sym = _symmetric(a["padding"])
+    if _needs_explicit_pool_pad(a):
+        x, sym = _pad(F, x, a["padding"], _LOWEST), (0, 0)
+    return F.Pooling(x, kernel=a["kernel"], stride=a["stride"], pad=sym, pool_type="max",
+                     pooling_convention="valid")
+
+
+def avgpool2d(F, inputs, p, a, ctx):
+    x, = inputs
+    kw = dict(kernel=a["kernel"], stride=a["stride"], pooling_convention="valid")
+    if not _needs_explicit_pool_pad(a):
+        return F.Pooling(x, pad=_symmetric(a["padding"]), pool_type="avg",
+                         count_include_pad=a["count_include_pad"], **kw)
+    x = _pad(F, x, a["padding"])
+    if a["count_include_pad"]:
+        return F.Pooling(x, pad=(0, 0), pool_type="avg", **kw)
+    summed = F.Pooling(x, pad=(0, 0), pool_type="sum", **kw)
+    return F.broadcast_div(summed, ctx.constants[_count_key(ctx.node_name)])
+
+
+def global_avgpool(F, inputs, p, a, ctx):
+    pooled = F.Pooling(inputs[0], kernel=(1, 1), global_pool=True, pool_type="avg")
+    return F.reshape(pooled, shape=(0, -1))
+
+
+def flatten(F, inputs, p, a, ctx):
+    return F.reshape(inputs[0], shape=(0, -1))  # NCHW inside: already canonical order
+
+
+def dense(F, inputs, p, a, ctx):
+    return _linear(F, inputs[0], p["weight"], p.get("bias"), a["units"])
+
+
+def embedding(F, inputs, p, a, ctx):
+    vocab, dim = a["vocab"], a["dim"]
+    out = F.Embedding(inputs[0], p["weight"], input_dim=vocab, output_dim=dim)
+    return out * a["scale"] if a["scale"] != 1.0 else out
+
+
+def positional_encoding(F, inputs, p, a, ctx):
+    x, = inputs
+    table = ctx.constants["pe_{}x{}".format(*ctx.in_shapes[0])]
+    return F.broadcast_add(x, F.expand_dims(table, axis=0))
+
+
+def layernorm(F, inputs, p, a, ctx):
+    return F.LayerNorm(inputs[0], p["gamma"], p["beta"], axis=-1, eps=a["eps"])
+
+
+def dropout(F, inputs, p, a, ctx):
+    return F.Dropout(inputs[0], p=a["rate"]) if a["rate"] else inputs[0]
+
+
+def multi_head_attention(F, inputs, p, a, ctx):
+    """Heads are folded into the batch axis (N*H, L, dh) for two batched matmuls."""
+    q_in, kv_in, keys = inputs
+    h = a["num_heads"]
+    d = ctx.in_shapes[0][1]
+
+    def heads(x, w, b):
+        x = F.reshape(_linear(F, x, w, b, d), shape=(0, 0, h, -1))    # (N, L, H, dh)
+        return F.reshape(F.transpose(x, axes=(0, 2, 1, 3)), shape=(-3, 0, 0))  # (N*H, L, dh)
+
+    q = heads(q_in, p["W_q"], p["b_q"])
+    k = heads(kv_in, p["W_k"], p["b_k"])
+    v = heads(kv_in, p["W_v"], p["b_v"])
+    scores = F.batch_dot(q, k, transpose_b=True) / math.sqrt(d // h)
+    scores = F.reshape(scores, shape=(-4, -1, h, 0, 0))               # (N, H, T, S)
+    masked = F.reshape(keys == a["pad_id"], shape=(0, 1, 1, -1))      # (N, 1, 1, S)
+    if a["causal"]:
+        t = ctx.in_shapes[0][0]
+        causal = F.reshape(ctx.constants["causal_{}".format(t)], shape=(1, 1, t, t))
+        masked = F.broadcast_maximum(masked, causal)                   # (N, 1, T, S)
+    # set (not add) the masked logits, as the spec says: s * (1 - m) + (-1e9) * m
+    scores = F.broadcast_add(F.broadcast_mul(scores, 1.0 - masked), masked * _MASKED)
+    weights = F.softmax(scores, axis=-1)
+    if a["dropout"]:
+        weights = F.Dropout(weights, p=a["dropout"])
+    context = F.batch_dot(F.reshape(weights, shape=(-3, 0, 0)), v)     # (N*H, T, dh)
+    context = F.reshape(context, shape=(-4, -1, h, 0, 0))             # (N, H, T, dh)
+    context = F.reshape(F.transpose(context, axes=(0, 2, 1, 3)), shape=(0, 0, -1))
+    return _linear(F, context, p["W_o"], p["b_o"], d)
+
+
+def softmax_cross_entropy(F, logits, labels, loss):
+    """Mean over counted positions of -sum_k q_k log p_k, q = (1-eps) onehot + eps/K.
+    ``labels`` arrive as float32 (exact for any vocabulary below 2^24)."""
+    eps = loss["label_smoothing"]
+    log_p = F.log_softmax(logits, axis=-1)
+    per_position = -F.pick(log_p, labels, axis=-1)
+    if eps:
+        per_position = (1.0 - eps) * per_position - eps * F.mean(log_p, axis=-1)
+    if loss["ignore_index"] is None:
+        return F.mean(per_position)
+    counted = labels != loss["ignore_index"]
+    return F.sum(per_position * counted) / F.sum(counted)

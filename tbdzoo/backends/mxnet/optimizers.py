@@ -1,0 +1,91 @@
+"""The normalized SGD and Adam (tbdzoo/backends/base.py) as fused MXNet update operators.
+
+MXNet's own optimizers differ: its SGD keeps ``-lr * buf`` as state (wrong when the learning
+rate changes) and its NAG is the Sutskever form; its Adam folds the bias corrections into the
+learning rate, which moves eps. The fused operators are still used, because unfused NDArray
+arithmetic is an order of magnitude slower on the CPU; the arguments below make them compute
+exactly the normalized formulas:
+
+  sgd_mom_update(w, g, buf, lr=-1, momentum=m, wd)   buf = m buf + (g + wd w)   (its weight
+                                                     output, w + buf, goes to g's storage)
+  sgd_update(w, buf, lr, wd=0)                       w = w - lr buf
+  sgd_update(y, x, lr=-b, wd=(a - 1) / b)            y = a y + b x   (see axpby)
+  adam_update(..., lr * sqrt(c2) / c1, eps * sqrt(c2))   with c_i = 1 - beta_i^t, equals
+                                                     w -= lr (m / c1) / (sqrt(v / c2) + eps)
+
+Every call is asynchronous; nothing here waits for the device.
+"""
+import math
+
+from mxnet import nd
+
+
+def axpby(y, x, a, b):
+    """y = a * y + b * x in place, in one fused pass (``sgd_update`` computes
+    (1 - lr wd) y - lr x); NDArray arithmetic would make three passes and two temporaries."""
+    if b == 0:
+        if a != 1:
+            nd.sgd_update(y, x, lr=1.0, wd=1.0 - a, rescale_grad=0.0, out=y)
+        return
+    nd.sgd_update(y, x, lr=-b, wd=(a - 1.0) / b, out=y)
+
+
+class SGD(object):
+    """g += wd w;  buf = momentum buf + g;  w -= lr buf  (nesterov: w -= lr (g + momentum buf))."""
+
+    def __init__(self, params, momentum, nesterov, weight_decay):
+        self.params = list(params)
+        self.momentum, self.nesterov, self.wd = float(momentum), bool(nesterov), float(weight_decay)
+        self.buffers = [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params] \
+            if self.momentum else None
+
+    def step(self, lr):
+        """One update from the gradients in place; the gradients' storage is used as scratch."""
+        for i, p in enumerate(self.params):
+            w, g = p.data(), p.grad()
+            if not self.momentum:
+                nd.sgd_update(w, g, lr=lr, wd=self.wd, out=w)
+            elif self.nesterov:
+                self._nesterov(w, g, self.buffers[i], lr)
+            else:
+                nd.sgd_mom_update(w, g, self.buffers[i], lr=-1.0, momentum=self.momentum,
+                                  wd=self.wd, out=g)
+                nd.sgd_update(w, self.buffers[i], lr=lr, wd=0.0, out=w)
+
+    def _nesterov(self, w, g, buf, lr):
+        m = self.momentum
+        axpby(g, w, 1.0, self.wd)      # g = g + wd w
+        axpby(buf, g, m, 1.0)          # buf = m buf + g
+        axpby(g, buf, 1.0, m)          # g = g + m buf
+        axpby(w, g, 1.0, -lr)          # w = w - lr g
+
+
+class Adam(object):
+    """g += wd w;  m, v moving averages;  w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
+    t counting this optimizer's steps."""
+
+    def __init__(self, params, beta1, beta2, eps, weight_decay):
+        self.params = list(params)
+        self.beta1, self.beta2, self.eps, self.wd = float(beta1), float(beta2), float(eps), \
+            float(weight_decay)
+        self.means = [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]
+        self.variances = [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]
+        self.t = 0  # steps this optimizer took, for the bias corrections
+
+    def step(self, lr):
+        self.t += 1
+        c1, c2 = 1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t
+        kw = dict(lr=lr * math.sqrt(c2) / c1, beta1=self.beta1, beta2=self.beta2,
+                  epsilon=self.eps * math.sqrt(c2), wd=self.wd)
+        for p, m, v in zip(self.params, self.means, self.variances):
+            w = p.data()
+            nd.adam_update(w, p.grad(), m, v, out=w, **kw)
+
+
+def make(params, hp):
+    """The optimizer ``hp`` names, over the trainable Gluon Parameters ``params``."""
+    if hp["optimizer"] == "sgd":
+        return SGD(params, hp["momentum"], hp["nesterov"], hp["weight_decay"])
+    if hp["optimizer"] == "adam":
+        return Adam(params, hp["beta1"], hp["beta2"], hp["eps"], hp["weight_decay"])
+    raise ValueError("optimizer {!r} is not implemented for mxnet".format(hp["optimizer"]))

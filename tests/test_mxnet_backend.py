@@ -1,0 +1,172 @@
+"""MXNet backend specifics: the native object, weights, inference, running statistics and the
+normalized optimizers, checked against NumPy (cross-framework checks live in the consistency
+tests). Tiny configs only; skipped where this interpreter has no mxnet."""
+from collections import OrderedDict
+import importlib.util
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("mxnet") is None:
+    pytest.skip("mxnet is not installed in this interpreter", allow_module_level=True)
+
+import tbdzoo.backends.mxnet  # noqa: E402  (sets numpy.bool before mxnet is imported)
+from mxnet import gluon, nd  # noqa: E402
+from tbdzoo.backends.mxnet import optimizers  # noqa: E402
+from tbdzoo.backends.registry import build_native  # noqa: E402
+
+
+def _model(name, **overrides):
+    return build_native(name, "mxnet", config="tiny", **overrides)
+
+
+def _random_weights(model, seed=3):
+    rng = np.random.RandomState(seed)
+    out = OrderedDict()
+    for name, value in model.get_weights().items():
+        noise = rng.standard_normal(value.shape).astype(np.float32)
+        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise  # variances > 0
+    return out
+
+
+def test_native_is_a_hybridized_hybridblock_with_canonical_parameters():
+    model = _model("resnet50")
+    assert isinstance(model.native, gluon.HybridBlock)
+    assert model.native._active  # hybridize() was called (Gluon 1.x keeps no public flag)
+    model.predict(model.synthetic_batch())
+    assert model.native._cached_op is not None  # the cached graph ran
+    assert set(model.spec.params()) <= set(model.native.collect_params().keys())
+
+
+def test_a_tied_parameter_is_one_gluon_parameter():
+    model = _model("transformer", dropout=0.0)
+    names = set(model.native.collect_params().keys())
+    assert "embed.weight" in names and "generator.weight" not in names
+    assert "tgt_embed.weight" not in names
+    _, grads = model.loss_and_gradients(model.synthetic_batch())
+    assert np.abs(grads["embed.weight"]).max() > 0
+
+
+@pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])
+def test_weights_round_trip(name, tmp_path):
+    model = _model(name)
+    weights = _random_weights(model)
+    model.set_weights(weights)
+    for key, value in model.get_weights().items():
+        np.testing.assert_array_equal(value, weights[key])
+    path = str(tmp_path / "w.npz")
+    model.save_weights(path)
+    other = _model(name)
+    other.load_weights(path)
+    for key, value in other.get_weights().items():
+        np.testing.assert_array_equal(value, weights[key])
+
+
+@pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
+def test_predict_equals_the_native_block_in_inference(name, overrides):
+    model = _model(name, **overrides)
+    model.set_weights(_random_weights(model))
+    batch = model.synthetic_batch()
+    features = [nd.array(batch[i.name].astype(np.float32)) for i in model.spec.feature_inputs()]
+    native = model.native(*features).asnumpy()
+    np.testing.assert_array_equal(model.predict(batch), native)
+    assert native.shape == (len(batch[model.spec.feature_inputs()[0].name]),) + \
+        model.spec.nodes[model.spec.output].shape
+
+
+def test_running_statistics_follow_the_spec():
+    """running = (1 - m) running + m batch, with the unbiased variance; gradients alone change
+    nothing."""
+    model = _model("probe/batchnorm")
+    batch = model.synthetic_batch()
+    before = model.get_weights()
+    model.loss_and_gradients(batch)
+    for key, value in model.get_weights().items():
+        np.testing.assert_array_equal(value, before[key])
+    model.train_step(batch)
+    after = model.get_weights()
+    x = batch["x"].astype(np.float64)
+    m = model.spec.nodes["bn"].attrs["momentum"]
+    np.testing.assert_allclose(after["bn.running_mean"], m * x.mean(axis=(0, 2, 3)), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(after["bn.running_var"],
+                               (1 - m) + m * x.var(axis=(0, 2, 3), ddof=1), rtol=1e-5)
+
+
+def test_the_native_block_trains_in_a_plain_gluon_loop():
+    """What a user importing ``.native`` does: Gluon loss, autograd, Trainer."""
+    from mxnet import autograd
+    model = _model("resnet50")
+    batch = model.synthetic_batch()
+    before = model.get_weights()
+    net = model.native
+    trainer = gluon.Trainer([p for p in net.collect_params().values() if p.grad_req != "null"],
+                            "sgd", {"learning_rate": 0.1})
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(nd.array(batch["images"])),
+                                                    nd.array(batch["labels"]))
+    loss.backward()
+    trainer.step(len(batch["labels"]))
+    after = model.get_weights()
+    assert not np.array_equal(after["conv1.weight"], before["conv1.weight"])
+    assert not np.array_equal(after["bn1.running_mean"], before["bn1.running_mean"])
+
+
+def _parameter(value, grad):
+    p = gluon.Parameter("w", shape=value.shape)
+    p.initialize()
+    p.set_data(nd.array(value))
+    p.grad()[:] = nd.array(grad)
+    return p
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_is_the_normalized_formula_with_a_changing_learning_rate(nesterov):
+    rng = np.random.RandomState(0)
+    w, buf = rng.standard_normal(6), np.zeros(6)
+    momentum, wd = 0.9, 0.01
+    p = _parameter(w, np.zeros(6))
+    opt = optimizers.SGD([p], momentum, nesterov, wd)
+    for lr in (0.1, 0.05, 0.2):  # MXNet's own SGD goes wrong exactly when lr changes
+        g = rng.standard_normal(6)
+        p.grad()[:] = nd.array(g)
+        opt.step(lr)
+        g = g + wd * w
+        buf = momentum * buf + g
+        w = w - lr * (g + momentum * buf if nesterov else buf)
+        np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_is_the_normalized_formula():
+    rng = np.random.RandomState(1)
+    w, m, v = rng.standard_normal(6), np.zeros(6), np.zeros(6)
+    b1, b2, eps, wd = 0.9, 0.98, 1e-3, 0.01  # a large eps shows where it sits
+    p = _parameter(w, np.zeros(6))
+    opt = optimizers.Adam([p], b1, b2, eps, wd)
+    for t, lr in enumerate((0.1, 0.05, 0.2), start=1):
+        g = rng.standard_normal(6)
+        p.grad()[:] = nd.array(g)
+        opt.step(lr)
+        g = g + wd * w
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_asymmetric_pools_never_let_padding_win():
+    """All-negative inputs: a zero-padded max-pool or a pad-counting average would differ."""
+    model = _model("probe/maxpool2d")
+    batch = model.synthetic_batch()
+    batch["x"] = -np.abs(batch["x"]) - 1.0
+    node = model.spec.nodes["pool"]
+    (t, b), (l, r) = node.attrs["padding"]
+    x = np.pad(batch["x"], ((0, 0), (0, 0), (t, b), (l, r)), constant_values=-np.inf)
+    kh, kw = node.attrs["kernel"]
+    sh, sw = node.attrs["stride"]
+    _, ho, wo = node.shape
+    expected = np.stack([np.stack([x[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw].max(axis=(2, 3))
+                                   for j in range(wo)], -1) for i in range(ho)], -2)
+    head = model.get_weights()
+    flat = expected.reshape(len(expected), -1)
+    logits = flat @ head["head.fc.weight"].T + head["head.fc.bias"]
+    np.testing.assert_allclose(model.predict(batch), logits, rtol=1e-5, atol=1e-5)
