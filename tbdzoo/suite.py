@@ -24,9 +24,11 @@ def ready_backends():
 
 
 class MemoryCap(object):
-    """Stops a worker whose resident memory passes ``cap_bytes`` (polled by a thread), so a
-    sweep on the CPU ends in a recorded 'oom' instead of the machine swapping or the kernel's
-    OOM killer picking a victim."""
+    """Stops a worker whose peak resident memory passes ``cap_bytes``, so a sweep on the CPU
+    ends in a recorded 'oom' instead of the machine swapping or the kernel's OOM killer picking
+    a victim. It reads the kernel's high-water mark (VmHWM), checked at once and then every
+    ``interval`` seconds, so a spike between two looks is still caught, at the latest when
+    the run ends."""
 
     def __init__(self, pid, cap_bytes, interval=0.2):
         self.pid, self.cap, self.interval = pid, cap_bytes, interval
@@ -41,19 +43,36 @@ class MemoryCap(object):
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        self._check()
+
+    def peak_bytes(self):
+        try:
+            with open("/proc/{}/status".format(self.pid)) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        try:
+            import psutil
+            return psutil.Process(self.pid).memory_info().rss
+        except Exception:
+            return None
+
+    def _check(self):
+        if self.tripped is None:
+            peak = self.peak_bytes()
+            if peak is not None and peak > self.cap:
+                self.tripped = peak
+                try:
+                    os.kill(self.pid, 9)
+                except OSError:
+                    pass
+        return self.tripped
 
     def _watch(self):
-        import psutil
-        try:
-            process = psutil.Process(self.pid)
-            while not self._stop.wait(self.interval):
-                rss = process.memory_info().rss
-                if rss > self.cap:
-                    self.tripped = rss
-                    process.kill()
-                    return
-        except psutil.Error:
-            return
+        while not self._check() and not self._stop.wait(self.interval):
+            pass
 
 
 def run_one(model_name, backend, config="paper", batch_size=None, warmup=5, steps=20, repeats=3,
@@ -73,15 +92,22 @@ def run_one(model_name, backend, config="paper", batch_size=None, warmup=5, step
             status("training")
         options = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
                        peak_flops=peak_flops, progress=progress, command=command)
-        if memory_cap:
-            with MemoryCap(model.pid, memory_cap) as cap:
-                return model.profile_in_worker(**options)
-        return model.profile_in_worker(**options)
+        if not memory_cap:
+            return model.profile_in_worker(**options)
+        with MemoryCap(model.pid, memory_cap) as cap:
+            try:
+                record = model.profile_in_worker(**options)
+            except Exception:
+                if cap.tripped is None:
+                    raise
+        if cap.tripped is None:
+            return record
+        raise MemoryError("over the cap")  # reported below with the figures
     except Exception as e:  # a failed run is a result, not the end of the suite
         message = "{}: {}".format(type(e).__name__, e) if not isinstance(e, TbdError) else str(e)
         state = None
         if cap is not None and cap.tripped:
-            message = "resident memory {:.2f} GiB passed the memory cap of {:.2f} GiB".format(
+            message = "peak resident memory {:.2f} GiB passed the memory cap of {:.2f} GiB".format(
                 cap.tripped / 2 ** 30, memory_cap / 2 ** 30)
             state = "oom"
         size = batch_size or (model.hparams["batch_size"] if model else None)

@@ -1,0 +1,213 @@
+"""TensorFlow backend specifics: the native keras.Model, NHWC layouts at the boundary, weights,
+running statistics, the compiled step and the normalized optimizers, checked against NumPy
+(cross-framework checks live in the consistency tests). Tiny configs only; skipped where this
+interpreter has no tensorflow."""
+from collections import OrderedDict
+import importlib.util
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("tensorflow is not installed in this interpreter", allow_module_level=True)
+
+import tbdzoo.backends.tensorflow  # noqa: E402  (sets the TF log level before the import)
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tbdzoo.backends.registry import build_native  # noqa: E402
+from tbdzoo.backends.tensorflow import model as tf_model, optimizers  # noqa: E402
+from tbdzoo.models.registry import ModelDef  # noqa: E402
+from tbdzoo.spec import Graph  # noqa: E402
+
+
+def _model(name, **overrides):
+    return build_native(name, "tensorflow", config="tiny", **overrides)
+
+
+def _random_weights(model, seed=3):
+    rng = np.random.RandomState(seed)
+    out = OrderedDict()
+    for name, value in model.get_weights().items():
+        noise = rng.standard_normal(value.shape).astype(np.float32)
+        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise  # variances > 0
+    return out
+
+
+def test_native_is_a_keras_model_with_one_variable_per_parameter():
+    model = _model("transformer", dropout=0.0)
+    assert isinstance(model.native, keras.Model)
+    params = model.spec.params()
+    assert sorted(v.name for v in model.native.weights) == sorted(params)  # tied: stored once
+    trainable = [n for n, p in params.items() if p.trainable]
+    assert sorted(v.name for v in model.native.trainable_weights) == sorted(trainable)
+
+
+@pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
+def test_call_in_inference_equals_predict(name, overrides):
+    model = _model(name, **overrides)
+    model.set_weights(_random_weights(model))
+    batch = model.synthetic_batch()
+    prepared = model.prepare_batch(batch)
+    native = model.native(prepared.native, training=False).numpy()  # eager, op by op
+    # predict runs the same call in a tf.function, where grappler fuses ops for oneDNN: the
+    # results agree to rounding, not bit for bit
+    np.testing.assert_allclose(model.predict(batch), native, rtol=1e-5, atol=1e-5)
+    assert native.shape == (len(batch["labels"]),) + model.spec.nodes[model.spec.output].shape
+
+
+def test_layout_conversions_round_trip():
+    rng = np.random.RandomState(0)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    np.testing.assert_array_equal(tf_model.nhwc_to_nchw(tf_model.nchw_to_nhwc(x)), x)
+    assert tf_model.nchw_to_nhwc(x)[1, 4, 6, 2] == x[1, 2, 4, 6]
+    w = rng.standard_normal((4, 3, 2, 5)).astype(np.float32)  # O, I, kh, kw
+    assert tf_model.oihw_to_hwio(w).shape == (2, 5, 3, 4)
+    assert tf_model.oihw_to_hwio(w)[1, 4, 2, 3] == w[3, 2, 1, 4]
+    np.testing.assert_array_equal(tf_model.hwio_to_oihw(tf_model.oihw_to_hwio(w)), w)
+
+
+def test_images_are_nhwc_inside_and_kernels_hwio():
+    model = _model("probe/conv2d")
+    batch = model.synthetic_batch()
+    inside = model.prepare_batch(batch).native["x"].numpy()
+    np.testing.assert_array_equal(inside, np.transpose(batch["x"], (0, 2, 3, 1)))
+    kernel = model.get_weights()["conv.weight"]
+    np.testing.assert_array_equal(model.native.variable("conv.weight").numpy(),
+                                  np.transpose(kernel, (2, 3, 1, 0)))
+
+
+def _conv_output_model():
+    """A graph whose output is an image (N, C, H, W): predict must hand it back as NCHW."""
+    def build(hp):
+        g = Graph("conv_output")
+        x = g.input("x", (2, 5, 6))
+        y = g.add("conv", "conv2d", x, filters=3, kernel=3, padding=((1, 0), (2, 1)), use_bias=True)
+        g.input("labels", (3, 4), dtype="int32", role="target")
+        g.set_output(y)
+        g.set_loss("softmax_cross_entropy", logits=y, labels="labels", label_smoothing=0.0,
+                   ignore_index=None)
+        return g
+
+    def batch(hp, batch_size, seed):
+        rng = np.random.RandomState(seed)
+        return {"x": rng.standard_normal((batch_size, 2, 5, 6)).astype(np.float32),
+                "labels": rng.randint(0, 5, size=(batch_size, 3, 4)).astype(np.int32)}
+
+    hp = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False, "weight_decay": 0.0,
+          "lr_schedule": "constant", "batch_size": 2}
+    definition = ModelDef("conv_output", "test", {"tiny": hp}, build, batch, "examples/s",
+                          lambda b: len(b["x"]))
+    return tf_model.Model(definition, definition.hparams("tiny"))
+
+
+def test_an_image_output_comes_back_in_canonical_layout_with_asymmetric_pads():
+    model = _conv_output_model()
+    batch = model.synthetic_batch()
+    w, b = model.get_weights()["conv.weight"], model.get_weights()["conv.bias"]
+    x = np.pad(batch["x"], ((0, 0), (0, 0), (1, 0), (2, 1)))
+    expected = np.zeros((2, 3, 4, 7), np.float64)  # H: 5 + 1 - 3 + 1, W: 6 + 3 - 3 + 1
+    for i in range(4):
+        for j in range(7):
+            expected[:, :, i, j] = np.einsum("ncij,ocij->no", x[:, :, i:i + 3, j:j + 3], w) + b
+    np.testing.assert_allclose(model.predict(batch), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])
+def test_weights_round_trip(name, tmp_path):
+    model = _model(name)
+    weights = _random_weights(model)
+    model.set_weights(weights)
+    for key, value in model.get_weights().items():
+        np.testing.assert_array_equal(value, weights[key])
+    path = str(tmp_path / "w.npz")
+    model.save_weights(path)
+    other = _model(name)
+    other.load_weights(path)
+    for key, value in other.get_weights().items():
+        np.testing.assert_array_equal(value, weights[key])
+
+
+def test_running_statistics_follow_the_spec():
+    """running = (1 - m) running + m batch, with the unbiased variance; gradients alone change
+    nothing."""
+    model = _model("probe/batchnorm")
+    batch = model.synthetic_batch()
+    before = model.get_weights()
+    model.loss_and_gradients(batch)
+    for key, value in model.get_weights().items():
+        np.testing.assert_array_equal(value, before[key])
+    model.train_step(batch)
+    after = model.get_weights()
+    x = batch["x"].astype(np.float64)
+    m = model.spec.nodes["bn"].attrs["momentum"]
+    np.testing.assert_allclose(after["bn.running_mean"], m * x.mean(axis=(0, 2, 3)), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(after["bn.running_var"],
+                               (1 - m) + m * x.var(axis=(0, 2, 3), ddof=1), rtol=1e-5)
+
+
+def test_a_changing_learning_rate_does_not_retrace_the_step():
+    model = _model("transformer", dropout=0.0)  # inverse_sqrt: a new rate every step
+    batch = model.prepare_batch(model.synthetic_batch())
+    rates = []
+    for _ in range(3):
+        rates.append(model.learning_rate())
+        model.train_step(batch)
+    assert len(set(rates)) == 3
+    assert model._train_fn.experimental_get_tracing_count() == 1
+
+
+def test_the_native_model_trains_in_a_plain_keras_loop():
+    """What a user importing ``.native`` does: a Keras loss and optimizer on NHWC images."""
+    model = _model("resnet50")
+    batch = model.synthetic_batch()
+    before = model.get_weights()
+    net = model.native
+    images = tf.constant(np.transpose(batch["images"], (0, 2, 3, 1)))
+    optimizer = keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        logits = net({"images": images}, training=True)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(batch["labels"], logits)
+    grads = tape.gradient(loss, net.trainable_weights)
+    optimizer.apply_gradients(zip(grads, net.trainable_weights))
+    after = model.get_weights()
+    assert not np.array_equal(after["conv1.weight"], before["conv1.weight"])
+    assert not np.array_equal(after["bn1.running_mean"], before["bn1.running_mean"])
+
+
+def _run_optimizer(hp, value, grads, rates):
+    w = tf.Variable(value)
+    opt = optimizers.make([w], hp)
+    for g, lr in zip(grads, rates):
+        opt.apply([tf.constant(g)], tf.constant(lr, tf.float32))
+    return w.numpy()
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_is_the_normalized_formula(nesterov):
+    hp = {"optimizer": "sgd", "momentum": 0.9, "nesterov": nesterov, "weight_decay": 0.01}
+    rng = np.random.RandomState(1)
+    w = rng.standard_normal(6).astype(np.float32)
+    grads = [rng.standard_normal(6).astype(np.float32) for _ in range(3)]
+    rates = [0.1, 0.05, 0.02]
+    expected, buf = w.astype(np.float64), np.zeros(6)
+    for g, lr in zip(grads, rates):
+        g = g + 0.01 * expected
+        buf = 0.9 * buf + g
+        expected = expected - lr * (g + 0.9 * buf if nesterov else buf)
+    np.testing.assert_allclose(_run_optimizer(hp, w, grads, rates), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_is_the_normalized_formula():
+    hp = {"optimizer": "adam", "beta1": 0.9, "beta2": 0.98, "eps": 1e-6, "weight_decay": 0.01}
+    rng = np.random.RandomState(2)
+    w = rng.standard_normal(6).astype(np.float32)
+    grads = [rng.standard_normal(6).astype(np.float32) * 1e-3 for _ in range(3)]
+    rates = [1e-2, 2e-2, 3e-2]
+    expected, m, v = w.astype(np.float64), np.zeros(6), np.zeros(6)
+    for t, (g, lr) in enumerate(zip(grads, rates), 1):
+        g = g + 0.01 * expected
+        m = 0.9 * m + 0.1 * g
+        v = 0.98 * v + 0.02 * g * g
+        expected = expected - lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.98 ** t)) + 1e-6)
+    np.testing.assert_allclose(_run_optimizer(hp, w, grads, rates), expected, rtol=1e-5, atol=1e-6)
