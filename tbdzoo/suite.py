@@ -8,7 +8,6 @@ JSONL file as soon as its run finishes, so an interrupted suite keeps every fini
 import json
 import os
 import threading
-from collections import OrderedDict
 
 from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError

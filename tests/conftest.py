@@ -28,6 +28,30 @@ def run_in_env(python, args, timeout=1800):
                           universal_newlines=True)
 
 
+def random_weights(model, seed=3):
+    """Canonical weights drawn at random (positive variances), unlike any initial values, so a
+    round trip or a layout conversion cannot pass by returning the initial weights."""
+    import numpy as np
+    from collections import OrderedDict
+    rng = np.random.RandomState(seed)
+    out = OrderedDict()
+    for name, value in model.get_weights().items():
+        noise = rng.standard_normal(value.shape).astype(np.float32)
+        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise
+    return out
+
+
+def require_framework(module):
+    """At the top of a backend's test module: skip without the framework, except in CI."""
+    import importlib.util
+    if importlib.util.find_spec(module) is not None:
+        return
+    message = "{} is not installed in this interpreter; create it with `make env-main`".format(module)
+    if IN_CI:
+        raise RuntimeError(message + " (CI must have every backend)")
+    pytest.skip(message, allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def main_python():
     return sys.executable

@@ -3,7 +3,6 @@
 Cross-framework agreement lives in the consistency tests; here: the remote handle, weights,
 running statistics for any batch size, the normalized optimizers and Python 3.6 validity."""
 import os
-from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from tbdzoo.backends import environments
 from tbdzoo.backends.base import BackendModel
 from tbdzoo.backends.remote import RemoteModel, WorkerHandle
 
-from conftest import require_backend, run_in_env
+from conftest import random_weights, require_backend, run_in_env
 
 BACKEND_DIR = os.path.join(environments.SOURCE_ROOT, "tbdzoo", "backends", "cntk")
 
@@ -25,15 +24,6 @@ def bn_model():
     model = tbdzoo.build("probe/batchnorm", backend="cntk", config="tiny")
     yield model
     model.close()
-
-
-def _random_weights(model, seed):
-    rng = np.random.RandomState(seed)
-    out = OrderedDict()
-    for name, value in model.get_weights().items():
-        noise = rng.standard_normal(value.shape).astype(np.float32)
-        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise  # variances > 0
-    return out
 
 
 def test_the_model_lives_in_a_worker_holding_a_cntk_function(bn_model):
@@ -59,7 +49,7 @@ def test_the_handle_has_the_methods_of_a_native_model(bn_model):
 
 
 def test_weights_round_trip_through_save_and_load(bn_model, tmp_path):
-    first = _random_weights(bn_model, 3)
+    first = random_weights(bn_model, 3)
     bn_model.set_weights(first)
     got = bn_model.get_weights()
     assert list(got) == list(bn_model.spec.params())
@@ -67,7 +57,7 @@ def test_weights_round_trip_through_save_and_load(bn_model, tmp_path):
         np.testing.assert_array_equal(value, first[key])
     path = tmp_path / "w.npz"
     bn_model.save_weights(path)
-    bn_model.set_weights(_random_weights(bn_model, 4))
+    bn_model.set_weights(random_weights(bn_model, 4))
     bn_model.load_weights(path)
     for key, value in bn_model.get_weights().items():
         np.testing.assert_array_equal(value, first[key])
@@ -96,7 +86,7 @@ def test_running_statistics_follow_the_spec_for_any_batch_size(bn_model):
 
 
 def test_inference_uses_running_statistics(bn_model):
-    weights = _random_weights(bn_model, 5)
+    weights = random_weights(bn_model, 5)
     bn_model.set_weights(weights)
     batch = bn_model.synthetic_batch(seed=2)
     shape = (1, -1, 1, 1)

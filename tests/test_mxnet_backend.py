@@ -1,16 +1,15 @@
 """MXNet backend specifics: the native object, weights, inference, running statistics and the
 normalized optimizers, checked against NumPy (cross-framework checks live in the consistency
 tests). Tiny configs only; skipped where this interpreter has no mxnet."""
-from collections import OrderedDict
-import importlib.util
 
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("mxnet") is None:
-    pytest.skip("mxnet is not installed in this interpreter", allow_module_level=True)
+from conftest import random_weights, require_framework
 
-import tbdzoo.backends.mxnet  # noqa: E402  (sets numpy.bool before mxnet is imported)
+require_framework("mxnet")
+
+import tbdzoo.backends.mxnet  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
 from mxnet import gluon, nd  # noqa: E402
 from tbdzoo.backends.mxnet import optimizers  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
@@ -18,15 +17,6 @@ from tbdzoo.backends.registry import build_native  # noqa: E402
 
 def _model(name, **overrides):
     return build_native(name, "mxnet", config="tiny", **overrides)
-
-
-def _random_weights(model, seed=3):
-    rng = np.random.RandomState(seed)
-    out = OrderedDict()
-    for name, value in model.get_weights().items():
-        noise = rng.standard_normal(value.shape).astype(np.float32)
-        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise  # variances > 0
-    return out
 
 
 def test_native_is_a_hybridized_hybridblock_with_canonical_parameters():
@@ -50,7 +40,7 @@ def test_a_tied_parameter_is_one_gluon_parameter():
 @pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])
 def test_weights_round_trip(name, tmp_path):
     model = _model(name)
-    weights = _random_weights(model)
+    weights = random_weights(model)
     model.set_weights(weights)
     for key, value in model.get_weights().items():
         np.testing.assert_array_equal(value, weights[key])
@@ -65,7 +55,7 @@ def test_weights_round_trip(name, tmp_path):
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
 def test_predict_equals_the_native_block_in_inference(name, overrides):
     model = _model(name, **overrides)
-    model.set_weights(_random_weights(model))
+    model.set_weights(random_weights(model))
     batch = model.synthetic_batch()
     features = [nd.array(batch[i.name].astype(np.float32)) for i in model.spec.feature_inputs()]
     native = model.native(*features).asnumpy()

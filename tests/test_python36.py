@@ -1,5 +1,4 @@
 """The code the CNTK worker imports stays valid CPython 3.6 and hashes specs identically."""
-import pytest
 
 import tbdzoo
 from tbdzoo.backends import environments
@@ -8,7 +7,10 @@ from conftest import require_backend, run_in_env
 
 SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo/schedules.py",
           "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets",
-          "tbdzoo/profiling/timing.py", "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
+          "tbdzoo/profiling/__init__.py", "tbdzoo/profiling/timing.py", "tbdzoo/profiling/profile.py",
+          "tbdzoo/profiling/cpu.py", "tbdzoo/profiling/gpu.py", "tbdzoo/profiling/memory.py",
+          "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
+          "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/environments.py",
           "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk"]
 

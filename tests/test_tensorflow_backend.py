@@ -2,16 +2,15 @@
 running statistics, the compiled step and the normalized optimizers, checked against NumPy
 (cross-framework checks live in the consistency tests). Tiny configs only; skipped where this
 interpreter has no tensorflow."""
-from collections import OrderedDict
-import importlib.util
 
 import numpy as np
 import pytest
 
-if importlib.util.find_spec("tensorflow") is None:
-    pytest.skip("tensorflow is not installed in this interpreter", allow_module_level=True)
+from conftest import random_weights, require_framework
 
-import tbdzoo.backends.tensorflow  # noqa: E402  (sets the TF log level before the import)
+require_framework("tensorflow")
+
+import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
@@ -22,15 +21,6 @@ from tbdzoo.spec import Graph  # noqa: E402
 
 def _model(name, **overrides):
     return build_native(name, "tensorflow", config="tiny", **overrides)
-
-
-def _random_weights(model, seed=3):
-    rng = np.random.RandomState(seed)
-    out = OrderedDict()
-    for name, value in model.get_weights().items():
-        noise = rng.standard_normal(value.shape).astype(np.float32)
-        out[name] = np.abs(noise) + 0.5 if "running_var" in name else noise  # variances > 0
-    return out
 
 
 def test_native_is_a_keras_model_with_one_variable_per_parameter():
@@ -45,7 +35,7 @@ def test_native_is_a_keras_model_with_one_variable_per_parameter():
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
 def test_call_in_inference_equals_predict(name, overrides):
     model = _model(name, **overrides)
-    model.set_weights(_random_weights(model))
+    model.set_weights(random_weights(model))
     batch = model.synthetic_batch()
     prepared = model.prepare_batch(batch)
     native = model.native(prepared.native, training=False).numpy()  # eager, op by op
@@ -115,7 +105,7 @@ def test_an_image_output_comes_back_in_canonical_layout_with_asymmetric_pads():
 @pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])
 def test_weights_round_trip(name, tmp_path):
     model = _model(name)
-    weights = _random_weights(model)
+    weights = random_weights(model)
     model.set_weights(weights)
     for key, value in model.get_weights().items():
         np.testing.assert_array_equal(value, weights[key])

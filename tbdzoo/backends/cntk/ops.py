@@ -11,6 +11,8 @@ import math
 import cntk as C
 import numpy as np
 
+from ...spec.tables import sinusoid_table
+
 # Masked attention logits and padded max-pool cells (the reference uses -1e9 and -inf).
 MASKED_LOGIT = -1e9
 LOWEST = float(np.finfo(np.float32).min)
@@ -204,16 +206,6 @@ def dense(inputs, p, a, ctx):
 def embedding(inputs, p, a, ctx):
     out = C.gather(p["weight"], inputs[0])
     return out * a["scale"] if a["scale"] != 1.0 else out
-
-
-def sinusoid_table(length, dim):
-    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), in float64."""
-    position = np.arange(length, dtype=np.float64)[:, None]
-    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
-    table = np.zeros((length, dim), np.float64)
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate[: dim // 2])
-    return table.astype(np.float32)
 
 
 def positional_encoding(inputs, p, a, ctx):

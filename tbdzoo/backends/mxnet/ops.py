@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from ...spec.tables import sinusoid_table
+
 # float32's lowest value: fills explicit max-pool padding so a padded cell never wins.
 _LOWEST = float(np.finfo(np.float32).min)
 _MASKED = -1e9  # what masked attention logits are set to (tbdzoo/spec/ops.py)
@@ -29,16 +31,6 @@ class GraphContext(object):
 
 
 # -- constants: NumPy tables a node needs, keyed so equal tables are stored once ------------------
-
-def sinusoid_table(length, dim):
-    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), in float64 first."""
-    position = np.arange(length, dtype=np.float64)[:, None]
-    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
-    table = np.zeros((length, dim), np.float64)
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate[: dim // 2])
-    return table.astype(np.float32)
-
 
 def causal_table(length):
     """1 where key s lies after query t (masked), else 0."""

@@ -10,6 +10,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from ...spec.tables import sinusoid_table
+
 MASKED_SCORE = -1e9  # what the spec writes into masked attention logits
 
 
@@ -183,16 +185,6 @@ def dense(x, weight, bias):
 def embedding(tokens, weight, a):
     out = tf.gather(weight, tokens)
     return out * a["scale"] if a["scale"] != 1.0 else out
-
-
-def sinusoid_table(length, dim):
-    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), in float64."""
-    position = np.arange(length, dtype=np.float64)[:, None]
-    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
-    table = np.zeros((length, dim), np.float64)
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate[: dim // 2])
-    return table.astype(np.float32)
 
 
 def positional_encoding(x):
