@@ -92,6 +92,7 @@ class Runner(object):
         if self.mllog:
             self.mllog.log_record(record)
         self.progress.update(task, stage=record["status"])
+        self.progress.stop_task(task)  # freezes its clock at the run's duration
         self.progress.advance(self.overall)
         return record
 
@@ -134,7 +135,8 @@ def cmd_bench(args):
         return 1
     with Runner(args, len(runs)) as runner:
         for model, backend in runs:
-            size = args.batch_size or (suite.CPU_BATCH_SIZES.get(model) if args.cpu_batches else None)
+            cpu_size = suite.CPU_BATCH_SIZES.get(model) if args.config == "paper" else None
+            size = args.batch_size or (cpu_size if args.cpu_batches else None)
             runner.run(model, backend, size)
     return runner.finish()
 

@@ -136,6 +136,8 @@ class RemoteModel(BackendModel):
                 if sel.select(min(left, 0.2 if progress else 1.0)):
                     line = self._process.stdout.readline()
                     if line:
+                        if progress:  # the last steps' lines may have come with the reply
+                            self._report_progress(seen, progress)
                         return line
                     self._process.wait()
                     raise errors.WorkerError("the {} worker exited during {!r}{}".format(
