@@ -9,8 +9,9 @@ and a Transformer built from ``torch.nn.Transformer`` (6+6 layers, d_model 512, 
 sinusoidal positions and padding and causal masks. Both sides get the same synthetic batch, the
 same optimizer (SGD momentum 0.9 / weight decay 1e-4 for ResNet-50, Adam (0.9, 0.98) for the
 Transformer, PyTorch's default implementation for the hand-written side), the same precision
-(TF32 or bf16 autocast) and memory format (channels-last for ResNet-50), and ``torch.compile``
-on the same function (forward and loss) when compiled.
+(TF32 or bf16 autocast, for the whole step) and memory format (channels-last for ResNet-50),
+cuDNN's autotuner on for both, and ``torch.compile`` on the same function (forward and loss)
+when compiled.
 
 Per cell: build both, one step each to measure peak memory (``max_memory_allocated`` after a
 reset), warm-up, then ``repeats`` rounds that time ``steps`` steps of one contender and then of
@@ -123,6 +124,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
     tf32 = precision in ("tf32", "bf16")
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True  # as PyTorch's ImageNet example does; tbdzoo does too
     start = time.perf_counter()
     model, ours = tbdzoo_step(model_name, device, precision, compiled)
     batch = model.synthetic_batch(seed=0)

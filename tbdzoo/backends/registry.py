@@ -1,5 +1,7 @@
 """``build``: a model definition plus a backend gives a native model or a worker-backed one."""
 import importlib
+import os
+import sys
 from collections import OrderedDict
 
 from ..errors import BackendUnavailableError, UnknownNameError
@@ -43,7 +45,7 @@ def _native_class(backend):
     if not environments.importable_here(backend):
         raise BackendUnavailableError(
             "backend {!r} needs {}, which this interpreter ({}) cannot import; {}".format(
-                backend, environments.framework_of(backend), environments.sys.executable,
+                backend, environments.framework_of(backend), sys.executable,
                 environments.how_to_create(backend)))
     return importlib.import_module("tbdzoo.backends." + backend).Model
 
@@ -54,7 +56,7 @@ def list_backends():
     for backend, framework, env in environments.BACKENDS:
         here = environments.importable_here(backend)
         python = environments.python_for(backend)
-        ready = here or environments.os.path.exists(python)
+        ready = here or os.path.exists(python)
         out.append(OrderedDict([
             ("name", backend), ("framework", framework), ("environment", env),
             ("ready", ready), ("runs", "in-process" if here else "worker"),

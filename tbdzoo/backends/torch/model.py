@@ -107,24 +107,30 @@ class Model(BackendModel):
         return has_conv and (fmt == "channels_last" or (fmt == "auto" and self.device.startswith("cuda")))
 
     @contextlib.contextmanager
-    def _precision(self):
-        """TF32 flags for the step (fp32 turns off cuDNN's TF32, on by default in PyTorch) and
-        bf16 autocast for the forward pass; the previous global flags are restored after."""
-        precision = self.hparams["precision"]
-        cuda = self.device.startswith("cuda")
-        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        if cuda:
-            tf32 = precision in ("tf32", "bf16")
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
+    def _device_flags(self):
+        """The global backend flags a step runs under, set for the whole step (forward,
+        backward and update) and restored after: TF32 matmuls and convolutions for tf32 and
+        bf16 and off for fp32 (PyTorch leaves cuDNN's TF32 on by default), and cuDNN's
+        autotuner, which picks the fastest convolution algorithms for each shape once."""
+        if not self.device.startswith("cuda"):
+            yield
+            return
+        flags = (torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32"), \
+            (torch.backends.cudnn, "benchmark")
+        saved = [getattr(obj, name) for obj, name in flags]
+        tf32 = self.hparams["precision"] in ("tf32", "bf16")
+        for (obj, name), value in zip(flags, (tf32, tf32, True)):
+            setattr(obj, name, value)
         try:
-            if precision == "bf16":
-                with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16):
-                    yield
-            else:
-                yield
+            yield
         finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+            for (obj, name), value in zip(flags, saved):
+                setattr(obj, name, value)
+
+    def _autocast(self):
+        """bf16 autocast for the forward pass (master weights and the update stay fp32)."""
+        return torch.autocast(device_type="cuda" if self.device.startswith("cuda") else "cpu",
+                              dtype=torch.bfloat16, enabled=self.hparams["precision"] == "bf16")
 
     # -- building --------------------------------------------------------------------------
     def _build(self, weights):
@@ -167,10 +173,11 @@ class Model(BackendModel):
             self.native.train()
         optimizers.set_learning_rate(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=True)
-        with self._precision():
-            loss = self._loss_of(prepared)
-        loss.backward()
-        self.optimizer.step()
+        with self._device_flags():
+            with self._autocast():
+                loss = self._loss_of(prepared)
+            loss.backward()
+            self.optimizer.step()
         return loss.detach()
 
     def _train_step(self, prepared, lr):
@@ -182,7 +189,7 @@ class Model(BackendModel):
 
     def _predict(self, prepared):
         self.native.eval()
-        with torch.no_grad(), self._precision():
+        with torch.no_grad(), self._device_flags(), self._autocast():
             return self.native(*self._features(prepared)).float().cpu().numpy()
 
     def _loss_and_gradients(self, prepared):
@@ -190,9 +197,10 @@ class Model(BackendModel):
         self.native.train()
         for t in self._trainable:
             t.grad = None
-        with self._precision():
-            loss = self._loss_of(prepared)
-        loss.backward()
+        with self._device_flags():
+            with self._autocast():
+                loss = self._loss_of(prepared)
+            loss.backward()
         grads = OrderedDict((n, t.grad.detach().float().cpu().numpy().copy())
                             for n, t in zip(self.trainable_names(), self._trainable))
         for t in self._trainable:
