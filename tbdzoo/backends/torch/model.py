@@ -43,7 +43,21 @@ class SpecModule(nn.Module):
             params = [(suffix,) + self._locate(full) for suffix, full in graph.param_names(node).items()]
             done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
                     and i != graph.output]
-            self._plan.append((node.name, getattr(ops, node.op), node.inputs, params, node.attrs, done))
+            fn = getattr(ops, node.op + "_inplace" if self._may_overwrite(graph, node, done)
+                         else node.op)
+            self._plan.append((node.name, fn, node.inputs, params, node.attrs, done))
+
+    # Ops whose output autograd never keeps for their own backward pass: a consumer may
+    # overwrite it once nothing else reads it.
+    _UNSAVED_OUTPUTS = ("batchnorm", "add")
+
+    @classmethod
+    def _may_overwrite(cls, graph, node, dead):
+        """relu and add may write into their first input when it dies here, is not used twice
+        by this node, and comes from an op that does not keep its output for backward."""
+        first = node.inputs[0]
+        return (node.op in ("relu", "add") and first in dead and node.inputs.count(first) == 1
+                and first in graph.nodes and graph.nodes[first].op in cls._UNSAVED_OUTPUTS)
 
     def _submodule(self, path):
         module = self

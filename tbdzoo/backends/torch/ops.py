@@ -45,6 +45,20 @@ def add(inputs, p, a, training):
     return out
 
 
+def relu_inplace(inputs, p, a, training):
+    """ReLU writing over its input; SpecModule uses it only where that input is dead and no
+    backward pass needs it (a BatchNorm or add output), as torchvision's in-place ReLUs do."""
+    return F.relu_(inputs[0])
+
+
+def add_inplace(inputs, p, a, training):
+    """add accumulating into its first input, under the same conditions as relu_inplace."""
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = out.add_(x)
+    return out
+
+
 def maxpool2d(inputs, p, a, training):
     x, = inputs
     sym = _symmetric(a["padding"])
