@@ -64,25 +64,6 @@ def test_predict_equals_the_native_block_in_inference(name, overrides):
         model.spec.nodes[model.spec.output].shape
 
 
-def test_running_statistics_follow_the_spec():
-    """running = (1 - m) running + m batch, with the unbiased variance; gradients alone change
-    nothing."""
-    model = _model("probe/batchnorm")
-    batch = model.synthetic_batch()
-    before = model.get_weights()
-    model.loss_and_gradients(batch)
-    for key, value in model.get_weights().items():
-        np.testing.assert_array_equal(value, before[key])
-    model.train_step(batch)
-    after = model.get_weights()
-    x = batch["x"].astype(np.float64)
-    m = model.spec.nodes["bn"].attrs["momentum"]
-    np.testing.assert_allclose(after["bn.running_mean"], m * x.mean(axis=(0, 2, 3)), rtol=1e-5,
-                               atol=1e-6)
-    np.testing.assert_allclose(after["bn.running_var"],
-                               (1 - m) + m * x.var(axis=(0, 2, 3), ddof=1), rtol=1e-5)
-
-
 def test_the_native_block_trains_in_a_plain_gluon_loop():
     """What a user importing ``.native`` does: Gluon loss, autograd, Trainer."""
     from mxnet import autograd
