@@ -29,4 +29,5 @@ rm -rf "$venv"
 for name in tensorflow mxnet torch torchvision; do
   "$venv/bin/python" -c "import numpy; numpy.bool = bool; import $name; print('   ', '$name', $name.__version__)" 2>&1 | grep -v -e '^I0000' -e 'oneDNN' -e 'cpu_feature_guard' -e 'To enable the following' || true
   "$venv/bin/python" -c "import numpy; numpy.bool = bool; import $name" 2>/dev/null || { echo "make env-main: $name does not import" >&2; exit 1; }
-doneecho "$want" > "$stamp"
+done
+echo "$want" > "$stamp"
