@@ -50,3 +50,14 @@ def test_run_appends_a_record_and_an_mlperf_log(tmp_path):
     keys = [json.loads(l[len(":::MLLOG "):])["key"] for l in lines]
     assert "tbdzoo_throughput" in keys and keys[-1] == "run_stop"
     assert ":::MLLOG" not in proc.stdout
+    proc = tbd("report", str(out), "-o", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "report" / "index.html").exists()
+    assert "transformer" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_report_refuses_a_file_that_is_not_records(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    proc = tbd("report", str(bad), "-o", str(tmp_path / "report"))
+    assert proc.returncode == 2 and "bad.jsonl" in proc.stderr
