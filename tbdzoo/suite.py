@@ -12,7 +12,7 @@ import threading
 from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
-from .profiling.profile import classify, failed_record
+from .profiling.profile import failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU.
 CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16}
@@ -148,4 +148,4 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
     return records
 
 
-__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "classify", "MemoryCap"]
+__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "MemoryCap"]

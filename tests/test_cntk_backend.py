@@ -48,21 +48,6 @@ def test_the_handle_has_the_methods_of_a_native_model(bn_model):
     assert len(losses) == 2 and bn_model.step_count == steps + 2
 
 
-def test_weights_round_trip_through_save_and_load(bn_model, tmp_path):
-    first = random_weights(bn_model, 3)
-    bn_model.set_weights(first)
-    got = bn_model.get_weights()
-    assert list(got) == list(bn_model.spec.params())
-    for key, value in got.items():
-        np.testing.assert_array_equal(value, first[key])
-    path = tmp_path / "w.npz"
-    bn_model.save_weights(path)
-    bn_model.set_weights(random_weights(bn_model, 4))
-    bn_model.load_weights(path)
-    for key, value in bn_model.get_weights().items():
-        np.testing.assert_array_equal(value, first[key])
-
-
 def test_running_statistics_follow_the_spec_for_any_batch_size(bn_model):
     """CNTK blends batch statistics by a factor that depends on the batch size; the backend
     must give running = (1 - m) running + m batch (unbiased variance) for every size, and

@@ -37,21 +37,6 @@ def test_a_tied_parameter_is_one_gluon_parameter():
     assert np.abs(grads["embed.weight"]).max() > 0
 
 
-@pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])
-def test_weights_round_trip(name, tmp_path):
-    model = _model(name)
-    weights = random_weights(model)
-    model.set_weights(weights)
-    for key, value in model.get_weights().items():
-        np.testing.assert_array_equal(value, weights[key])
-    path = str(tmp_path / "w.npz")
-    model.save_weights(path)
-    other = _model(name)
-    other.load_weights(path)
-    for key, value in other.get_weights().items():
-        np.testing.assert_array_equal(value, weights[key])
-
-
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
 def test_predict_equals_the_native_block_in_inference(name, overrides):
     model = _model(name, **overrides)
