@@ -5,7 +5,7 @@
 For each run it prints and saves the full record (JSONL), then checks: NVML and GPM readings
 are present and in range, the measured memory breakdown accounts for the allocator's peak
 (``torch.cuda.max_memory_allocated``) with unattributed memory under 2% of it, and the
-achieved FLOP/s next to the hand-written references of DESIGN.md section 7.
+achieved FLOP/s next to the hand-written references of docs/profiling.md.
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ RUNS = [
     ("resnet50", {"batch_size": 256, "precision": "bf16"}),
     ("transformer", {"batch_size": 128, "src_len": 128, "tgt_len": 128, "precision": "bf16"}),
 ]
-# DESIGN.md section 7, hand-written loops on one H200 (eager, bf16)
+# docs/profiling.md's references: hand-written loops on one H200 (eager, bf16)
 ANCHORS = {"resnet50": 4690.0, "transformer": 340000.0}
 
 

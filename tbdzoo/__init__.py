@@ -1,4 +1,4 @@
-"""tbdzoo: training benchmarks of eight models, written once, on four frameworks."""
+"""tbdzoo: training benchmarks of DNN models, written once, on four frameworks."""
 from .backends import build, list_backends
 from .errors import (BackendUnavailableError, TbdError, UnknownNameError, WeightsError,
                      WorkerError)

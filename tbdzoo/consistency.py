@@ -18,7 +18,7 @@ from .weights import load_arrays, save_arrays
 
 REFERENCE_BACKEND = "torch"
 
-# DESIGN.md section 6. Gradients also get an absolute floor scaled to the tensor: a gradient is
+# docs/consistency.md. Gradients also get an absolute floor scaled to the tensor: a gradient is
 # a sum over the batch, and entries that nearly cancel have no meaningful relative error.
 # ``atol_of_global`` is a floor scaled to the largest gradient of the whole model: a parameter
 # whose gradient is zero in exact arithmetic (attention's b_k: softmax ignores a shift shared by

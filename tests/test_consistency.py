@@ -1,4 +1,4 @@
-"""Every backend against the PyTorch reference (DESIGN.md section 6).
+"""Every backend against the PyTorch reference (docs/consistency.md).
 
 One process writes the reference files; each backend then runs every case in ONE process in
 its own environment (CNTK: CPython 3.6), and each case becomes a test here.

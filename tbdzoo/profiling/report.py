@@ -294,7 +294,7 @@ def failures_table(records):
 
 
 def protocol_line(r):
-    """How the figures were measured, in one sentence (DESIGN.md section 7)."""
+    """How the figures were measured, in one sentence (docs/profiling.md)."""
     p = r.get("protocol") or {}
     return ("{} on {}, config {}, batch {}, {} on {}: {} warm-up step(s) excluded, then {} timed "
             "step(s) x {} repeat(s); step time is the median of {} repeats; first step {}, build {}"
@@ -355,7 +355,7 @@ def md_table(table):
 MEMORY_LEGEND = ("Each category: size (share of the sum of categories, source). measured = read "
                  "from the framework; analytic = computed from the spec; derived = measured peak "
                  "minus the attributed categories, never below 0.")
-READING_NOTE = ("Protocol (DESIGN.md section 7): warm-up steps are excluded (compilation and "
+READING_NOTE = ("Protocol (docs/profiling.md): warm-up steps are excluded (compilation and "
                 "autotuning happen there, the first step is reported apart); then timed steps "
                 "with the device synchronised, repeated; step time is the median over repeats "
                 "with its min–max and coefficient of variation (cv). FLOPs are counted from the "

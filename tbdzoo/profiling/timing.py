@@ -1,4 +1,4 @@
-"""Step timing by the measuring protocol (DESIGN.md section 7).
+"""Step timing by the measuring protocol (docs/profiling.md).
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
 on its own), then ``repeats`` runs of ``steps`` timed steps. Within a repeat, steps are queued
