@@ -51,10 +51,10 @@ def test_breakdown_derives_workspace_and_never_goes_negative():
     assert memory.breakdown(analytic, {}, peak=None)["peak"]["bytes"] is None
 
 
-def test_training_flops_are_three_forwards_and_peaks_are_overridable():
+def test_flops_peaks_are_overridable():
+    """(Training-step FLOPs against a hand count: tests/test_flops.py.)"""
     md = tbdzoo.get_model("resnet50")
     g = md.build_graph(md.hparams())
-    assert flops.training_step(g, 2) == 6 * flops.forward_per_example(g)
     s = flops.summary(g, 32, 0.1, "NVIDIA H200", "bf16")
     assert s["peak_per_s"] == 989.4e12 and s["utilization"] == pytest.approx(s["achieved_per_s"] / 989.4e12)
     assert flops.summary(g, 32, 0.1, None, "fp32")["utilization"] is None

@@ -4,6 +4,10 @@
 feeds its node into a flatten -> dense -> softmax cross-entropy head, so a test compares the
 node's forward output, its parameters' gradients and a short SGD trajectory. Shapes are odd
 and padding asymmetric on purpose: they expose layout and padding mistakes.
+
+Probes take the hyperparameters too: ``sequence_length`` sizes the (T, D) inputs and
+``dropout`` is the dropout probe's rate (0 in consistency runs, whose backends draw different
+masks; tests/test_dropout.py raises both to measure the masks).
 """
 from collections import OrderedDict
 
@@ -15,7 +19,7 @@ from .registry import ModelDef
 HPARAMS = {
     "batch_size": 3, "num_classes": 5, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9,
     "nesterov": False, "weight_decay": 1e-4, "lr_schedule": "constant", "label_smoothing": 0.1,
-    "vocab": 11,
+    "vocab": 11, "sequence_length": 4, "dropout": 0.0,
 }
 
 
@@ -38,76 +42,100 @@ def _head(g, x, label_smoothing=True):
     return g
 
 
-def conv2d(g):
+def conv2d(g, hp):
     x = _image(g)
     return _head(g, g.add("conv", "conv2d", x, filters=4, kernel=3, stride=2,
                           padding=((1, 0), (0, 1)), use_bias=True))
 
 
-def conv2d_1x1_strided(g):
+def conv2d_dilated(g, hp):
+    """Dilation 2 with asymmetric padding: the kernel's taps skip a pixel, the padding does not."""
+    x = _image(g)
+    return _head(g, g.add("conv", "conv2d", x, filters=4, kernel=3, stride=1, dilation=2,
+                          padding=((2, 1), (0, 2)), use_bias=True))
+
+
+def conv2d_grouped(g, hp):
+    """Two groups of 2 input channels, each producing 3 filters."""
+    x = _image(g, 4, 7, 6)
+    return _head(g, g.add("conv", "conv2d", x, filters=6, kernel=3, stride=(2, 1), groups=2,
+                          padding=((0, 1), (1, 1)), use_bias=False))
+
+
+def conv2d_depthwise(g, hp):
+    """One group per channel (groups == channels == filters), as in MobileNet."""
+    x = _image(g, 3, 8, 7)
+    return _head(g, g.add("conv", "conv2d", x, filters=3, kernel=3, groups=3, padding=1,
+                          use_bias=True))
+
+
+def conv2d_1x1_strided(g, hp):
     x = _image(g)
     return _head(g, g.add("conv", "conv2d", x, filters=5, kernel=1, stride=2))
 
 
-def batchnorm(g):
+def batchnorm(g, hp):
     x = _image(g, 4, 5, 6)
     return _head(g, g.add("bn", "batchnorm", x, eps=1e-5, momentum=0.1))
 
 
-def relu_add(g):
+def relu_add(g, hp):
     x = _image(g)
     y = g.add("relu", "relu", x)
     return _head(g, g.add("add", "add", [x, y]))
 
 
-def maxpool2d(g):
+def maxpool2d(g, hp):
     x = _image(g)
     return _head(g, g.add("pool", "maxpool2d", x, kernel=3, stride=2, padding=((1, 0), (1, 1))))
 
 
-def avgpool2d(g):
+def avgpool2d(g, hp):
     x = _image(g)
     return _head(g, g.add("pool", "avgpool2d", x, kernel=3, stride=2, padding=((1, 1), (1, 0)),
                           count_include_pad=False))
 
 
-def avgpool2d_include_pad(g):
+def avgpool2d_include_pad(g, hp):
     x = _image(g)
     return _head(g, g.add("pool", "avgpool2d", x, kernel=3, stride=2, padding=1,
                           count_include_pad=True))
 
 
-def global_avgpool(g):
+def global_avgpool(g, hp):
     return _head(g, g.add("gap", "global_avgpool", _image(g)))
 
 
-def flatten_dense(g):
+def flatten_dense(g, hp):
     """The head's flatten itself is the node under test: canonical (C, H, W) order."""
     return _head(g, _image(g, 2, 3, 4))
 
 
-def dense_sequence(g):
-    x = g.input("x", (4, 6))
+def _sequence(g, hp, d=6):
+    return g.input("x", (hp["sequence_length"], d))
+
+
+def dense_sequence(g, hp):
+    x = _sequence(g, hp)
     return _head(g, g.add("dense", "dense", x, units=3))
 
 
-def embedding(g):
+def embedding(g, hp):
     return _head(g, g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=4, scale=2.0))
 
 
-def positional_encoding(g):
+def positional_encoding(g, hp):
     x = g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=6)
     return _head(g, g.add("pos", "positional_encoding", x))
 
 
-def layernorm(g):
-    x = g.input("x", (4, 6))
+def layernorm(g, hp):
+    x = _sequence(g, hp)
     return _head(g, g.add("norm", "layernorm", x, eps=1e-6))
 
 
-def dropout(g):
-    x = g.input("x", (4, 6))
-    return _head(g, g.add("drop", "dropout", x, rate=0.0))
+def dropout(g, hp):
+    return _head(g, g.add("drop", "dropout", _sequence(g, hp), rate=hp["dropout"]))
 
 
 def _attention(g, causal, cross):
@@ -120,19 +148,19 @@ def _attention(g, causal, cross):
     return _head(g, g.add("attn", "multi_head_attention", [x, x, tokens], num_heads=2, causal=causal))
 
 
-def attention_self(g):
+def attention_self(g, hp):
     return _attention(g, causal=False, cross=False)
 
 
-def attention_causal(g):
+def attention_causal(g, hp):
     return _attention(g, causal=True, cross=False)
 
 
-def attention_cross(g):
+def attention_cross(g, hp):
     return _attention(g, causal=False, cross=True)
 
 
-def tied_dense(g):
+def tied_dense(g, hp):
     x = g.add("embed", "embedding", _tokens(g), vocab=HPARAMS["vocab"], dim=4)
     x = g.add("tied", "dense", x, units=HPARAMS["vocab"], use_bias=False,
               shared={"weight": "embed.weight"})
@@ -140,13 +168,14 @@ def tied_dense(g):
 
 
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
-    conv2d, conv2d_1x1_strided, batchnorm, relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad,
-    global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
+    conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
+    relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
     dropout, attention_self, attention_causal, attention_cross, tied_dense))
 
 
-def _batch_for(graph):
+def _batch_for(build_graph):
     def make(hp, batch_size, seed):
+        graph = build_graph(hp)
         rng = np.random.RandomState(seed)
         batch = {}
         for inp in graph.inputs.values():
@@ -166,7 +195,9 @@ def _batch_for(graph):
 
 def get_probe(name):
     fn = PROBES[name]
-    graph = fn(Graph("probe/" + name))
+
+    def build_graph(hp):
+        return fn(Graph("probe/" + name), hp)
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
-                    lambda hp, fn=fn, name=name: fn(Graph("probe/" + name)), _batch_for(graph),
-                    "examples/s", lambda batch: len(batch["labels"]))
+                    build_graph, _batch_for(build_graph), "examples/s",
+                    lambda batch: len(batch["labels"]))

@@ -1,0 +1,188 @@
+"""Every spec op's forward pass in plain NumPy (float64), written from tbdzoo/spec/ops.py alone.
+
+The consistency suite compares each backend with PyTorch; this module is what PyTorch itself is
+checked against, so that agreement also means correctness. It interprets a whole graph, node by
+node, in the canonical layouts (images (N, C, H, W), sequences (N, T, D)), with loops over
+kernel taps rather than any framework's convolution, so it shares no code with the backends.
+"""
+from collections import OrderedDict
+
+import numpy as np
+
+
+def _windows(x, kernel, stride, dilation=(1, 1)):
+    """Yield ((u, v), x[:, :, rows, cols]) for each kernel tap: the input cell that tap reads
+    for every output position, shape (N, C, Ho, Wo). ``x`` is already padded."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    ho = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    wo = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    for u in range(kh):
+        for v in range(kw):
+            rows = slice(u * dh, u * dh + sh * (ho - 1) + 1, sh)
+            cols = slice(v * dw, v * dw + sw * (wo - 1) + 1, sw)
+            yield (u, v), x[:, :, rows, cols]
+
+
+def _pad(x, pads, value=0.0):
+    (t, b), (l, r) = pads
+    return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), mode="constant", constant_values=value)
+
+
+def conv2d(x, p, a):
+    groups = a["groups"]
+    weight = p["weight"]  # (O, C / groups, kh, kw)
+    out_per_group, in_per_group = weight.shape[0] // groups, weight.shape[1]
+    out = None
+    for (u, v), cells in _windows(_pad(x, a["padding"]), a["kernel"], a["stride"], a["dilation"]):
+        parts = []
+        for g in range(groups):
+            w = weight[g * out_per_group:(g + 1) * out_per_group, :, u, v]
+            xs = cells[:, g * in_per_group:(g + 1) * in_per_group]
+            parts.append(np.einsum("ncij,oc->noij", xs, w))
+        tap = np.concatenate(parts, axis=1)
+        out = tap if out is None else out + tap
+    if "bias" in p:
+        out = out + p["bias"][None, :, None, None]
+    return out
+
+
+def batchnorm(x, p, a, training):
+    if training:  # batch statistics, biased variance (the running update is not a forward value)
+        mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    else:
+        mean, var = p["running_mean"], p["running_var"]
+    scale = p["gamma"] / np.sqrt(var + a["eps"])
+    return (x - mean[None, :, None, None]) * scale[None, :, None, None] + p["beta"][None, :, None, None]
+
+
+def maxpool2d(x, a):
+    cells = [c for _, c in _windows(_pad(x, a["padding"], -np.inf), a["kernel"], a["stride"])]
+    return np.max(np.stack(cells), axis=0)
+
+
+def avgpool2d(x, a):
+    total = sum(c for _, c in _windows(_pad(x, a["padding"]), a["kernel"], a["stride"]))
+    if a["count_include_pad"]:
+        return total / float(a["kernel"][0] * a["kernel"][1])
+    inside = _pad(np.ones((1, 1) + x.shape[2:]), a["padding"])
+    count = sum(c for _, c in _windows(inside, a["kernel"], a["stride"]))
+    return total / count
+
+
+def sinusoid(length, dim):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D))."""
+    table = np.zeros((length, dim))
+    for pos in range(length):
+        for i in range(0, dim, 2):
+            angle = pos / 10000.0 ** (float(i) / dim)
+            table[pos, i] = np.sin(angle)
+            if i + 1 < dim:
+                table[pos, i + 1] = np.cos(angle)
+    return table
+
+
+def layernorm(x, p, a):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + a["eps"]) * p["gamma"] + p["beta"]
+
+
+def softmax(z, axis=-1):
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def multi_head_attention(query, source, keys, p, a):
+    """Heads split the projections' output axis in order; masked logits become -1e9."""
+    n, t, d = query.shape
+    s, h = source.shape[1], a["num_heads"]
+    dh = d // h
+
+    def heads(x, name, length):
+        y = x @ p["W_" + name].T + p["b_" + name]
+        return y.reshape(n, length, h, dh).transpose(0, 2, 1, 3)  # (N, H, L, dh)
+
+    q, k, v = heads(query, "q", t), heads(source, "k", s), heads(source, "v", s)
+    logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)  # (N, H, T, S)
+    masked = np.broadcast_to((keys == a["pad_id"])[:, None, None, :], logits.shape)
+    if a["causal"]:
+        masked = masked | np.triu(np.ones((t, s), bool), 1)[None, None]
+    logits = np.where(masked, -1e9, logits)
+    context = softmax(logits) @ v  # (N, H, T, dh)
+    return context.transpose(0, 2, 1, 3).reshape(n, t, d) @ p["W_o"].T + p["b_o"]
+
+
+def dropout(x, a, training, mask):
+    """Inverted dropout: ``mask`` (1 kept, 0 dropped) scaled by 1 / (1 - rate) in training."""
+    if not training or not a["rate"]:
+        return x
+    if mask is None:
+        raise ValueError("a training-mode dropout needs its keep mask")
+    return x * mask / (1.0 - a["rate"])
+
+
+def _attention_node(xs, p, a, training, mask):
+    if training and a["dropout"]:
+        raise ValueError("attention dropout has no reference; build with dropout 0")
+    return multi_head_attention(xs[0], xs[1], xs[2], p, a)
+
+
+# op -> fn(inputs, params, attrs, training, dropout mask)
+OPS = {
+    "conv2d": lambda xs, p, a, training, mask: conv2d(xs[0], p, a),
+    "batchnorm": lambda xs, p, a, training, mask: batchnorm(xs[0], p, a, training),
+    "relu": lambda xs, p, a, training, mask: np.maximum(xs[0], 0.0),
+    "add": lambda xs, p, a, training, mask: sum(xs[1:], xs[0]),
+    "maxpool2d": lambda xs, p, a, training, mask: maxpool2d(xs[0], a),
+    "avgpool2d": lambda xs, p, a, training, mask: avgpool2d(xs[0], a),
+    "global_avgpool": lambda xs, p, a, training, mask: xs[0].mean(axis=(2, 3)),
+    "flatten": lambda xs, p, a, training, mask: xs[0].reshape(xs[0].shape[0], -1),  # C, H, W
+    "dense": lambda xs, p, a, training, mask: xs[0] @ p["weight"].T + p.get("bias", 0.0),
+    "embedding": lambda xs, p, a, training, mask: p["weight"][xs[0]] * a["scale"],
+    "positional_encoding": lambda xs, p, a, training, mask:
+        xs[0] + sinusoid(xs[0].shape[1], xs[0].shape[2])[None],
+    "layernorm": lambda xs, p, a, training, mask: layernorm(xs[0], p, a),
+    "dropout": lambda xs, p, a, training, mask: dropout(xs[0], a, training, mask),
+    "multi_head_attention": _attention_node,
+}
+
+
+def forward(graph, weights, batch, training=False, masks=None):
+    """Every node's output (float64), in graph order. ``masks``: dropout node name -> keep mask."""
+    values = OrderedDict()
+    for name, inp in graph.inputs.items():
+        arr = np.asarray(batch[name])
+        values[name] = arr if inp.dtype == "int32" else arr.astype(np.float64)
+    outputs = OrderedDict()
+    for node in graph.nodes.values():
+        params = OrderedDict((suffix, np.asarray(weights[full], np.float64))
+                             for suffix, full in graph.param_names(node).items())
+        xs = [values[i] for i in node.inputs]
+        mask = (masks or {}).get(node.name)
+        if node.op not in OPS:
+            raise NotImplementedError("no NumPy reference for op {!r}".format(node.op))
+        values[node.name] = outputs[node.name] = OPS[node.op](xs, params, node.attrs, training,
+                                                              mask)
+    return outputs
+
+
+def softmax_cross_entropy(logits, labels, label_smoothing=0.0, ignore_index=None):
+    """Mean over counted positions of -sum_k q_k log p_k, q = (1 - eps) onehot + eps / K;
+    positions whose label is ``ignore_index`` count neither in the sum nor in the mean."""
+    logits = np.asarray(logits, np.float64)
+    k = logits.shape[-1]
+    z = logits.reshape(-1, k)
+    y = np.asarray(labels).reshape(-1)
+    keep = np.ones(y.shape, bool) if ignore_index is None else y != ignore_index
+    z, y = z[keep], y[keep]
+    log_p = z - z.max(axis=1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+    q = np.full(z.shape, label_smoothing / k)
+    q[np.arange(len(y)), y] += 1.0 - label_smoothing
+    return float(-(q * log_p).sum() / len(y))
+
+
+def loss(graph, outputs, batch):
+    spec = graph.loss
+    return softmax_cross_entropy(outputs[spec["logits"]], batch[spec["labels"]],
+                                 spec.get("label_smoothing", 0.0), spec.get("ignore_index"))

@@ -1,0 +1,131 @@
+"""The PyTorch backend, the consistency reference, checked against an independent NumPy forward.
+
+tests/numpy_reference.py implements every spec op in float64 from the spec's definitions; the
+PyTorch backend's float32 output must match it at the per-layer tolerance of docs/consistency.md
+(rtol 1e-5, atol 1e-6) on every probe, so "every backend agrees with PyTorch" also means "every
+backend computes the spec". Weights are random (non-zero biases, shifted statistics), so a term
+a backend forgets cannot hide behind an initial zero.
+"""
+import numpy as np
+import pytest
+
+import tbdzoo
+from tbdzoo.models.probes import PROBES
+from tbdzoo.spec import ops as spec_ops
+
+from conftest import require_framework
+
+require_framework("torch")
+
+import numpy_reference as ref  # noqa: E402  (tests/ is on sys.path, as for conftest)
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def random_weights(model, seed=3):
+    """Random values of the scale a trained model holds: weights N(0, 1 / fan_in), biases and
+    BatchNorm statistics N(0, 0.25) (variances positive), gammas around 1. Unit-variance weights
+    would make attention logits of ~50 whose float32 sums cancel to ~1, leaving PyTorch 1e-5
+    away from any exact answer for reasons that are not its fault."""
+    rng = np.random.RandomState(seed)
+    out = {}
+    for name, value in model.get_weights().items():
+        noise = rng.standard_normal(value.shape)
+        if value.ndim > 1:
+            noise /= np.sqrt(np.prod(value.shape[1:]))
+        elif "running_var" in name or "gamma" in name:
+            noise = 1.0 + 0.5 * np.abs(noise) if "running_var" in name else 1.0 + 0.5 * noise
+        else:
+            noise *= 0.5
+        out[name] = noise.astype(np.float32)
+    return out
+
+
+def _torch_model(name, **overrides):
+    return tbdzoo.build(name, backend="torch", config="tiny", device="cpu", **overrides)
+
+
+@pytest.mark.parametrize("probe", list(PROBES))
+def test_torch_matches_numpy_on_every_probe(probe):
+    model = _torch_model("probe/" + probe)
+    weights = random_weights(model)
+    model.set_weights(weights)
+    batch = model.synthetic_batch(seed=5)
+    graph = model.spec
+
+    outputs = ref.forward(graph, weights, batch, training=False)
+    np.testing.assert_allclose(model.predict(batch), outputs[graph.output], rtol=RTOL, atol=ATOL)
+
+    # Training mode: batch statistics in BatchNorm; the probes' dropout rate is 0.
+    train_outputs = ref.forward(graph, weights, batch, training=True)
+    loss, _ = model.loss_and_gradients(batch)
+    assert loss == pytest.approx(ref.loss(graph, train_outputs, batch), rel=RTOL, abs=ATOL)
+
+
+def test_every_spec_op_has_a_reference_and_a_probe():
+    probed = set()
+    for probe in PROBES:
+        md = tbdzoo.get_model("probe/" + probe)
+        probed.update(n.op for n in md.build_graph(md.hparams("tiny")).nodes.values())
+    assert probed == set(spec_ops.names()) == set(ref.OPS)
+
+
+def test_torch_transformer_matches_numpy_with_padding_ignored():
+    """The whole tiny Transformer: causal and padding masks, tied embeddings, and a loss whose
+    padded target positions are ignored while the rest are label-smoothed."""
+    model = _torch_model("transformer", dropout=0.0)
+    weights = random_weights(model)
+    model.set_weights(weights)
+    batch = model.synthetic_batch(seed=2)
+    graph = model.spec
+    assert graph.loss["ignore_index"] is not None and graph.loss["label_smoothing"] > 0
+    assert np.any(batch["labels"] == graph.loss["ignore_index"])  # the test must see padding
+
+    outputs = ref.forward(graph, weights, batch, training=False)
+    np.testing.assert_allclose(model.predict(batch), outputs[graph.output], rtol=RTOL, atol=ATOL)
+    loss, _ = model.loss_and_gradients(batch)
+    assert loss == pytest.approx(ref.loss(graph, outputs, batch), rel=RTOL, abs=ATOL)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [None, 0, 3])
+def test_cross_entropy_matches_torch(label_smoothing, ignore_index):
+    import torch
+    from tbdzoo.backends.torch import ops as torch_ops
+    rng = np.random.RandomState(7)
+    logits = rng.standard_normal((4, 5, 6)).astype(np.float32) * 3
+    labels = rng.randint(0, 6, size=(4, 5)).astype(np.int64)
+    labels[0, :2] = 3  # the ignored label occurs, and not everywhere
+    expected = ref.softmax_cross_entropy(logits, labels, label_smoothing, ignore_index)
+    got = torch_ops.softmax_cross_entropy(
+        torch.from_numpy(logits), torch.from_numpy(labels),
+        {"label_smoothing": label_smoothing, "ignore_index": ignore_index}).item()
+    assert got == pytest.approx(expected, rel=RTOL, abs=ATOL)
+
+
+def test_reference_cross_entropy_by_hand():
+    """Two classes, logits (0, log 3): p = (1/4, 3/4). Label 1 with eps = 0.2 gives
+    q = (0.1, 0.9), loss = -(0.1 log 1/4 + 0.9 log 3/4); the row labelled 7 is ignored."""
+    logits = np.array([[0.0, np.log(3.0)], [5.0, -5.0]])
+    expected = -(0.1 * np.log(0.25) + 0.9 * np.log(0.75))
+    got = ref.softmax_cross_entropy(logits, np.array([1, 7]), 0.2, ignore_index=7)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_reference_conv_and_pools_by_hand():
+    """One 3x3 image, worked out on paper: a dilated kernel reads the corners, padding counts
+    in the average only when asked, and padded cells never win the max."""
+    x = np.arange(9.0).reshape(1, 1, 3, 3)  # [[0 1 2] [3 4 5] [6 7 8]]
+    corners = {"weight": np.ones((1, 1, 2, 2))}
+    a = {"kernel": (2, 2), "stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (2, 2),
+         "groups": 1}
+    assert ref.conv2d(x, corners, a).ravel().tolist() == [0 + 2 + 6 + 8]
+    pool = {"kernel": (2, 2), "stride": (2, 2), "padding": ((1, 0), (1, 0))}
+    # windows: {pad, pad, pad, 0}, {pad, pad, 1, 2}, {pad, 3, pad, 6}, {4, 5, 7, 8}
+    assert ref.avgpool2d(x, dict(pool, count_include_pad=False)).ravel().tolist() == [0, 1.5, 4.5, 6]
+    assert ref.avgpool2d(x, dict(pool, count_include_pad=True)).ravel().tolist() == [0, 0.75, 2.25, 6]
+    assert ref.maxpool2d(-x, pool).ravel().tolist() == [0, -1, -3, -4]
+    grouped = {"weight": np.array([1.0, 10.0]).reshape(2, 1, 1, 1)}
+    two = np.concatenate([x, x + 100], axis=1)
+    out = ref.conv2d(two, grouped, dict(a, kernel=(1, 1), dilation=(1, 1), groups=2))
+    assert out[0, 0].tolist() == x[0, 0].tolist() and out[0, 1].tolist() == (10 * (x[0, 0] + 100)).tolist()
