@@ -10,6 +10,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..spec import Graph
+from .constraints import integer
 from .registry import ModelDef
 
 HPARAMS = {
@@ -17,6 +18,7 @@ HPARAMS = {
     "nesterov": False, "weight_decay": 1e-4, "lr_schedule": "constant", "label_smoothing": 0.1,
     "vocab": 11,
 }
+RULES = {"num_classes": integer(2), "vocab": integer(2)}
 
 
 def _image(g, c=3, h=9, w=8):
@@ -169,4 +171,4 @@ def get_probe(name):
     graph = fn(Graph("probe/" + name))
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
                     lambda hp, fn=fn, name=name: fn(Graph("probe/" + name)), _batch_for(graph),
-                    "examples/s", lambda batch: len(batch["labels"]))
+                    "examples/s", lambda batch: len(batch["labels"])).constrain(RULES)
