@@ -87,8 +87,7 @@ class Runner(object):
         a = self.args
         record = suite.run_one(
             model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
-            warmup=a.warmup,
-            steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
+            warmup=a.warmup, steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
             peak_flops=a.peak_tflops * 1e12 if a.peak_tflops else None,
             memory_cap=getattr(a, "memory_cap", None), progress=on_step,
             status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]))
