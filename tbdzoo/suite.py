@@ -6,6 +6,7 @@ record with ``status`` 'oom' or 'error' while the rest goes on. Each record is a
 JSONL file as soon as its run finishes, so an interrupted suite keeps every finished record.
 """
 import functools
+import glob
 import json
 import os
 import subprocess
@@ -87,10 +88,21 @@ class MemoryCap(object):
             pass
 
 
+def machine_has_gpu():
+    """Whether any GPU device node exists; without one no framework can pick a GPU."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg"))
+
+
 @functools.lru_cache(maxsize=None)
 def default_device(backend):
     """'cpu' or 'cuda:N': where ``backend`` runs when no device is named; None when its
     environment cannot say (the run itself then reports why)."""
+    return ask_device(backend) if machine_has_gpu() else "cpu"
+
+
+def ask_device(backend):
+    """The backend's own choice of device, asked in its environment (importing its framework
+    there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
     try:
         proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
@@ -207,4 +219,4 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
 
 
 __all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
-           "bench_batch_size", "on_gpu", "default_device"]
+           "bench_batch_size", "on_gpu", "default_device", "ask_device"]

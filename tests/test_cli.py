@@ -148,9 +148,11 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     import torch
     from tbdzoo import suite
     # this machine: the device each backend would pick, asked of the backend itself
-    assert suite.default_device("torch") == ("cuda:0" if torch.cuda.is_available() else "cpu")
-    assert suite.default_device("mxnet") == "cpu"
-    here = None if torch.cuda.is_available() else 8
+    gpu = torch.cuda.is_available()
+    assert suite.ask_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert suite.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
+    assert suite.default_device("torch") == ("cuda:0" if gpu else "cpu")
+    here = None if gpu else 8
     assert suite.bench_batch_size("resnet50", "torch") == here
     assert suite.bench_batch_size("resnet50", "torch", device="cpu") == 8
     assert suite.bench_batch_size("resnet50", "torch", config="tiny") is None
