@@ -5,11 +5,16 @@
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
   tbd bench [-o FILE]                the suite: every model x every ready backend
   tbd report FILE... -o DIR          DIR/index.html with plots, plus DIR/report.md
+
+run, sweep and bench also take --precision, --execution, --memory-format and any
+hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
 """
 import argparse
 import sys
+from collections import OrderedDict
 
-from .errors import TbdError
+from .errors import TbdError, UnknownNameError
+from .models import get_model
 
 
 def _console():
@@ -23,7 +28,7 @@ def _console():
 def cmd_list(args):
     from rich.table import Table
     from .backends.registry import list_backends
-    from .models import get_model, list_models
+    from .models import list_models
 
     console = _console()
     models = Table(title="models")
@@ -71,7 +76,7 @@ class Runner(object):
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
 
-    def run(self, model, backend, batch_size):
+    def run(self, model, backend, batch_size, overrides=None):
         from . import suite
         label = "{} on {}".format(model, backend) + (" (batch {})".format(batch_size) if batch_size else "")
         task = self.progress.add_task(label, total=None, stage="")
@@ -81,8 +86,8 @@ class Runner(object):
 
         a = self.args
         record = suite.run_one(
-            model, backend, config=a.config, batch_size=batch_size, warmup=a.warmup,
-            steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
+            model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
+            warmup=a.warmup, steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
             peak_flops=a.peak_tflops * 1e12 if a.peak_tflops else None,
             memory_cap=getattr(a, "memory_cap", None), progress=on_step,
             status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]))
@@ -111,17 +116,21 @@ class Runner(object):
 def cmd_run(args):
     from . import suite
     suite.plan([args.model], [args.backend])
+    overrides = overrides_for(args.model, args)
     with Runner(args, 1) as runner:
-        runner.run(args.model, args.backend, args.batch_size)
+        runner.run(args.model, args.backend, args.batch_size, overrides)
     return runner.finish()
 
 
 def cmd_sweep(args):
     from . import suite
     suite.plan([args.model], [args.backend])
+    overrides = overrides_for(args.model, args)
+    if "batch_size" in overrides:
+        raise UsageError("a sweep takes its batch sizes from --batch-sizes; drop --set batch_size")
     with Runner(args, len(args.batch_sizes)) as runner:
         suite.sweep(args.model, args.backend, args.batch_sizes,
-                    run=lambda m, b, batch_size: runner.run(m, b, batch_size))
+                    run=lambda m, b, batch_size: runner.run(m, b, batch_size, overrides))
     runner.finish()
     # A sweep is meant to end at the memory limit: an 'oom' last point is a finding, not a failure.
     return 1 if any(r["status"] == "error" for r in runner.records) else 0
@@ -133,11 +142,14 @@ def cmd_bench(args):
     if not runs:
         print("tbd: no backend is ready; run `make env` first (see `tbd list`)", file=sys.stderr)
         return 1
+    models = list(OrderedDict.fromkeys(model for model, _ in runs))
+    overrides = bench_overrides(models, args)
     with Runner(args, len(runs)) as runner:
         for model, backend in runs:
-            cpu_size = suite.CPU_BATCH_SIZES.get(model) if args.config == "paper" else None
-            size = args.batch_size or (cpu_size if args.cpu_batches else None)
-            runner.run(model, backend, size)
+            size = args.batch_size or (None if "batch_size" in overrides[model] else
+                                       suite.bench_batch_size(model, backend, args.config,
+                                                              args.device, args.cpu_batches))
+            runner.run(model, backend, size, overrides[model])
     return runner.finish()
 
 
@@ -167,6 +179,61 @@ def results_table(records, args):
                       "{:.1%}".format(r["step_time"]["cv"]), "{:.1f}".format(r["first_step_s"]),
                       "{:.2f} GiB".format(peak / 2 ** 30) if peak else "")
     return table
+
+
+# -- hyperparameters -------------------------------------------------------------------------
+class UsageError(TbdError):
+    """Options that contradict each other."""
+
+
+EXECUTION_OPTIONS = ("precision", "execution", "memory_format")
+
+
+def _assignments(args):
+    """--set NAME=VALUE pairs in order; a name given twice keeps its last value."""
+    return OrderedDict(getattr(args, "set", None) or [])
+
+
+def overrides_for(model_name, args, assignments=None):
+    """The hyperparameters a command sets for ``model_name``: --set values parsed to each
+    rule's type and the execution options, checked with --batch-size against the model's rules
+    so that a bad value stops the command before any run."""
+    md = get_model(model_name)
+    if args.config not in md.configs:
+        md.hparams(args.config)  # names the known configs
+    known = md.configs[args.config]
+    overrides = OrderedDict()
+    for name, text in (_assignments(args) if assignments is None else assignments).items():
+        if name not in known:
+            raise UnknownNameError("hyperparameter of " + model_name, name, known)
+        overrides[name] = md.rules[name].parse(name, text)
+    for option in EXECUTION_OPTIONS:
+        if getattr(args, option, None):
+            overrides[option] = getattr(args, option)
+    size = getattr(args, "batch_size", None)
+    if size and overrides.get("batch_size", size) != size:
+        raise UsageError("the batch size is given twice (--batch-size {} and --set batch_size={}); "
+                         "give it once".format(size, overrides["batch_size"]))
+    md.hparams(args.config, **dict(overrides, **({"batch_size": size} if size else {})))
+    return overrides
+
+
+def bench_overrides(models, args):
+    """Per model, the --set values it has: a model without the name runs without it (a note
+    on stderr says so), and a name that no model has is refused, listing those they have."""
+    assignments = _assignments(args)
+    names = {m: set(get_model(m).configs.get(args.config, ())) for m in models}
+    every = set().union(*names.values())
+    for name in assignments:
+        if name not in every:
+            raise UnknownNameError("hyperparameter of " + " or ".join(models), name, every)
+        without = [m for m in models if name not in names[m]]
+        if without:
+            print("tbd: --set {} applies to {} only; {} run{} without it".format(
+                name, ", ".join(m for m in models if m not in without), ", ".join(without),
+                "s" if len(without) == 1 else ""), file=sys.stderr)
+    return OrderedDict((m, overrides_for(m, args, OrderedDict(
+        (k, v) for k, v in assignments.items() if k in names[m]))) for m in models)
 
 
 # -- arguments -----------------------------------------------------------------------------
@@ -202,8 +269,29 @@ def _positive(text):
     return value
 
 
+def _assignment(text):
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError("NAME=VALUE, e.g. lr=0.05 or blocks=3,4,6,3, not {!r}"
+                                         .format(text))
+    return name.strip(), value
+
+
+def _choices(option):
+    from .models.constraints import COMMON
+    return COMMON[option].choices
+
+
 def _measuring(p, warmup, steps, repeats):
     p.add_argument("--config", default="paper", help="model config (default: paper)")
+    p.add_argument("--precision", choices=_choices("precision"),
+                   help="fp32, tf32 (GPU matmuls) or bf16 mixed precision (default: the config's)")
+    p.add_argument("--execution", choices=_choices("execution"),
+                   help="the framework's default, eager or compiled steps (default: the config's)")
+    p.add_argument("--memory-format", choices=_choices("memory_format"),
+                   help="layout of convolutions (default: the config's)")
+    p.add_argument("--set", type=_assignment, action="append", metavar="NAME=VALUE",
+                   help="set any hyperparameter of the config (repeatable), e.g. --set lr=0.05")
     p.add_argument("--warmup", type=_positive, default=warmup, help="untimed steps first (default %(default)s)")
     p.add_argument("--steps", type=_positive, default=steps, help="timed steps per repeat (default %(default)s)")
     p.add_argument("--repeats", type=_positive, default=repeats, help="timed repeats (default %(default)s)")
@@ -238,7 +326,8 @@ def parser():
     bench.add_argument("--backends", type=_names, help="comma-separated backends (default: ready ones)")
     bench.add_argument("--batch-size", type=_positive, help="one batch size for every model")
     bench.add_argument("--paper-batches", dest="cpu_batches", action="store_false",
-                       help="use each config's batch size instead of the CPU-sized defaults")
+                       help="on the CPU too, each config's batch size instead of CPU-sized ones "
+                            "(a GPU always runs the config's)")
     _measuring(bench, 1, 1, 3)
 
     report = sub.add_parser("report", help="HTML and Markdown report from JSONL records")

@@ -180,6 +180,10 @@ def main(argv=None):
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--out", help="write the check's results as JSON here")
     args = p.parse_args(argv)
+    if args.action == "check" and not args.backend:
+        from .backends.registry import BACKEND_NAMES
+        p.error("check needs --backend, the backend to compare with the reference: one of {}"
+                .format(", ".join(BACKEND_NAMES)))
     names = args.cases.split(",") if args.cases else None
     if args.action == "record":
         write_reference(args.dir, names)

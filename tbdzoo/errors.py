@@ -31,3 +31,7 @@ class WorkerError(TbdError, RuntimeError):
 
 class UnsupportedOptionError(TbdError, ValueError):
     """A normalized option that this backend's framework cannot honour."""
+
+
+class HyperparameterError(TbdError, ValueError):
+    """A hyperparameter value of the wrong type or outside what the model allows."""

@@ -2,8 +2,16 @@
 
 Backends receive the learning rate as a number each step, so a schedule is written once and
 means the same everywhere. ``step`` counts the optimizer steps already taken (0 for the first).
+Epoch-based schedules count epochs as ``steps_per_epoch`` steps, which a model derives from the
+dataset size its config assumes (``train_examples``) and the batch, so milestones stay in epochs
+whatever the batch size.
 """
 import math
+
+
+def steps_per_epoch(train_examples, batch_size):
+    """Optimizer steps in one pass over ``train_examples``, the last batch partial."""
+    return -(-int(train_examples) // int(batch_size))
 
 
 def learning_rate(hp, step):

@@ -5,17 +5,31 @@ memory and threads never disturb another's figures, and a crash or an out-of-mem
 record with ``status`` 'oom' or 'error' while the rest goes on. Each record is appended to the
 JSONL file as soon as its run finishes, so an interrupted suite keeps every finished record.
 """
+import functools
+import glob
 import json
 import os
+import subprocess
 import threading
+from collections import OrderedDict
 
+from .backends import environments
 from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
+from .models.registry import EXECUTION_DEFAULTS
 from .profiling.profile import failed_record
 
-# Batches that keep a full-size training step to seconds on a small CPU.
+# Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
+# configs' own batch sizes.
 CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16}
+
+# The device a backend's model picks when none is named, asked of the backend's own class in
+# its own environment (as a run's worker would build it), so this process imports no framework.
+_DEVICE_PROBE = ("import sys\n"
+                 "from tbdzoo.backends.registry import _native_class\n"
+                 "model = _native_class(sys.argv[1])\n"
+                 "print(model._resolve_device(model.__new__(model), None))\n")
 
 
 def ready_backends():
@@ -74,13 +88,69 @@ class MemoryCap(object):
             pass
 
 
-def run_one(model_name, backend, config="paper", batch_size=None, warmup=5, steps=20, repeats=3,
-            seed=0, device=None, samplers=True, peak_flops=None, memory_cap=None, progress=None,
-            status=None, command=None, overrides=None):
-    """Build in a worker, profile, close; always returns a record (docs/records.md)."""
+def machine_has_gpu():
+    """Whether any GPU device node exists; without one no framework can pick a GPU."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg"))
+
+
+@functools.lru_cache(maxsize=None)
+def default_device(backend):
+    """'cpu' or 'cuda:N': where ``backend`` runs when no device is named; None when its
+    environment cannot say (the run itself then reports why)."""
+    return ask_device(backend) if machine_has_gpu() else "cpu"
+
+
+def ask_device(backend):
+    """The backend's own choice of device, asked in its environment (importing its framework
+    there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
+    try:
+        proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                              env=environments.worker_environment(), universal_newlines=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.split()
+    return lines[-1] if proc.returncode == 0 and lines else None
+
+
+def on_gpu(backend, device=None):
+    """Whether a run of ``backend`` on ``device`` (None: the backend's choice) uses a GPU."""
+    return (device or default_device(backend) or "cpu").startswith("cuda")
+
+
+def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batches=True):
+    """The batch a suite run uses: None (the config's own) on a GPU, for configs other than
+    the paper's and when ``cpu_batches`` is off; on a CPU, the model's CPU_BATCH_SIZES."""
+    if config != "paper" or not cpu_batches or model_name not in CPU_BATCH_SIZES:
+        return None
+    return None if on_gpu(backend, device) else CPU_BATCH_SIZES[model_name]
+
+
+def run_one(model_name, backend, config="paper", batch_size=None, overrides=None, **options):
+    """Build in a worker, profile, close; always returns a record (docs/records.md), which
+    also names the execution options and the hyperparameters set away from the config.
+    ``options`` are those of :func:`_profile`."""
     overrides = dict(overrides or {})
     if batch_size:
         overrides["batch_size"] = batch_size
+    record = _profile(model_name, backend, config, overrides, **options)
+    return _with_options(record, model_name, config, overrides)
+
+
+def _with_options(record, model_name, config, overrides):
+    try:
+        base = get_model(model_name).configs.get(config, {})
+    except TbdError:
+        base = {}
+    for option in EXECUTION_DEFAULTS:
+        record.setdefault(option, overrides.get(option, base.get(option)))
+    record["overrides"] = OrderedDict(sorted(overrides.items()))
+    return record
+
+
+def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats=3, seed=0,
+             device=None, samplers=True, peak_flops=None, memory_cap=None, progress=None,
+             status=None, command=None):
     model, cap = None, None
     try:
         if status:
@@ -109,7 +179,7 @@ def run_one(model_name, backend, config="paper", batch_size=None, warmup=5, step
             message = "peak resident memory {:.2f} GiB passed the memory cap of {:.2f} GiB".format(
                 cap.tripped / 2 ** 30, memory_cap / 2 ** 30)
             state = "oom"
-        size = batch_size or (model.hparams["batch_size"] if model else None)
+        size = overrides.get("batch_size") or (model.hparams["batch_size"] if model else None)
         return failed_record(model_name, backend, config, size, message, command, state)
     finally:
         if model is not None:
@@ -148,4 +218,5 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
     return records
 
 
-__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "MemoryCap"]
+__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
+           "bench_batch_size", "on_gpu", "default_device", "ask_device"]

@@ -61,3 +61,114 @@ def test_report_refuses_a_file_that_is_not_records(tmp_path):
     bad.write_text("not json\n")
     proc = tbd("report", str(bad), "-o", str(tmp_path / "report"))
     assert proc.returncode == 2 and "bad.jsonl" in proc.stderr
+
+
+# -- options and hyperparameters ------------------------------------------------------------
+def main(capsys, *args):
+    """The CLI in this process, for errors raised before any run; (exit code, stderr)."""
+    from tbdzoo import cli
+    try:
+        code = cli.main(list(args))
+    except SystemExit as e:  # argparse's usage errors
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "resnet50", "--backend", "torch", "--set", "lr=x"],
+     "hyperparameter lr: cannot read 'x' as a number; lr takes a number > 0"),
+    (["run", "resnet50", "--backend", "torch", "--set", "batch_size=-3"],
+     "batch_size of resnet50 = -3 is not allowed; batch_size takes an integer >= 1"),
+    (["run", "resnet50", "--backend", "torch", "--set", "nesterov=maybe"],
+     "nesterov: cannot read 'maybe' as true or false"),
+    (["sweep", "resnet50", "--backend", "torch", "--batch-sizes", "8", "--set", "blocks=3,x"],
+     "blocks: cannot read '3,x' as comma-separated integers"),
+    (["run", "resnet50", "--backend", "torch", "--set", "vocab=100"],
+     "unknown hyperparameter of resnet50 'vocab'; known: batch_size, blocks"),
+    (["bench", "--backends", "torch", "--set", "depth=3"],
+     "unknown hyperparameter of resnet50 or transformer 'depth'; known: attention_dropout"),
+    (["run", "resnet50", "--backend", "torch", "--set", "lr"], "NAME=VALUE, e.g. lr=0.05"),
+    (["run", "resnet50", "--backend", "torch", "--precision", "fp64"], "invalid choice: 'fp64'"),
+    (["run", "resnet50", "--backend", "torch", "--batch-size", "8", "--set", "batch_size=16"],
+     "the batch size is given twice"),
+    (["sweep", "resnet50", "--backend", "torch", "--batch-sizes", "8", "--set", "batch_size=16"],
+     "drop --set batch_size"),
+    (["run", "transformer", "--backend", "torch", "--config", "tiny", "--set", "heads=3"],
+     "d_model 16 is not divisible by heads 3"),
+])
+def test_bad_options_exit_2_before_any_run(capsys, args, message):
+    code, err = main(capsys, *args)
+    assert code == 2 and message in err, err
+
+
+def test_options_and_hyperparameters_travel_to_the_worker_and_into_the_record(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = tbd("run", "transformer", "--backend", "torch", "--config", "tiny", "--steps", "1",
+               "--warmup", "1", "--repeats", "1", "--no-samplers", "--precision", "bf16",
+               "--execution", "eager", "--set", "d_model=32", "--set", "heads=4",
+               "--set", "dropout=0", "--set", "lr=0.5", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok"
+    # the worker built d_model=32 (the spec hashes agree, or the run fails) and ran bf16
+    assert (record["precision"], record["execution"], record["memory_format"]) == ("bf16", "eager", "auto")
+    assert record["overrides"] == {"d_model": 32, "heads": 4, "dropout": 0.0, "lr": 0.5,
+                                   "precision": "bf16", "execution": "eager"}
+    # the worker's spec was the wider one: its analytic FLOPs are those of d_model=32, heads=4
+    from tbdzoo import get_model
+    from tbdzoo.profiling.flops import forward_per_example
+    md = get_model("transformer")
+    wide, default = (forward_per_example(md.build_graph(md.hparams("tiny", **hp)))
+                     for hp in ({"d_model": 32, "heads": 4, "dropout": 0.0}, {"dropout": 0.0}))
+    assert record["flops"]["forward_per_example"] == wide != default
+
+
+def test_bench_applies_a_setting_to_the_models_that_have_it(capsys):
+    import argparse
+    from tbdzoo import cli
+    args = argparse.Namespace(config="tiny", set=[("vocab", "100"), ("lr", "0.5")],
+                              precision="bf16", execution=None, memory_format=None, batch_size=None)
+    overrides = cli.bench_overrides(["resnet50", "transformer"], args)
+    assert overrides["resnet50"] == {"lr": 0.5, "precision": "bf16"}
+    assert overrides["transformer"] == {"vocab": 100, "lr": 0.5, "precision": "bf16"}
+    assert "--set vocab applies to transformer only; resnet50 runs without it" in capsys.readouterr().err
+
+
+def _bench_sizes(monkeypatch, *args):
+    """The (model, backend, batch size) that `tbd bench` would run, without running them."""
+    from tbdzoo import cli
+    runs = []
+    monkeypatch.setattr(cli.Runner, "run", lambda self, m, b, size, overrides=None: runs.append((m, b, size)))
+    monkeypatch.setattr(cli.Runner, "finish", lambda self: 0)
+    assert cli.main(["bench", "--backends", "torch,mxnet"] + list(args)) == 0
+    return runs
+
+
+def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
+    import torch
+    from tbdzoo import suite
+    # this machine: the device each backend would pick, asked of the backend itself
+    gpu = torch.cuda.is_available()
+    assert suite.ask_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert suite.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
+    assert suite.default_device("torch") == ("cuda:0" if gpu else "cpu")
+    here = None if gpu else 8
+    assert suite.bench_batch_size("resnet50", "torch") == here
+    assert suite.bench_batch_size("resnet50", "torch", device="cpu") == 8
+    assert suite.bench_batch_size("resnet50", "torch", config="tiny") is None
+    assert suite.bench_batch_size("resnet50", "torch", cpu_batches=False) is None
+    # a GPU runs the configs' batch sizes; a CPU-only backend beside it keeps the small ones
+    monkeypatch.setattr(suite, "default_device", lambda b: "cuda:0" if b == "torch" else "cpu")
+    assert _bench_sizes(monkeypatch) == [("resnet50", "torch", None), ("resnet50", "mxnet", 8),
+                                         ("transformer", "torch", None), ("transformer", "mxnet", 16)]
+    assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
+    assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
+    assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
+
+
+def test_consistency_check_without_a_backend_is_a_usage_error(tmp_path, capsys):
+    from tbdzoo import consistency
+    with pytest.raises(SystemExit) as exit_info:
+        consistency.main(["check", "--dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "check needs --backend" in capsys.readouterr().err

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tbdzoo
-from tbdzoo.errors import UnknownNameError, UnsupportedOptionError
+from tbdzoo.errors import HyperparameterError, UnknownNameError, UnsupportedOptionError
 
 
 def test_every_config_carries_the_execution_options():
@@ -62,7 +62,7 @@ def test_channels_last_is_applied_to_weights_and_batches():
 def test_tf32_needs_a_gpu_and_bad_values_are_named():
     with pytest.raises(UnsupportedOptionError, match="'tf32' needs a CUDA device"):
         tbdzoo.build("resnet50", backend="torch", config="tiny", precision="tf32", device="cpu")
-    with pytest.raises(UnsupportedOptionError, match="precision 'fp64'.*supports: fp32, tf32, bf16"):
+    with pytest.raises(HyperparameterError, match="precision .*'fp64'.*one of: fp32, tf32, bf16"):
         tbdzoo.build("resnet50", backend="torch", config="tiny", precision="fp64")
     with pytest.raises(UnknownNameError, match="precison"):
         tbdzoo.build("resnet50", backend="torch", config="tiny", precison="bf16")

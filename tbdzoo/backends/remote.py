@@ -21,7 +21,8 @@ from .base import BackendModel, Prepared
 
 DEFAULT_TIMEOUT = 3600.0
 _ERRORS = {name: getattr(errors, name) for name in (
-    "UnknownNameError", "WeightsError", "BackendUnavailableError", "UnsupportedOptionError")}
+    "UnknownNameError", "WeightsError", "BackendUnavailableError", "UnsupportedOptionError",
+    "HyperparameterError")}
 _ERRORS.update({"ValueError": ValueError, "KeyError": KeyError, "TypeError": TypeError})
 
 

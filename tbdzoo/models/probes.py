@@ -14,6 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..spec import Graph
+from .constraints import integer
 from .registry import ModelDef
 
 HPARAMS = {
@@ -21,6 +22,7 @@ HPARAMS = {
     "nesterov": False, "weight_decay": 1e-4, "lr_schedule": "constant", "label_smoothing": 0.1,
     "vocab": 11, "sequence_length": 4, "dropout": 0.0,
 }
+RULES = {"num_classes": integer(2), "vocab": integer(2), "sequence_length": integer(1)}
 
 
 def _image(g, c=3, h=9, w=8):
@@ -200,4 +202,4 @@ def get_probe(name):
         return fn(Graph("probe/" + name), hp)
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
                     build_graph, _batch_for(build_graph), "examples/s",
-                    lambda batch: len(batch["labels"]))
+                    lambda batch: len(batch["labels"])).constrain(RULES)

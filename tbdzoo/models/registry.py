@@ -1,7 +1,9 @@
 """The model registry: ``@register_model`` adds a model definition, ``get_model`` finds it."""
 from collections import OrderedDict
 
-from ..errors import UnknownNameError
+from .. import schedules
+from ..errors import HyperparameterError, UnknownNameError
+from . import constraints
 
 _MODELS = OrderedDict()
 
@@ -21,36 +23,66 @@ class ModelDef(object):
     ``configs`` maps a config name to a full hyperparameter dict; ``paper`` is the default.
     ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
     NumPy arrays keyed by the graph's input names; ``items(batch)`` counts the throughput unit.
+    Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
+    model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
     """
 
     def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items):
-        configs = {k: dict(EXECUTION_DEFAULTS, **v) for k, v in configs.items()}
+        configs = {k: _with_steps_per_epoch(dict(EXECUTION_DEFAULTS, **v)) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
         self.unit, self.items = unit, items
+        self.constrain()
+
+    def constrain(self, rules=None, checks=()):
+        """Set the model's own rules (on top of the shared ones) and cross-checks; returns self."""
+        self.rules, self.checks = constraints.rules_for(rules), tuple(checks)
+        return self
 
     def hparams(self, config="paper", **overrides):
-        """The config's hyperparameters with ``overrides`` applied; unknown names are refused."""
+        """The config's hyperparameters with ``overrides`` applied, every value checked against
+        its rule: unknown names raise UnknownNameError, bad values HyperparameterError."""
         if config not in self.configs:
             raise UnknownNameError("config of " + self.name, config, self.configs)
         hp = dict(self.configs[config])
         unknown = sorted(set(overrides) - set(hp))
         if unknown:
             raise UnknownNameError("hyperparameter of " + self.name, unknown[0], hp)
-        for key, value in overrides.items():
-            if isinstance(hp[key], tuple) and isinstance(value, list):
-                value = tuple(value)
-            hp[key] = value
+        hp.update(overrides)
+        for key in sorted(hp):
+            if key not in self.rules:
+                raise HyperparameterError("hyperparameter {} of {} has no rule; add one to the "
+                                          "model's table".format(key, self.name))
+            hp[key] = self.rules[key].check(key, hp[key], self.name)
+        if "steps_per_epoch" not in overrides:  # epochs stay epochs when the batch changes
+            hp = _with_steps_per_epoch(hp, derive=True)
+        for check in self.checks:
+            message = check(hp)
+            if message:
+                raise HyperparameterError("{}: {}".format(self.name, message))
         hp["model"], hp["config"] = self.name, config
         return hp
 
+    def uncovered(self):
+        """Config keys that have no rule (none, when the table is complete)."""
+        return sorted(set(k for hp in self.configs.values() for k in hp) - set(self.rules))
 
-def register_model(name, domain, configs, unit, items, synthetic_batch):
+
+def _with_steps_per_epoch(hp, derive=False):
+    """Fill ``steps_per_epoch`` from the dataset size the config assumes (``train_examples``)
+    and the batch; a config or override that sets it explicitly keeps its value."""
+    if "train_examples" in hp and (derive or "steps_per_epoch" not in hp):
+        hp = dict(hp, steps_per_epoch=schedules.steps_per_epoch(hp["train_examples"], hp["batch_size"]))
+    return hp
+
+
+def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=()):
     """Decorator for a graph builder ``fn(hp) -> Graph``."""
     def wrap(build_graph):
         if name in _MODELS:
             raise ValueError("model {!r} is registered twice".format(name))
-        _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit, items)
+        _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit,
+                                 items).constrain(rules, checks)
         return build_graph
     return wrap
 

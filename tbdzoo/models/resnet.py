@@ -5,6 +5,7 @@ a glance. ``stride_in_1x1=True`` gives the original v1 (as in Keras and the Gluo
 """
 from ..datasets import synthetic
 from ..spec import Graph
+from .constraints import boolean, integer, integers, number
 from .registry import register_model
 
 IMAGENET_TRAIN_IMAGES = 1281167
@@ -15,7 +16,7 @@ PAPER = {
     "batch_size": 32,
     "optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": False, "weight_decay": 1e-4,
     "lr_schedule": "step", "lr_decay": 0.1, "lr_milestones": (30, 60, 80),
-    "steps_per_epoch": -(-IMAGENET_TRAIN_IMAGES // 32),
+    "train_examples": IMAGENET_TRAIN_IMAGES,    # steps_per_epoch = ceil(train_examples / batch_size)
     "label_smoothing": 0.0,
 }
 
@@ -23,7 +24,14 @@ PAPER = {
 # three SGD steps amplify a 1e-7 weight perturbation into a 3e-2 loss difference (PyTorch vs
 # itself), so no two backends could agree on the consistency trajectory. At 64 it is ~4e-6.
 TINY = dict(PAPER, image_size=64, num_classes=10, blocks=(1, 1, 1, 1), width=8, batch_size=4,
-            steps_per_epoch=100)
+            train_examples=400)
+
+# The rules of ResNet's own hyperparameters; the shared ones are in constraints.COMMON.
+RULES = {
+    "image_size": integer(1), "num_classes": integer(2), "blocks": integers(1), "width": integer(1),
+    "stride_in_1x1": boolean(), "bn_momentum": number(0.0, 1.0), "bn_eps": number(0.0, open_low=True),
+    "zero_init_residual": boolean(),
+}
 
 
 def _batch(hp, batch_size, seed):
@@ -31,7 +39,8 @@ def _batch(hp, batch_size, seed):
 
 
 @register_model("resnet50", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
-                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch)
+                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch,
+                rules=RULES)
 def build(hp):
     g = Graph("resnet50")
     size = hp["image_size"]

@@ -6,6 +6,7 @@ explicit attention inputs, so every backend sees the same static shapes.
 """
 from ..datasets import synthetic
 from ..spec import Graph
+from .constraints import integer, number
 from .registry import register_model
 
 PAPER = {
@@ -21,6 +22,28 @@ PAPER = {
 TINY = dict(PAPER, vocab=50, d_model=16, heads=2, ffn=32, encoder_layers=2, decoder_layers=2,
             batch_size=4, src_len=7, tgt_len=6, warmup_steps=10)
 
+# The rules of the Transformer's own hyperparameters; the shared ones are in constraints.COMMON.
+# Synthetic sentences draw words from ids 3 and up, so the vocabulary holds at least 4 ids.
+RULES = {
+    "vocab": integer(4), "d_model": integer(1), "heads": integer(1), "ffn": integer(1),
+    "encoder_layers": integer(0), "decoder_layers": integer(0), "ln_eps": number(0.0, open_low=True),
+    "pad_id": integer(0), "bos_id": integer(0), "eos_id": integer(0),
+    "src_len": integer(1), "tgt_len": integer(1),
+}
+
+
+def _heads_divide_d_model(hp):
+    if hp["d_model"] % hp["heads"]:
+        return "d_model {} is not divisible by heads {}; pick heads that divide it".format(
+            hp["d_model"], hp["heads"])
+
+
+def _special_ids_fit(hp):
+    ids = [hp["pad_id"], hp["bos_id"], hp["eos_id"]]
+    if len(set(ids)) < 3 or max(ids) >= hp["vocab"]:
+        return ("pad_id, bos_id and eos_id ({}) must be three different ids below vocab {}"
+                .format(", ".join(str(i) for i in ids), hp["vocab"]))
+
 
 def _batch(hp, batch_size, seed):
     return synthetic.translation(batch_size, hp["src_len"], hp["tgt_len"], hp["vocab"],
@@ -32,7 +55,8 @@ def _target_tokens(batch):
 
 
 @register_model("transformer", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},
-                unit="tokens/s", items=_target_tokens, synthetic_batch=_batch)
+                unit="tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
+                checks=(_heads_divide_d_model, _special_ids_fit))
 def build(hp):
     g = Graph("transformer")
     d, pad = hp["d_model"], hp["pad_id"]
