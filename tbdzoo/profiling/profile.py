@@ -20,10 +20,11 @@ SCHEMA = "tbdzoo.run/1"
 
 
 def _growth(resident, before_build):
-    """Resident bytes over the process's footprint just before the model was built."""
+    """Resident bytes over the process's footprint just before the model was built (0 when
+    memory held then, by an earlier model, has been freed since)."""
     if resident is None or before_build is None:
         return None
-    return resident - before_build
+    return max(resident - before_build, 0)
 
 
 def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
