@@ -17,6 +17,8 @@ from tbdzoo.profiling import cuda_memory, flops, memory, resident
 from tbdzoo.profiling.profile import classify, profile
 from tbdzoo.profiling.timing import summarize
 
+from conftest import require_backend
+
 RECORD_KEYS = {"schema", "model", "backend", "config", "status", "throughput", "step_time", "cpu",
                "gpu", "flops", "memory", "env", "command", "timestamp"}
 
@@ -54,6 +56,20 @@ def test_analytic_weights_gradients_and_optimizer_state_match_pytorchs_tensors(n
     assert len(held) == slots * len(params)
     if name == "resnet50":  # running statistics are state, not trainable: weights > gradients
         assert a["weights"] > a["gradients"]
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet"])
+@pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("resnet50", {"momentum": 0.0}),
+                                            ("transformer", {})])
+def test_weights_and_optimizer_state_mean_the_same_on_tensorflow_and_mxnet(backend, name, overrides):
+    """Read off each framework's own variables and arrays: the model's whole state and the
+    optimizer's slots, equal to the analytic figures (MXNet also keeps its gradient buffers)."""
+    require_backend(backend)
+    m = tbdzoo.build(name, backend=backend, config="tiny", device="cpu", **overrides)
+    measured = m.measure_memory(m.prepare_batch(m.synthetic_batch()))
+    a = memory.analytic(m.spec, m.hparams, m.hparams["batch_size"], 0)
+    assert measured["weights"] == a["weights"] and measured["optimizer_state"] == a["optimizer_state"]
+    assert measured.get("gradients", a["gradients"]) == a["gradients"]
 
 
 def test_analytic_feature_maps_against_what_autograd_saves():
@@ -158,6 +174,20 @@ def test_cuda_peak_attribution_keeps_the_first_moment_of_the_peak():
     claims = OrderedDict([("weights", []), ("feature_maps", [0x2000])])
     out = cuda_memory.peak_attribution(trace, claims)
     assert out["replayed_peak"] == 300 and out["workspace"] == 300 and out["feature_maps"] == 0
+
+
+def test_breakdown_on_a_gpu_uses_the_blocks_live_at_the_peak():
+    analytic = {"weights": 10, "gradients": 10, "optimizer_state": 10, "feature_maps": 50, "input_batch": 5}
+    trace = _trace({0x1000: 100}, [("alloc", 0x2000, 200), ("alloc", 0x3000, 30)], allocator_peak=340)
+    claims = OrderedDict([("weights", [0x1000]), ("optimizer_state", []), ("input_batch", []),
+                          ("gradients", []), ("feature_maps", [0x2000])])
+    measured = {"weights": 100, "feature_maps": 200, "weight_copies": 7,
+                "at_peak": cuda_memory.peak_attribution(trace, claims)}
+    b = memory.breakdown(analytic, measured, peak=340, peak_scope="step")
+    assert [b[k]["bytes"] for k in memory.CATEGORIES] == [100, 0, 0, 200, 0, None, 30]
+    assert b["unattributed"]["bytes"] == 10 and b["peak"]["scope"] == "step"
+    assert b["tensors"] == {"weights": 100, "feature_maps": 200}
+    assert b["weight_copies"] == {"bytes": 7, "source": "measured"}
 
 
 def test_a_second_profile_does_not_inherit_the_first_ones_peak():
