@@ -1,4 +1,5 @@
 """The profiler: accounting invariants, the record, and failure paths of runs and suites."""
+import gc
 import json
 import os
 import signal
@@ -6,30 +7,110 @@ import stat
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 
 import pytest
 
 import tbdzoo
 from tbdzoo import suite
-from tbdzoo.profiling import flops, memory
+from tbdzoo.profiling import cuda_memory, flops, memory, resident
 from tbdzoo.profiling.profile import classify, profile
 from tbdzoo.profiling.timing import summarize
+
+from conftest import require_backend
 
 RECORD_KEYS = {"schema", "model", "backend", "config", "status", "throughput", "step_time", "cpu",
                "gpu", "flops", "memory", "env", "command", "timestamp"}
 
 
-@pytest.mark.parametrize("name,slots", [("resnet50", 1), ("transformer", 2)])
-def test_analytic_memory_invariants(name, slots):
-    md = tbdzoo.get_model(name)
-    hp = md.hparams()
-    g = md.build_graph(hp)
-    a = memory.analytic(g, hp, hp["batch_size"], 1234)
-    assert a["weights"] == g.trainable_count() * 4
-    assert a["gradients"] == a["weights"]
-    assert a["optimizer_state"] == slots * a["weights"]
-    assert a["input_batch"] == 1234
-    assert a["feature_maps"] > 0
+def _storages(tensors):
+    """{data pointer: bytes} of the distinct storages under ``tensors``."""
+    return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+
+
+def _one_step(model):
+    prepared = model.prepare_batch(model.synthetic_batch())
+    model.train_step(prepared)
+    return prepared
+
+
+@pytest.mark.parametrize("name,overrides,slots", [
+    ("resnet50", {}, 1),                    # SGD with momentum: one buffer per parameter
+    ("resnet50", {"momentum": 0.0}, 0),     # plain SGD keeps nothing between steps
+    ("transformer", {}, 2),                 # Adam: first and second moments
+])
+def test_analytic_weights_gradients_and_optimizer_state_match_pytorchs_tensors(name, overrides, slots):
+    """The spec's figures against the tensors PyTorch really holds after a step: weights are
+    every tensor of the model's state (BatchNorm running statistics included), gradients one
+    per trainable parameter, optimizer state what torch.optim keeps."""
+    torch = pytest.importorskip("torch")
+    m = tbdzoo.build(name, backend="torch", config="tiny", device="cpu", **overrides)
+    _one_step(m)
+    a = memory.analytic(m.spec, m.hparams, m.hparams["batch_size"], 0)
+    state = m.native.state_dict().values()
+    held = [v for s in m.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+    params = [p for p in m.native.parameters()]
+    assert a["weights"] == sum(_storages(state).values())
+    assert a["gradients"] == sum(p.grad.nbytes for p in params)
+    assert a["optimizer_state"] == sum(_storages(held).values())
+    assert len(held) == slots * len(params)
+    if name == "resnet50":  # running statistics are state, not trainable: weights > gradients
+        assert a["weights"] > a["gradients"]
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet"])
+@pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("resnet50", {"momentum": 0.0}),
+                                            ("transformer", {})])
+def test_weights_and_optimizer_state_mean_the_same_on_tensorflow_and_mxnet(backend, name, overrides):
+    """Read off each framework's own variables and arrays: the model's whole state and the
+    optimizer's slots, equal to the analytic figures (MXNet also keeps its gradient buffers)."""
+    require_backend(backend)
+    m = tbdzoo.build(name, backend=backend, config="tiny", device="cpu", **overrides)
+    measured = m.measure_memory(m.prepare_batch(m.synthetic_batch()))
+    a = memory.analytic(m.spec, m.hparams, m.hparams["batch_size"], 0)
+    assert measured["weights"] == a["weights"] and measured["optimizer_state"] == a["optimizer_state"]
+    assert measured.get("gradients", a["gradients"]) == a["gradients"]
+
+
+def test_analytic_feature_maps_against_what_autograd_saves():
+    """ResNet-50 (tiny, fp32) on PyTorch: the analytic feature maps against the storages the
+    saved-tensor hooks see in a real step, each storage once, without parameters and batch.
+    Within 10%: the analytic model leaves out small saved tensors (BatchNorm's per-channel
+    mean and inverse deviation, max pooling's int64 indices, the loss's probabilities)."""
+    torch = pytest.importorskip("torch")
+    m = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu")
+    prepared = m.prepare_batch(m.synthetic_batch())
+    excluded = set(_storages(list(m.native.state_dict().values()) + list(prepared.native.values())))
+    seen = []
+
+    def pack(t):
+        seen.append((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        m.train_step(prepared)
+    kept = [(ptr, n) for ptr, n in seen if ptr not in excluded]
+    once = sum(dict(kept).values())
+    assert sum(n for _, n in kept) > once  # a ReLU's output is saved again by the next conv
+    analytic = memory.analytic(m.spec, m.hparams, m.hparams["batch_size"], 0)["feature_maps"]
+    assert abs(analytic - once) / once < 0.10
+    assert m.measure_memory(prepared)["feature_maps"] == once
+
+
+def test_bf16_weight_copies_are_not_feature_maps():
+    """Under bf16 autocast a convolution or dense layer saves a bf16 cast of its weight; those
+    are recorded as ``weight_copies`` (2 bytes per weight of every conv and dense layer), and
+    the feature maps hold the same activations as without them."""
+    pytest.importorskip("torch")
+    m = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu", precision="bf16")
+    measured = m.measure_memory(m.prepare_batch(m.synthetic_batch()))
+    cast = [p for n, p in m.spec.params().items() if n.endswith(".weight") and len(p.shape) > 1]
+    assert measured["weight_copies"] == 2 * sum(p.size for p in cast)
+    fp32 = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu")
+    assert measured["feature_maps"] < fp32.measure_memory(
+        fp32.prepare_batch(fp32.synthetic_batch()))["feature_maps"]
+    assert tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu").measure_memory(
+        fp32.prepare_batch(fp32.synthetic_batch()))["weight_copies"] == 0
 
 
 def test_feature_maps_dominate_resnet50_at_the_paper_batch():
@@ -41,14 +122,110 @@ def test_feature_maps_dominate_resnet50_at_the_paper_batch():
     assert a["feature_maps"] / sum(a.values()) > 0.7
 
 
-def test_breakdown_derives_workspace_and_never_goes_negative():
+def test_breakdown_derives_runtime_and_workspace_and_never_goes_negative():
     analytic = {"weights": 10, "gradients": 10, "optimizer_state": 10, "feature_maps": 50, "input_batch": 5}
-    b = memory.breakdown(analytic, {"feature_maps": 60}, peak=100)
+    b = memory.breakdown(analytic, {"feature_maps": 60, "weight_copies": 3}, peak=200, steady=85,
+                         peak_scope="profile")
     assert b["feature_maps"] == {"bytes": 60, "source": "measured"}
     assert b["weights"]["source"] == "analytic"
-    assert b["workspace"] == {"bytes": 5, "source": "derived"}
-    assert memory.breakdown(analytic, {}, peak=50)["workspace"]["bytes"] == 0
-    assert memory.breakdown(analytic, {}, peak=None)["peak"]["bytes"] is None
+    assert b["framework_runtime"] == {"bytes": 50, "source": "derived"}  # 85 - 10 - 10 - 10 - 5
+    assert b["workspace"] == {"bytes": 55, "source": "derived"}  # 200 - 30 - 60 - 5 - 50
+    assert b["peak"] == {"bytes": 200, "source": "measured", "scope": "profile"}
+    assert b["weight_copies"] == {"bytes": 3, "source": "measured"}
+    assert list(b)[:len(memory.CATEGORIES)] == list(memory.CATEGORIES)
+    assert memory.breakdown(analytic, {}, peak=50, steady=10)["workspace"]["bytes"] == 0
+    assert memory.breakdown(analytic, {}, peak=50, steady=10)["framework_runtime"]["bytes"] == 0
+    no_peak = memory.breakdown(analytic, {}, peak=None)
+    assert no_peak["peak"]["bytes"] is None and no_peak["framework_runtime"]["bytes"] is None
+
+
+def _trace(live_before, events, allocator_peak):
+    return {"live_before": live_before, "max_memory_allocated": allocator_peak,
+            "events": [{"action": a, "addr": addr, "size": size} for a, addr, size in events]}
+
+
+def test_cuda_peak_attribution_replays_a_synthetic_trace():
+    """Weights live before the step; feature maps and a scratch block come and go; the peak is
+    the moment the gradient is allocated while the feature map is still alive."""
+    trace = _trace({0x1000: 100}, [
+        ("alloc", 0x2000, 200),            # feature map
+        ("alloc", 0x3000, 50),             # scratch, freed again: 350 live
+        ("free_requested", 0x3000, 50),
+        ("free_completed", 0x3000, 50),    # the counters dropped at free_requested already
+        ("alloc", 0x4000, 120),            # gradient: 420 live, the peak
+        ("alloc", 0x5000, 30),             # scratch at the peak too: 450
+        ("free_requested", 0x2000, 200),   # backward frees the feature map: 250
+        ("alloc", 0x6000, 100),            # later: 350, below the peak
+    ], allocator_peak=452)
+    claims = OrderedDict([("weights", [0x1000]), ("gradients", [0x4000 + 8]),  # a pointer inside
+                          ("feature_maps", [0x2000, 0x6000]), ("optimizer_state", [0x1000])])
+    out = cuda_memory.peak_attribution(trace, claims)
+    assert out["replayed_peak"] == 450 and out["unattributed"] == 2
+    assert (out["weights"], out["gradients"], out["feature_maps"], out["workspace"]) == (100, 120, 200, 30)
+    assert out["optimizer_state"] == 0  # a block goes to the first category that claims it
+    assert sum(out[k] for k in ("weights", "gradients", "feature_maps", "optimizer_state",
+                                "workspace")) == out["replayed_peak"]
+
+
+def test_cuda_peak_attribution_keeps_the_first_moment_of_the_peak():
+    """Two equal highs: the blocks of the first are the ones attributed."""
+    trace = _trace({}, [("alloc", 0x1000, 300), ("free_requested", 0x1000, 300),
+                        ("alloc", 0x2000, 300), ("free_requested", 0x2000, 300)], allocator_peak=300)
+    claims = OrderedDict([("weights", []), ("feature_maps", [0x2000])])
+    out = cuda_memory.peak_attribution(trace, claims)
+    assert out["replayed_peak"] == 300 and out["workspace"] == 300 and out["feature_maps"] == 0
+
+
+def test_breakdown_on_a_gpu_uses_the_blocks_live_at_the_peak():
+    analytic = {"weights": 10, "gradients": 10, "optimizer_state": 10, "feature_maps": 50, "input_batch": 5}
+    trace = _trace({0x1000: 100}, [("alloc", 0x2000, 200), ("alloc", 0x3000, 30)], allocator_peak=340)
+    claims = OrderedDict([("weights", [0x1000]), ("optimizer_state", []), ("input_batch", []),
+                          ("gradients", []), ("feature_maps", [0x2000])])
+    measured = {"weights": 100, "feature_maps": 200, "weight_copies": 7,
+                "at_peak": cuda_memory.peak_attribution(trace, claims)}
+    b = memory.breakdown(analytic, measured, peak=340, peak_scope="step")
+    assert [b[k]["bytes"] for k in memory.CATEGORIES] == [100, 0, 0, 200, 0, None, 30]
+    assert b["unattributed"]["bytes"] == 10 and b["peak"]["scope"] == "step"
+    assert b["tensors"] == {"weights": 100, "feature_maps": 200}
+    assert b["weight_copies"] == {"bytes": 7, "source": "measured"}
+
+
+def test_a_second_profile_does_not_inherit_the_first_ones_peak():
+    """A large model, then a small one in the same process: the small one's peak is its own.
+    Where the high-water mark cannot be reset, the record says its peak is the process's."""
+    pytest.importorskip("torch")
+    large = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu", batch_size=64)
+    first = profile(large, steps=1, warmup=1, repeats=1, samplers=False)["memory"]
+    mark = resident.high_water_bytes()
+    del large
+    gc.collect()  # the first model is gone before the second is built
+    resident.release_free_heap()
+    small = tbdzoo.build("probe/conv2d", backend="torch", device="cpu")
+    second = profile(small, steps=1, warmup=1, repeats=1, samplers=False)["memory"]
+    assert first["peak"]["scope"] == second["peak"]["scope"] == "profile"
+    carried = mark - small.rss_before_build  # what a mark left unreset would charge it
+    assert carried > 2 * 2 ** 20 and first["feature_maps"]["bytes"] > 16 * 2 ** 20
+    assert second["peak"]["bytes"] < carried / 4
+
+
+def test_where_the_high_water_mark_cannot_be_reset_the_peak_says_so(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(resident, "reset_high_water", lambda: False)
+    m = tbdzoo.build("probe/conv2d", backend="torch", device="cpu")
+    peak = profile(m, steps=1, warmup=1, repeats=1, samplers=False)["memory"]["peak"]
+    assert peak["scope"] == "process" and peak["bytes"] > 0
+
+
+def test_resident_high_water_mark_resets_on_linux():
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("no /proc/self/clear_refs on this system")
+    held = bytearray(64 * 2 ** 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    del held
+    before = resident.high_water_bytes()
+    assert resident.reset_high_water()
+    assert resident.high_water_bytes() < before - 32 * 2 ** 20
 
 
 def test_flops_peaks_are_overridable():
@@ -72,11 +249,14 @@ def test_profile_record_in_process_measures_torch_memory():
     r = profile(m, steps=1, warmup=1, repeats=2)
     assert RECORD_KEYS <= set(r) and r["status"] == "ok" and r["schema"] == "tbdzoo.run/1"
     mem, a = r["memory"], r["memory"]["analytic"]
-    for key in ("weights", "gradients", "optimizer_state", "feature_maps"):
+    for key in ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch"):
         assert mem[key]["source"] == "measured"
-    assert mem["weights"]["bytes"] == a["weights"] == mem["gradients"]["bytes"] == mem["optimizer_state"]["bytes"]
-    assert 0.8 < mem["feature_maps"]["bytes"] / a["feature_maps"] < 1.25  # the analytic model is close
-    assert mem["peak"]["bytes"] > 0 and mem["workspace"]["source"] == "derived"
+    for key in ("weights", "gradients", "optimizer_state"):  # analytic and measured agree
+        assert mem[key]["bytes"] == a[key]
+    assert 0.9 < mem["feature_maps"]["bytes"] / a["feature_maps"] < 1.1  # the analytic model is close
+    assert mem["peak"]["bytes"] > 0 and mem["peak"]["scope"] == "profile"
+    assert mem["framework_runtime"]["source"] == mem["workspace"]["source"] == "derived"
+    assert mem["weight_copies"]["bytes"] == 0  # fp32: nothing cast
     assert r["gpu"] is None and r["cpu"]["cores"] == os.cpu_count()
     assert 0 < r["cpu"]["process_cores_busy"] <= os.cpu_count() * 1.1
     assert r["throughput"]["unit"] == "images/s" and r["step_time"]["n"] == 2

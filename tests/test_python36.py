@@ -9,6 +9,7 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets",
           "tbdzoo/profiling/__init__.py", "tbdzoo/profiling/timing.py", "tbdzoo/profiling/profile.py",
           "tbdzoo/profiling/cpu.py", "tbdzoo/profiling/gpu.py", "tbdzoo/profiling/memory.py",
+          "tbdzoo/profiling/resident.py",
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/environments.py",

@@ -18,14 +18,17 @@ GiB, MiB = 2 ** 30, 2 ** 20
 HOSTILE = "<img src=x onerror=alert(1)> & | *bold*"
 
 
-def memory(weights, feature_maps, peak=None, fm_source="analytic", workspace=None):
-    """A memory object as a run writes it: gradients equal weights, momentum SGD one slot."""
+def memory(weights, feature_maps, peak=None, fm_source="analytic", workspace=None, runtime=None):
+    """A memory object as a run writes it: gradients equal weights, momentum SGD one slot;
+    ``runtime``: the framework's own resident memory, which a CPU run derives."""
     def entry(size, source):
         return {"bytes": size, "source": source}
     categories = {"weights": entry(weights, "analytic"), "gradients": entry(weights, "analytic"),
                   "optimizer_state": entry(weights, "analytic"),
                   "feature_maps": entry(feature_maps, fm_source),
                   "input_batch": entry(feature_maps // 50, "analytic")}
+    if runtime is not None:
+        categories["framework_runtime"] = entry(runtime, "derived")
     if peak is not None:
         attributed = sum(c["bytes"] for c in categories.values())
         categories["workspace"] = entry(workspace if workspace is not None
@@ -96,7 +99,8 @@ def records():
         record("resnet50", "tensorflow", 512, None, status="oom",
                error="ResourceExhaustedError: OOM when allocating tensor"),
         record("resnet50", "mxnet", 8, 10.87),
-        record("transformer", "torch", 16, 4567.4),
+        record("transformer", "torch", 16, 4567.4,
+               mem=memory(100 * MiB, 48 * MiB, peak=1 * GiB, fm_source="measured", runtime=512 * MiB)),
         record("transformer", "mxnet", 16, 2345.6),
         record("transformer", "cntk", 16, None, status="error", error="RuntimeError: " + HOSTILE),
     ]
@@ -178,11 +182,17 @@ def test_memory_table_sizes_shares_and_sources(report, records):
                                           "input_batch", "workspace"))
     assert torch[4] == "100.0 MiB ({:.1f}%, analytic)".format(100 * 100 * MiB / total)
     assert torch[7] == "10.0 GiB ({:.1f}%, measured)".format(100 * 256 * 40 * MiB / total)
-    assert torch[9] == "512.0 MiB ({:.1f}%, derived)".format(100 * 512 * MiB / total)
-    assert torch[10] == torch[11] == "11.0 GiB"  # the sum of categories is the measured peak
+    assert torch[9] == "—"  # a GPU run has no framework runtime in device memory
+    assert torch[10] == "512.0 MiB ({:.1f}%, derived)".format(100 * 512 * MiB / total)
+    assert torch[11] == torch[12] == "11.0 GiB"  # the sum of categories is the measured peak
     mxnet = row_for(rows, "resnet50", "mxnet", "paper", "8")
     assert mxnet[7] == "24.0 MiB ({:.1f}%, analytic)".format(100 * 24 / (3 * 100 + 24 + 24 / 50))
-    assert mxnet[9] == "—" and mxnet[11] == "—"
+    assert mxnet[9] == mxnet[10] == mxnet[12] == "—"
+    cpu = row_for(rows, "transformer", "torch", "paper", "16")
+    # the framework's runtime is its own category, and workspace what is left of the peak
+    assert cpu[9] == "512.0 MiB (50.0%, derived)"
+    assert cpu[10].startswith("{:.1f} MiB".format(1024 - 512 - 300 - 48 - 48 / 50))
+    assert cpu[11] == cpu[12] == "1.0 GiB"
 
 
 def test_failures_only_in_failures_table_and_escaped(report):

@@ -1,22 +1,37 @@
 """The training-memory breakdown: analytic figures from the spec for every backend, measured
-ones merged in where a framework can give them, and workspace as what is left of the peak.
+ones merged in where a framework can give them, and what is left of the peak.
 
-Analytic rules: weights = trainable parameters x bytes per element; gradients = weights;
-optimizer state = slots x weights (SGD with momentum 1, Adam 2); feature maps = every node
-output some consumer keeps for its backward pass, counted once; input batch = the arrays fed.
-Running statistics (BatchNorm) are not parameters; they count under workspace/other.
+Analytic rules (docs/records.md): weights = every tensor of the model's state (trainable
+parameters and BatchNorm running statistics) x 4 bytes; gradients = trainable parameters x 4;
+optimizer state = the slots the optimizer holds per trainable parameter (SGD: one with
+momentum, none without; Adam: two); feature maps = every node output some consumer keeps for
+its backward pass, counted once, the input batch excluded; input batch = the arrays fed.
+Valid Python 3.6: workers run it.
 """
 from collections import OrderedDict
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2}
-OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2}
-CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch", "workspace")
+CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch",
+              "framework_runtime", "workspace")
+# The tensors that stay resident from one step to the next.
+RESIDENT_TENSORS = ("weights", "gradients", "optimizer_state", "input_batch")
 
 # Which inputs a node keeps for its backward pass ('in': its inputs, 'out': its output).
 _SAVES = {"conv2d": "in", "batchnorm": "in", "relu": "out", "maxpool2d": "in", "avgpool2d": "",
           "global_avgpool": "", "flatten": "", "dense": "in", "embedding": "", "add": "",
           "positional_encoding": "", "layernorm": "in", "dropout": "mask",
           "multi_head_attention": "in+attn"}
+
+
+def optimizer_slots(hparams):
+    """Tensors the optimizer keeps per trainable parameter: SGD's momentum buffer exists only
+    with momentum; Adam keeps its first and second moments."""
+    name = hparams["optimizer"]
+    if name == "sgd":
+        return 1 if hparams.get("momentum") else 0
+    if name == "adam":
+        return 2
+    return 0
 
 
 def _size(shape):
@@ -28,13 +43,15 @@ def _size(shape):
 
 def feature_map_elements(graph, batch_size):
     """Elements kept for backward: each saved tensor once (a ReLU's output that the next
-    convolution also keeps is one tensor), plus attention probabilities and dropout masks."""
+    convolution also keeps is one tensor), plus attention probabilities and dropout masks.
+    The graph's inputs are the input batch, their own category, and are not counted here."""
     saved = set()
     extra = 0
     for node in graph.nodes.values():
         rule = _SAVES.get(node.op, "in")
         if rule in ("in", "in+attn"):
-            saved.update(i for i in node.inputs if graph.dtype_of(i) == "float32")
+            saved.update(i for i in node.inputs if graph.dtype_of(i) == "float32"
+                         and i not in graph.inputs)
         if rule == "out":
             saved.add(node.name)
         if rule == "in+attn":
@@ -50,45 +67,67 @@ def feature_map_elements(graph, batch_size):
 
 def analytic(graph, hparams, batch_size, batch_arrays_bytes, precision="fp32"):
     width = BYTES[precision]
-    trainable = graph.trainable_count()
-    slots = OPTIMIZER_SLOTS.get(hparams["optimizer"], 0)
+    params = graph.params().values()
+    trainable = sum(p.size for p in params if p.trainable)
     out = OrderedDict()
-    out["weights"] = trainable * 4  # master weights stay fp32 under mixed precision
+    out["weights"] = sum(p.size for p in params) * 4  # master weights stay fp32 under mixed precision
     out["gradients"] = trainable * 4
-    out["optimizer_state"] = slots * trainable * 4
+    out["optimizer_state"] = optimizer_slots(hparams) * trainable * 4
     out["feature_maps"] = feature_map_elements(graph, batch_size) * width
     out["input_batch"] = batch_arrays_bytes
     return out
 
 
-def breakdown(analytic_bytes, measured=None, peak=None):
-    """Merge: measured figures win; workspace = peak - the rest (derived) when a peak exists.
+def _entry(size, source):
+    return {"bytes": None if size is None else int(size), "source": source if size is not None else None}
+
+
+def breakdown(analytic_bytes, measured=None, peak=None, steady=None, peak_scope=None):
+    """Merge: measured figures win over analytic ones.
+
+    ``peak`` is the measured peak growth over the model's footprint before it was built;
+    ``steady`` (CPU only) the resident growth between steps, after the timed steps. The part
+    of ``steady`` that no resident tensor explains (weights, gradients, optimizer state, the
+    batch) is the framework's own runtime: thread pools, allocator caches, kernels and code
+    loaded on first use. Workspace is then the peak minus every category, never below 0.
 
     When the backend attributed the blocks live at the moment of the peak (``at_peak``, from
     the CUDA allocator's trace), those are the categories: they sum to the peak, workspace is
     measured, and ``unattributed`` says how much of the allocator's peak the replay missed.
-    The full sizes of the tensors are kept under ``tensors``."""
+    The full sizes of the tensors are kept under ``tensors``. Keys of ``measured`` outside
+    the categories (``weight_copies``) are recorded as measured figures of their own."""
     measured = dict(measured or {})
     at_peak = measured.pop("at_peak", None)
+    extras = OrderedDict((k, measured.pop(k)) for k in sorted(measured)
+                         if k not in CATEGORIES and measured[k] is not None)
     if at_peak is not None and peak is not None:
-        out = OrderedDict((k, {"bytes": int(at_peak[k]), "source": "measured"}) for k in CATEGORIES)
-        out["peak"] = {"bytes": int(peak), "source": "measured"}
-        out["unattributed"] = {"bytes": int(at_peak["unattributed"]), "source": "measured"}
+        out = OrderedDict((k, _entry(at_peak[k], "measured")) for k in CATEGORIES
+                          if k != "framework_runtime")
+        out["framework_runtime"] = _entry(None, None)  # host memory, not the device's
+        out["peak"] = dict(_entry(peak, "measured"), scope=peak_scope or "step")
+        out["unattributed"] = _entry(at_peak["unattributed"], "measured")
         out["tensors"] = OrderedDict((k, int(v)) for k, v in measured.items() if v is not None)
-        out["analytic"] = OrderedDict((k, int(v)) for k, v in analytic_bytes.items())
-        return out
-    out = OrderedDict()
-    for key in CATEGORIES[:-1]:
-        if key in measured and measured[key] is not None:
-            out[key] = {"bytes": int(measured[key]), "source": "measured"}
-        else:
-            out[key] = {"bytes": int(analytic_bytes[key]), "source": "analytic"}
-    attributed = sum(v["bytes"] for v in out.values())
-    if peak is not None:
-        out["workspace"] = {"bytes": max(int(peak) - attributed, 0), "source": "derived"}
-        out["peak"] = {"bytes": int(peak), "source": "measured"}
     else:
-        out["workspace"] = {"bytes": None, "source": None}
-        out["peak"] = {"bytes": None, "source": None}
+        out = OrderedDict()
+        for key in CATEGORIES:
+            if key in measured and measured[key] is not None:
+                out[key] = _entry(measured[key], "measured")
+            elif key in analytic_bytes:
+                out[key] = _entry(analytic_bytes[key], "analytic")
+        if steady is not None:
+            held = sum(out[k]["bytes"] for k in RESIDENT_TENSORS)
+            out["framework_runtime"] = _entry(max(int(steady) - held, 0), "derived")
+        else:
+            out["framework_runtime"] = _entry(None, None)
+        if peak is not None:
+            attributed = sum(out[k]["bytes"] or 0 for k in CATEGORIES if k != "workspace")
+            out["workspace"] = _entry(max(int(peak) - attributed, 0), "derived")
+            out["peak"] = dict(_entry(peak, "measured"), scope=peak_scope)
+        else:
+            out["workspace"] = _entry(None, None)
+            out["peak"] = dict(_entry(None, None), scope=None)
+        out = OrderedDict((k, out[k]) for k in CATEGORIES + ("peak",))
+    for key, value in extras.items():
+        out[key] = _entry(value, "measured")
     out["analytic"] = OrderedDict((k, int(v)) for k, v in analytic_bytes.items())
     return out

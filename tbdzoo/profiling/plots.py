@@ -13,14 +13,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch", "workspace")
+from .memory import CATEGORIES
 
 # Fixed colours for the known backends keep reports comparable with each other.
 KNOWN_BACKEND_COLORS = OrderedDict([("torch", "#d62728"), ("tensorflow", "#ff7f0e"),
                                     ("mxnet", "#1f77b4"), ("cntk", "#2ca02c")])
 EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 CATEGORY_COLORS = dict(zip(CATEGORIES, ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                        "#b07aa1")))
+                                        "#9c755f", "#b07aa1")))
 SOURCE_HATCH = {"measured": "", "analytic": "///", "derived": "..."}
 UTILIZATION_METRICS = (
     ("CPU process utilisation\n(CPU time / wall / cores)", ("cpu", "process_utilization")),

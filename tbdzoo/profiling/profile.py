@@ -5,7 +5,6 @@ that lives in a worker (the samplers then see only that worker, which keeps figu
 Valid Python 3.6: the CNTK worker runs it.
 """
 import datetime
-import os
 import sys
 from collections import OrderedDict
 
@@ -14,23 +13,18 @@ from . import memory as memory_mod
 from .cpu import CpuMeter
 from .fingerprint import fingerprint
 from .gpu import GpuSampler, device_info
+from .resident import PeakWindow, release_free_heap, resident_bytes
 from .timing import time_training
 
 SCHEMA = "tbdzoo.run/1"
 
 
-def resident_bytes():
-    """Current resident memory of this process (Linux /proc, no dependency)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
+def _growth(resident, before_build):
+    """Resident bytes over the process's footprint just before the model was built (0 when
+    memory held then, by an earlier model, has been freed since)."""
+    if resident is None or before_build is None:
         return None
-
-
-def peak_resident_bytes():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    return max(resident - before_build, 0)
 
 
 def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
@@ -47,16 +41,22 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
     gpu_index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
     gpu = GpuSampler(gpu_index) if samplers and device.startswith("cuda") else None
     meters = [m for m in (cpu, gpu) if m is not None]
+    window = PeakWindow().start()  # the peak is this profile's, not the process's so far
     timing = time_training(model, prepared, warmup, steps, repeats, progress, meters)
     readings = dict(zip([type(m).__name__ for m in meters], timing.pop("meters")))
     gpu_reading = readings.get("GpuSampler")
     if gpu_reading is not None and gpu_reading.get("energy_j") is not None:
         gpu_reading["energy_j_per_step"] = gpu_reading.pop("energy_j") / (steps * repeats)
 
+    before_build = getattr(model, "rss_before_build", None) if device == "cpu" else None
+    steady = None
+    if before_build is not None and release_free_heap():  # else freed blocks would count as held
+        steady = _growth(resident_bytes(), before_build)  # what stays resident between steps
     measured = dict(model.measure_memory(prepared) or {})
     peak = measured.pop("peak", None)  # at_peak, when present, stays for breakdown()
-    if peak is None and device == "cpu" and getattr(model, "rss_before_build", None) is not None:
-        peak = peak_resident_bytes() - model.rss_before_build
+    peak_scope = "step" if peak is not None else None
+    if peak is None and before_build is not None:
+        peak, peak_scope = _growth(window.peak(), before_build), window.scope
     precision = model.hparams.get("precision", "fp32")
     batch_size = model.hparams["batch_size"]
     batch_bytes = sum(int(getattr(v, "nbytes", 0)) for v in batch.values())
@@ -74,7 +74,7 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
         ("cpu", readings.get("CpuMeter")), ("gpu", gpu_reading),
         ("flops", flops_mod.summary(model.spec, batch_size, timing["step_time"]["median"],
                                     (gpu_info or {}).get("name"), precision, peak_flops)),
-        ("memory", memory_mod.breakdown(analytic, measured, peak)),
+        ("memory", memory_mod.breakdown(analytic, measured, peak, steady, peak_scope)),
         ("losses", timing["losses"]),
         ("env", fingerprint(model.framework, model.framework_version(), gpu_info)),
         ("command", command or " ".join(sys.argv)),

@@ -353,8 +353,11 @@ def md_table(table):
 
 
 MEMORY_LEGEND = ("Each category: size (share of the sum of categories, source). measured = read "
-                 "from the framework; analytic = computed from the spec; derived = measured peak "
-                 "minus the attributed categories, never below 0.")
+                 "from the framework; analytic = computed from the spec; derived = from measured "
+                 "resident memory: framework runtime (CPU only) is what stays resident between "
+                 "steps beyond the model's tensors (libraries, thread pools, caches), workspace "
+                 "is the measured peak minus every other category, never below 0. Weights are "
+                 "the whole model state, BatchNorm running statistics included.")
 READING_NOTE = ("Protocol (docs/profiling.md): warm-up steps are excluded (compilation and "
                 "autotuning happen there, the first step is reported apart); then timed steps "
                 "with the device synchronised, repeated; step time is the median over repeats "

@@ -175,3 +175,16 @@ class Model(BackendModel):
     def _set_weights(self, weights):
         for n, value in weights.items():
             self.native.spec_params[n].set_data(value)  # copies into the bound array
+
+    # -- measuring -------------------------------------------------------------------------
+    def measure_memory(self, prepared):
+        """Weights (every parameter of the model's state, running statistics included), the
+        gradient buffers Gluon keeps between steps and the optimizer's state arrays, read off
+        the arrays themselves."""
+        def size(a):
+            return a.size * np.dtype(a.dtype).itemsize
+        slots = [a for name in ("buffers", "means", "variances")
+                 for a in getattr(self.optimizer, name, None) or []]
+        return {"weights": sum(size(p.data()) for p in self.native.spec_params.values()),
+                "gradients": sum(size(p.grad()) for p in self._trainable),
+                "optimizer_state": sum(size(a) for a in slots)}

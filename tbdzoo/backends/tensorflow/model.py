@@ -297,3 +297,14 @@ class Model(BackendModel):
     def _set_weights(self, weights):
         for n, value in weights.items():
             self.native.variable(n).assign(self.native.to_internal(n, value))
+
+    # -- measuring -------------------------------------------------------------------------
+    def measure_memory(self, prepared):
+        """Weights (every variable of the model's state, running statistics included) and the
+        optimizer's slot variables, read off the variables themselves. Gradients live only
+        inside a step here, so they stay analytic."""
+        def size(v):
+            return v.shape.num_elements() * v.dtype.size
+        slots = [v for name in ("buffers", "m", "v") for v in getattr(self.optimizer, name, None) or []]
+        return {"weights": sum(size(self.native.variable(n)) for n in self.spec.params()),
+                "optimizer_state": sum(size(v) for v in slots)}

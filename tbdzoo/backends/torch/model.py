@@ -1,5 +1,4 @@
 """The spec graph as a ``torch.nn.Module`` whose state_dict keys are the canonical names."""
-import bisect
 import contextlib
 from collections import OrderedDict
 
@@ -8,6 +7,7 @@ import torch
 from torch import nn
 
 from ...errors import UnsupportedOptionError
+from ...profiling import cuda_memory
 from ..base import BackendModel
 from . import ops, optimizers
 
@@ -238,20 +238,27 @@ class Model(BackendModel):
     def measure_memory(self, prepared):
         """One instrumented training step.
 
-        Feature maps are the storages autograd saves for backward (saved-tensor hooks,
-        parameters excluded); weights, gradients, optimizer state and the batch are read off
-        their tensors. On a GPU the step also runs under the caching allocator's trace, which
-        is replayed to find the moment of the peak and to attribute every block live then
-        (``peak_attribution``): what no tensor claims is the workspace (activation gradients
-        in flight, cuDNN scratch, casts), measured rather than left as a remainder.
+        Feature maps are the storages autograd saves for backward (saved-tensor hooks), each
+        storage once, without the model's own tensors, the batch (its own category) or the
+        low-precision copies of weights that autocast saves (``weight_copies``). Weights are
+        every tensor of the model's state (parameters and running statistics); gradients,
+        optimizer state and the batch are read off their tensors. On a GPU the step also runs
+        under the caching allocator's trace (tbdzoo/profiling/cuda_memory.py), which is
+        replayed to find the moment of the peak and to attribute every block live then: what
+        no tensor claims is the workspace (activation gradients in flight, cuDNN scratch,
+        casts), measured rather than left as a remainder.
         """
-        own = {t.untyped_storage().data_ptr() for t in self.native.state_dict().values()}
-        saved = {}
+        state = _unique_storages(self.native.state_dict().values())
+        batch = _unique_storages(prepared.native.values())
+        parameters = {id(t) for t in self._trainable}
+        saved, weight_copies = {}, {}
 
         def pack(tensor):
             storage = tensor.untyped_storage()
-            if storage.data_ptr() not in own:
-                saved[storage.data_ptr()] = storage.nbytes()
+            ptr = storage.data_ptr()
+            if ptr not in state and ptr not in batch:
+                kept = weight_copies if _is_weight_copy(tensor, parameters) else saved
+                kept[ptr] = storage.nbytes()
             return tensor
 
         def step():
@@ -259,81 +266,46 @@ class Model(BackendModel):
                 self.train_step(prepared)
 
         cuda = self.device.startswith("cuda")
-        trace = memory_trace(step, self.device) if cuda else step()
-        state = [v for s in self.optimizer.state.values() for v in s.values()
+        trace = cuda_memory.memory_trace(step, self.device) if cuda else step()
+        slots = [v for s in self.optimizer.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0]
         grads = [t.grad for t in self._trainable if t.grad is not None]
-        tensors = {"weights": list(self.native.state_dict().values()), "optimizer_state": state,
-                   "input_batch": list(prepared.native.values()), "gradients": grads}
+        optimizer_state = _unique_storages(slots)
+        gradients = _unique_storages(grads)
         measured = {
-            "weights": sum(t.nbytes for t in self._trainable),
-            "gradients": sum(t.nbytes for t in grads),
-            "optimizer_state": sum(t.nbytes for t in state),
+            "weights": sum(state.values()),
+            "gradients": sum(gradients.values()),
+            "optimizer_state": sum(optimizer_state.values()),
             "feature_maps": sum(saved.values()),
-            "input_batch": sum(t.nbytes for t in prepared.native.values()),
+            "input_batch": sum(batch.values()),
+            "weight_copies": sum(weight_copies.values()),
             "peak": None,
         }
         if cuda:
-            at_peak = peak_attribution(trace, tensors, saved)
+            claims = OrderedDict([("weights", state), ("optimizer_state", optimizer_state),
+                                  ("input_batch", batch), ("gradients", gradients),
+                                  ("feature_maps", saved)])
+            measured["at_peak"] = cuda_memory.peak_attribution(trace, claims)
             measured["peak"] = trace["max_memory_allocated"]
-            measured["at_peak"] = at_peak
         return measured
 
 
-def memory_trace(step, device):
-    """Run ``step`` under the CUDA caching allocator's event trace; return what replaying needs:
-    the blocks live before, the events, and the allocator's own peak for the step."""
-    index = torch.device(device).index or 0
-    torch.cuda.synchronize(device)
-    live = {b["address"]: b["size"] for seg in torch.cuda.memory._snapshot()["segments"]
-            if seg["device"] == index for b in seg["blocks"] if b["state"] == "active_allocated"}
-    torch.cuda.reset_peak_memory_stats(device)
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
-                                             max_entries=4000000)
-    try:
-        step()
-        torch.cuda.synchronize(device)
-        events = torch.cuda.memory._snapshot()["device_traces"][index]
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    return {"live_before": live, "events": events,
-            "max_memory_allocated": torch.cuda.max_memory_allocated(device)}
-
-
-def peak_attribution(trace, tensors, saved):
-    """Replay the trace to the moment of the peak and attribute the blocks live then.
-
-    A block belongs to the first category, in the order of ``tensors`` then feature maps, one
-    of whose tensors starts inside it; other live blocks are workspace. ``unattributed`` is
-    the allocator's peak minus the replayed one (rounding, events the trace missed)."""
-    live = dict(trace["live_before"])
-    total = peak = sum(live.values())
-    peak_live = dict(live)
-    for event in trace["events"]:
-        action, addr, size = event["action"], event["addr"], event["size"]
-        if action == "alloc":
-            live[addr] = size
-            total += size
-            if total > peak:
-                peak, peak_live = total, None
-        elif action == "free_requested" and addr in live:  # the allocator's counters drop here
-            if peak_live is None:
-                peak_live = dict(live)
-            total -= live.pop(addr)
-    if peak_live is None:
-        peak_live = dict(live)
-    starts = sorted(peak_live)
-    owner = {}
-    claims = [(k, [t.untyped_storage().data_ptr() for t in ts]) for k, ts in tensors.items()]
-    claims.append(("feature_maps", list(saved)))
-    for category, pointers in claims:
-        for ptr in pointers:
-            i = bisect.bisect_right(starts, ptr) - 1
-            if i >= 0 and ptr < starts[i] + peak_live[starts[i]] and starts[i] not in owner:
-                owner[starts[i]] = category
-    out = {k: 0 for k in list(tensors) + ["feature_maps", "workspace"]}
-    for addr, size in peak_live.items():
-        out[owner.get(addr, "workspace")] += size
-    out["replayed_peak"] = peak
-    out["unattributed"] = trace["max_memory_allocated"] - peak
+def _unique_storages(tensors):
+    """{data pointer: bytes} of the storages under ``tensors``, a storage shared by views once."""
+    out = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        out[storage.data_ptr()] = storage.nbytes()
     return out
+
+
+def _is_weight_copy(tensor, parameters):
+    """A cast of a parameter, as autocast makes and saves (or a view of one, as a linear
+    layer saves the transposed cast): its grad_fn is a copy whose input accumulates into the
+    gradient of one of ``parameters`` (ids of the trainable tensors)."""
+    base = tensor._base if tensor._base is not None else tensor  # a transposed view: its copy
+    fn = base.grad_fn
+    if fn is None or type(fn).__name__ != "ToCopyBackward0":
+        return False
+    return any(id(getattr(nxt, "variable", None)) in parameters
+               for nxt, _ in fn.next_functions if nxt is not None)
