@@ -31,3 +31,9 @@ class WorkerError(TbdError, RuntimeError):
 
 class UnsupportedOptionError(TbdError, ValueError):
     """A normalized option that this backend's framework cannot honour."""
+
+
+# -- what a backend cannot build -------------------------------------------------------------------
+
+class UnsupportedOpError(TbdError, ValueError):
+    """A model uses a node type its backend does not implement."""
