@@ -210,3 +210,9 @@ def test_the_shared_layer_is_python36_and_framework_free():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_in_env(environments.python_of("cntk"), ["-c", code])
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_any_tbdzoo_error_from_a_worker_arrives_as_its_own_class():
+    assert remote._error_class("UnsupportedOpError") is UnsupportedOpError
+    assert remote._error_class("ValueError") is ValueError
+    assert remote._error_class("SystemExit") is None  # not ours: reported as a WorkerError
