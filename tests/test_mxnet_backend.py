@@ -77,29 +77,18 @@ def _parameter(value, grad):
     return p
 
 
-@pytest.mark.parametrize("nesterov", [False, True])
-def test_sgd_is_the_normalized_formula_with_a_changing_learning_rate(nesterov):
+@pytest.mark.parametrize("hp", [
+    {"optimizer": "sgd", "momentum": 0.0, "nesterov": False, "weight_decay": 0.01},
+    {"optimizer": "sgd", "momentum": 0.9, "nesterov": False, "weight_decay": 0.01},
+    {"optimizer": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+    {"optimizer": "adam", "beta1": 0.9, "beta2": 0.98, "eps": 1e-3,  # a large eps shows
+     "weight_decay": 0.01}])                                         # where it sits
+def test_optimizers_are_the_normalized_formulas_with_a_changing_learning_rate(hp):
     rng = np.random.RandomState(0)
     w = rng.standard_normal(6)
-    hp = {"optimizer": "sgd", "momentum": 0.9, "nesterov": nesterov, "weight_decay": 0.01}
     p = _parameter(w, np.zeros(6))
     opt, reference = optimizers.make([p], hp), ReferenceOptimizer(hp)
     for lr in (0.1, 0.05, 0.2):  # MXNet's own SGD goes wrong exactly when lr changes
-        g = rng.standard_normal(6)
-        p.grad()[:] = nd.array(g)
-        opt.step(lr)
-        w = reference.step(w, g, lr)
-        np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
-
-
-def test_adam_is_the_normalized_formula():
-    rng = np.random.RandomState(1)
-    w = rng.standard_normal(6)
-    hp = {"optimizer": "adam", "beta1": 0.9, "beta2": 0.98, "eps": 1e-3,  # a large eps shows
-          "weight_decay": 0.01}                                           # where it sits
-    p = _parameter(w, np.zeros(6))
-    opt, reference = optimizers.make([p], hp), ReferenceOptimizer(hp)
-    for lr in (0.1, 0.05, 0.2):
         g = rng.standard_normal(6)
         p.grad()[:] = nd.array(g)
         opt.step(lr)
