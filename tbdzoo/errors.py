@@ -35,3 +35,7 @@ class UnsupportedOptionError(TbdError, ValueError):
 
 class HyperparameterError(TbdError, ValueError):
     """A hyperparameter value of the wrong type or outside what the model allows."""
+
+
+class UnsupportedOpError(TbdError, ValueError):
+    """A model uses a node type its backend does not implement."""

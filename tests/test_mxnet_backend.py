@@ -11,6 +11,7 @@ require_framework("mxnet")
 
 import tbdzoo.backends.mxnet  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
 from mxnet import gluon, nd  # noqa: E402
+from tbdzoo.backends.common.optimizers import ReferenceOptimizer  # noqa: E402
 from tbdzoo.backends.mxnet import optimizers  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 
@@ -76,36 +77,22 @@ def _parameter(value, grad):
     return p
 
 
-@pytest.mark.parametrize("nesterov", [False, True])
-def test_sgd_is_the_normalized_formula_with_a_changing_learning_rate(nesterov):
+@pytest.mark.parametrize("hp", [
+    {"optimizer": "sgd", "momentum": 0.0, "nesterov": False, "weight_decay": 0.01},
+    {"optimizer": "sgd", "momentum": 0.9, "nesterov": False, "weight_decay": 0.01},
+    {"optimizer": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+    {"optimizer": "adam", "beta1": 0.9, "beta2": 0.98, "eps": 1e-3,  # a large eps shows
+     "weight_decay": 0.01}])                                         # where it sits
+def test_optimizers_are_the_normalized_formulas_with_a_changing_learning_rate(hp):
     rng = np.random.RandomState(0)
-    w, buf = rng.standard_normal(6), np.zeros(6)
-    momentum, wd = 0.9, 0.01
+    w = rng.standard_normal(6)
     p = _parameter(w, np.zeros(6))
-    opt = optimizers.SGD([p], momentum, nesterov, wd)
+    opt, reference = optimizers.make([p], hp), ReferenceOptimizer(hp)
     for lr in (0.1, 0.05, 0.2):  # MXNet's own SGD goes wrong exactly when lr changes
         g = rng.standard_normal(6)
         p.grad()[:] = nd.array(g)
         opt.step(lr)
-        g = g + wd * w
-        buf = momentum * buf + g
-        w = w - lr * (g + momentum * buf if nesterov else buf)
-        np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
-
-
-def test_adam_is_the_normalized_formula():
-    rng = np.random.RandomState(1)
-    w, m, v = rng.standard_normal(6), np.zeros(6), np.zeros(6)
-    b1, b2, eps, wd = 0.9, 0.98, 1e-3, 0.01  # a large eps shows where it sits
-    p = _parameter(w, np.zeros(6))
-    opt = optimizers.Adam([p], b1, b2, eps, wd)
-    for t, lr in enumerate((0.1, 0.05, 0.2), start=1):
-        g = rng.standard_normal(6)
-        p.grad()[:] = nd.array(g)
-        opt.step(lr)
-        g = g + wd * w
-        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        w = reference.step(w, g, lr)
         np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5, atol=1e-6)
 
 

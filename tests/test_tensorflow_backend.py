@@ -13,6 +13,7 @@ require_framework("tensorflow")
 import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tbdzoo.backends.common.optimizers import reference_trajectory  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 from tbdzoo.backends.tensorflow import model as tf_model, optimizers  # noqa: E402
 from tbdzoo.models.registry import ModelDef  # noqa: E402
@@ -146,11 +147,7 @@ def test_sgd_is_the_normalized_formula(nesterov):
     w = rng.standard_normal(6).astype(np.float32)
     grads = [rng.standard_normal(6).astype(np.float32) for _ in range(3)]
     rates = [0.1, 0.05, 0.02]
-    expected, buf = w.astype(np.float64), np.zeros(6)
-    for g, lr in zip(grads, rates):
-        g = g + 0.01 * expected
-        buf = 0.9 * buf + g
-        expected = expected - lr * (g + 0.9 * buf if nesterov else buf)
+    expected = reference_trajectory(hp, w, grads, rates)[-1]
     np.testing.assert_allclose(_run_optimizer(hp, w, grads, rates), expected, rtol=1e-5, atol=1e-6)
 
 
@@ -160,10 +157,5 @@ def test_adam_is_the_normalized_formula():
     w = rng.standard_normal(6).astype(np.float32)
     grads = [rng.standard_normal(6).astype(np.float32) * 1e-3 for _ in range(3)]
     rates = [1e-2, 2e-2, 3e-2]
-    expected, m, v = w.astype(np.float64), np.zeros(6), np.zeros(6)
-    for t, (g, lr) in enumerate(zip(grads, rates), 1):
-        g = g + 0.01 * expected
-        m = 0.9 * m + 0.1 * g
-        v = 0.98 * v + 0.02 * g * g
-        expected = expected - lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.98 ** t)) + 1e-6)
+    expected = reference_trajectory(hp, w, grads, rates)[-1]
     np.testing.assert_allclose(_run_optimizer(hp, w, grads, rates), expected, rtol=1e-5, atol=1e-6)

@@ -11,8 +11,10 @@ canonical NumPy at the boundary:
   _get_weights()                  canonical dict of every parameter and statistic
   _set_weights(weights)           assign a validated canonical dict
 
-The optimizer each backend implements is defined here once (see OPTIMIZERS) so that three
-steps on any backend give the same trajectory.
+The optimizers every backend implements are defined once (tbdzoo/backends/common/optimizers.py)
+so that three steps on any backend give the same trajectory. :func:`check_buildable` is the one
+construction check, run by in-process models, worker-backed ones (before the worker starts) and
+the worker itself.
 """
 import importlib
 import time
@@ -22,12 +24,19 @@ import numpy as np
 
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
+from .common import op_support, optimizers
 
-# The normalized optimizer definitions (PyTorch's formulation, coupled weight decay):
-#   sgd:  g += wd * w;  buf = momentum * buf + g;  w -= lr * buf   (nesterov: g + momentum * buf)
-#   adam: g += wd * w;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-#         w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
+
+
+def check_buildable(model_def, hparams, backend):
+    """The spec of ``model_def`` under ``hparams``, once every check that needs no framework
+    has passed: the optimizer and schedule exist, and ``backend`` implements every op."""
+    spec = model_def.build_graph(hparams)
+    optimizers.check(hparams)
+    schedules.check(hparams)
+    op_support.check(spec, backend)
+    return spec
 
 
 class Prepared(object):
@@ -51,11 +60,8 @@ class BackendModel(object):
         self.name = model_def.name
         self.hparams = hparams
         self.seed = seed
-        self.spec = model_def.build_graph(hparams)
+        self.spec = check_buildable(model_def, hparams, self.backend)
         self._check_options(hparams)
-        if hparams["optimizer"] not in OPTIMIZERS:
-            raise ValueError("optimizer {!r}; known: {}".format(hparams["optimizer"], OPTIMIZERS))
-        schedules.check(hparams)
         self.step_count = 0
         self.native = None
         from ..profiling.profile import resident_bytes

@@ -17,13 +17,23 @@ from collections import OrderedDict
 from .. import errors
 from ..weights import load_arrays, save_arrays
 from . import environments
-from .base import BackendModel, Prepared
+from .base import BackendModel, Prepared, check_buildable
 
 DEFAULT_TIMEOUT = 3600.0
 _ERRORS = {name: getattr(errors, name) for name in (
     "UnknownNameError", "WeightsError", "BackendUnavailableError", "UnsupportedOptionError",
     "HyperparameterError")}
 _ERRORS.update({"ValueError": ValueError, "KeyError": KeyError, "TypeError": TypeError})
+
+
+def _error_class(name):
+    """The class of an error raised in the worker: a known one, or any TbdError by its name."""
+    cls = _ERRORS.get(name)
+    if cls is None:
+        cls = getattr(errors, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.TbdError)):
+            return None
+    return cls
 
 
 class WorkerHandle(object):
@@ -44,11 +54,11 @@ class RemoteModel(BackendModel):
     def __init__(self, model_def, hparams, seed, backend, timeout=DEFAULT_TIMEOUT, device=None):
         self.backend = backend
         self.model_def, self.name, self.hparams, self.seed = model_def, model_def.name, hparams, seed
-        self.spec = model_def.build_graph(hparams)
+        self._process, self._dir = None, None
+        self.spec = check_buildable(model_def, hparams, backend)  # refused before a worker starts
         self.step_count = 0
         self.timeout = timeout
         self._keys = itertools.count()
-        self._process, self._dir = None, None
         python = environments.python_for(backend)
         if not os.path.exists(python):
             raise errors.BackendUnavailableError(
@@ -111,7 +121,7 @@ class RemoteModel(BackendModel):
         reply = json.loads(line.decode())
         if reply["ok"]:
             return reply["result"]
-        cls = _ERRORS.get(reply["error"])
+        cls = _error_class(reply["error"])
         if cls is None:
             raise errors.WorkerError("{} in the {} worker during {!r}: {}\n{}".format(
                 reply["error"], self.backend, method, reply["message"], reply["traceback"]))

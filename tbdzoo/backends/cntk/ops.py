@@ -12,10 +12,7 @@ import cntk as C
 import numpy as np
 
 from ...spec.tables import sinusoid_table
-
-# Masked attention logits and padded max-pool cells (the reference uses -1e9 and -inf).
-MASKED_LOGIT = -1e9
-LOWEST = float(np.finfo(np.float32).min)
+from ..common import attention, kernels, pooling
 
 
 class Context(object):
@@ -82,7 +79,7 @@ def dilated_kernel(weight, dilation):
     spread = C.reshape(weight, (o, i, kh, 1, kw, 1))
     spread = C.pad(spread, pattern=[(0, 0), (0, 0), (0, 0), (0, dh - 1), (0, 0), (0, dw - 1)])
     spread = C.reshape(spread, (o, i, kh * dh, kw * dw))
-    return C.slice(spread, [2, 3], [0, 0], [dh * (kh - 1) + 1, dw * (kw - 1) + 1])
+    return C.slice(spread, [2, 3], [0, 0], list(kernels.dilated_extent((kh, kw), dilation)))
 
 
 def conv2d(inputs, p, a, ctx):
@@ -138,24 +135,9 @@ def maxpool2d(inputs, p, a, ctx):
     """Padded cells never win: CNTK's auto padding skips them, explicit pads hold the lowest float."""
     x, = inputs
     modes = _axis_modes(x.shape, a["kernel"], a["stride"], a["padding"])
-    x, modes = _explicit_pad(x, a["padding"], modes, value=LOWEST)
+    x, modes = _explicit_pad(x, a["padding"], modes, value=pooling.LOWEST_FLOAT32)
     return C.pooling(x, C.MAX_POOLING, tuple(a["kernel"]), strides=tuple(a["stride"]),
                      auto_padding=[False] + modes)
-
-
-def pool_divisors(shape, kernel, stride, padding, count_include_pad):
-    """How many cells each average-pool window divides by, as a (1, Ho, Wo) NumPy array."""
-    counts = []
-    for i in range(2):
-        size, k, s, (before, after) = shape[1 + i], kernel[i], stride[i], padding[i]
-        n_out = (size + before + after - k) // s + 1
-        starts = np.arange(n_out) * s - before
-        if count_include_pad:
-            lo, hi = np.maximum(starts, -before), np.minimum(starts + k, size + after)
-        else:
-            lo, hi = np.maximum(starts, 0), np.minimum(starts + k, size)
-        counts.append((hi - lo).astype(np.float64))
-    return np.outer(counts[0], counts[1])[None].astype(np.float32)
 
 
 def avgpool2d(inputs, p, a, ctx):
@@ -167,10 +149,9 @@ def avgpool2d(inputs, p, a, ctx):
     if None not in modes:
         return C.pooling(x, C.AVG_POOLING, kernel, strides=stride, auto_padding=[False] + modes,
                          include_pad=bool(a["count_include_pad"]))
-    divisors = pool_divisors(x.shape, kernel, stride, padding, a["count_include_pad"])
+    scale = pooling.rescale(x.shape[1:], a)[None]
     x, modes = _explicit_pad(x, padding, [None, None])
     y = C.pooling(x, C.AVG_POOLING, kernel, strides=stride, auto_padding=[False, False, False])
-    scale = (kernel[0] * kernel[1]) / divisors
     if np.all(scale == 1.0):
         return y
     return y * C.constant(scale.astype(np.float32))
@@ -232,7 +213,7 @@ def attention_mask(keys, pad_id, causal, t, s):
     """1 where a logit is masked: padded keys (per example) and, if causal, keys after the query."""
     masked = C.equal(keys, pad_id)
     if causal:
-        future = np.triu(np.ones((t, s), np.float32), 1)
+        future = attention.causal_table(t, s)
         masked = C.greater(masked + C.constant(future), 0.5)
     return masked
 
@@ -247,7 +228,7 @@ def multi_head_attention(inputs, p, a, ctx):
     k = linear(kv_in, p["W_k"], p["b_k"])
     v = linear(kv_in, p["W_v"], p["b_v"])
     masked = attention_mask(keys, a["pad_id"], a["causal"], t, s)
-    fill, root = C.constant(MASKED_LOGIT), math.sqrt(dh)
+    fill, root = C.constant(attention.MASKED_LOGIT), math.sqrt(dh)
     contexts = []
     for h in range(heads):
         lo, hi = h * dh, (h + 1) * dh

@@ -1,4 +1,5 @@
-"""The normalized SGD and Adam of tbdzoo/backends/base.py as CNTK ``universal`` learners.
+"""The normalized SGD and Adam of tbdzoo/backends/common/optimizers.py as CNTK ``universal``
+learners.
 
 CNTK's built-in momentum_sgd and adam use unit-gain momentum and per-sample learning-rate
 conventions, so the update is written here with ``C.assign`` and runs inside the trainer's
@@ -11,6 +12,8 @@ import math
 
 import cntk as C
 import numpy as np
+
+from ..common import optimizers as normalized
 
 
 def _scalar(value):
@@ -26,8 +29,8 @@ class _Optimizer(object):
 
     def __init__(self, params, hp):
         self.params = list(params)
-        self.hp = hp
-        self.weight_decay = float(hp.get("weight_decay", 0.0))
+        self.hp = normalized.hyperparameters(hp)
+        self.weight_decay = self.hp["weight_decay"]
         self.steps = 0
         self._lr = _scalar(hp.get("lr", 0.0))
         # C.universal inspects the function's arity, so a bound method (with self) is refused.
@@ -38,7 +41,7 @@ class _Optimizer(object):
 
     def _gradient(self, param, grad):
         """Coupled weight decay: the decay term joins the gradient."""
-        return grad + self.weight_decay * param if self.weight_decay else grad
+        return normalized.coupled_gradient(grad, param, self.weight_decay)
 
     def _updates(self, params, grads):
         ops = []
@@ -56,12 +59,12 @@ class SGD(_Optimizer):
     """buf = momentum * buf + g;  w -= lr * buf  (nesterov: w -= lr * (g + momentum * buf))."""
 
     def _update(self, param, grad):
-        momentum = float(self.hp.get("momentum", 0.0))
+        momentum = self.hp["momentum"]
         if not momentum:
             return [C.assign(param, param - self._lr * grad)]
         buf = self._state(param)
         new_buf = momentum * buf + grad
-        step = grad + momentum * new_buf if self.hp.get("nesterov") else new_buf
+        step = grad + momentum * new_buf if self.hp["nesterov"] else new_buf
         return [C.assign(buf, new_buf), C.assign(param, param - self._lr * step)]
 
 
@@ -75,7 +78,7 @@ class Adam(_Optimizer):
         super(Adam, self).__init__(params, hp)
 
     def _update(self, param, grad):
-        b1, b2, eps = float(self.hp["beta1"]), float(self.hp["beta2"]), float(self.hp["eps"])
+        b1, b2, eps = self.hp["beta1"], self.hp["beta2"], self.hp["eps"]
         m, v = self._state(param), self._state(param)
         new_m = b1 * m + (1.0 - b1) * grad
         new_v = b2 * v + (1.0 - b2) * C.square(grad)
@@ -85,14 +88,10 @@ class Adam(_Optimizer):
 
     def prepare(self, lr):
         super(Adam, self).prepare(lr)
-        t = self.steps
-        _set(self._step_size, lr / (1.0 - float(self.hp["beta1"]) ** t))
-        _set(self._bc2_sqrt, math.sqrt(1.0 - float(self.hp["beta2"]) ** t))
+        c1, c2 = normalized.adam_bias_corrections(self.hp["beta1"], self.hp["beta2"], self.steps)
+        _set(self._step_size, lr / c1)
+        _set(self._bc2_sqrt, math.sqrt(c2))
 
 
 def make(params, hp):
-    if hp["optimizer"] == "sgd":
-        return SGD(params, hp)
-    if hp["optimizer"] == "adam":
-        return Adam(params, hp)
-    raise ValueError("optimizer {!r} is not implemented for cntk".format(hp["optimizer"]))
+    return {"sgd": SGD, "adam": Adam}[normalized.check(hp)](params, hp)

@@ -10,13 +10,8 @@ the running statistics itself, because MXNet's update uses the biased variance).
 """
 import math
 
-import numpy as np
-
 from ...spec.tables import sinusoid_table
-
-# float32's lowest value: fills explicit max-pool padding so a padded cell never wins.
-_LOWEST = float(np.finfo(np.float32).min)
-_MASKED = -1e9  # what masked attention logits are set to (tbdzoo/spec/ops.py)
+from ..common import attention, pooling
 
 
 class GraphContext(object):
@@ -32,25 +27,6 @@ class GraphContext(object):
 
 # -- constants: NumPy tables a node needs, keyed so equal tables are stored once ------------------
 
-def causal_table(length):
-    """1 where key s lies after query t (masked), else 0."""
-    return np.triu(np.ones((length, length), np.float32), 1)
-
-
-def pool_count_table(size_hw, kernel, stride, pads):
-    """How many real (unpadded) cells each pooling window holds, shaped (1, 1, Ho, Wo)."""
-    (t, b), (l, r) = pads
-    ones = np.pad(np.ones(size_hw, np.float64), ((t, b), (l, r)))
-    ho = (ones.shape[0] - kernel[0]) // stride[0] + 1
-    wo = (ones.shape[1] - kernel[1]) // stride[1] + 1
-    count = np.zeros((ho, wo), np.float64)
-    for i in range(ho):
-        for j in range(wo):
-            count[i, j] = ones[i * stride[0]:i * stride[0] + kernel[0],
-                               j * stride[1]:j * stride[1] + kernel[1]].sum()
-    return count.astype(np.float32)[None, None]
-
-
 def constants_for(node, in_shapes):
     """key -> NumPy table for the constants ``node`` reads from ``ctx.constants``."""
     a = node.attrs
@@ -59,11 +35,11 @@ def constants_for(node, in_shapes):
         return {"pe_{}x{}".format(t, d): sinusoid_table(t, d)}
     if node.op == "multi_head_attention" and a["causal"]:
         t = in_shapes[0][0]
-        return {"causal_{}".format(t): causal_table(t)}
-    if node.op == "avgpool2d" and _needs_explicit_pool_pad(a) and not a["count_include_pad"]:
+        return {"causal_{}".format(t): attention.causal_table(t, t)}
+    if node.op == "avgpool2d" and pooling.needs_explicit_padding(a) and not a["count_include_pad"]:
         _, h, w = in_shapes[0]
-        return {_count_key(node.name): pool_count_table((h, w), a["kernel"], a["stride"],
-                                                        a["padding"])}
+        table = pooling.divisors((h, w), a["kernel"], a["stride"], a["padding"], False)
+        return {_count_key(node.name): table[None, None]}
     return {}
 
 
@@ -73,25 +49,12 @@ def _count_key(node_name):
 
 # -- helpers ----------------------------------------------------------------------------------
 
-def _symmetric(pads):
-    """(ph, pw) when top == bottom and left == right, else None."""
-    (t, b), (l, r) = pads
-    return (t, l) if t == b and l == r else None
-
-
 def _pad(F, x, pads, value=0.0):
     """Explicit, possibly asymmetric, spatial padding of an NCHW tensor."""
     (t, b), (l, r) = pads
     if not (t or b or l or r):
         return x
     return F.pad(x, mode="constant", constant_value=value, pad_width=(0, 0, 0, 0, t, b, l, r))
-
-
-def _needs_explicit_pool_pad(a):
-    """MXNet pools pad symmetrically only; a pad wider than half the window also takes the
-    explicit path, as in the reference backend, so such unusual windows match it exactly."""
-    sym = _symmetric(a["padding"])
-    return sym is None or 2 * max(sym) > min(a["kernel"])
 
 
 def _linear(F, x, weight, bias, units):
@@ -105,7 +68,7 @@ def _linear(F, x, weight, bias, units):
 
 def conv2d(F, inputs, p, a, ctx):
     x, = inputs
-    sym = _symmetric(a["padding"])
+    sym = pooling.symmetric(a["padding"])
     if sym is None:
         x, sym = _pad(F, x, a["padding"]), (0, 0)
     kw = dict(kernel=a["kernel"], stride=a["stride"], dilate=a["dilation"], pad=sym,
@@ -145,9 +108,9 @@ def add(F, inputs, p, a, ctx):
 
 def maxpool2d(F, inputs, p, a, ctx):
     x, = inputs
-    sym = _symmetric(a["padding"])
-    if _needs_explicit_pool_pad(a):
-        x, sym = _pad(F, x, a["padding"], _LOWEST), (0, 0)
+    sym = pooling.symmetric(a["padding"])
+    if pooling.needs_explicit_padding(a):
+        x, sym = _pad(F, x, a["padding"], pooling.LOWEST_FLOAT32), (0, 0)
     return F.Pooling(x, kernel=a["kernel"], stride=a["stride"], pad=sym, pool_type="max",
                      pooling_convention="valid")
 
@@ -155,8 +118,8 @@ def maxpool2d(F, inputs, p, a, ctx):
 def avgpool2d(F, inputs, p, a, ctx):
     x, = inputs
     kw = dict(kernel=a["kernel"], stride=a["stride"], pooling_convention="valid")
-    if not _needs_explicit_pool_pad(a):
-        return F.Pooling(x, pad=_symmetric(a["padding"]), pool_type="avg",
+    if not pooling.needs_explicit_padding(a):
+        return F.Pooling(x, pad=pooling.symmetric(a["padding"]), pool_type="avg",
                          count_include_pad=a["count_include_pad"], **kw)
     x = _pad(F, x, a["padding"])
     if a["count_include_pad"]:
@@ -219,7 +182,8 @@ def multi_head_attention(F, inputs, p, a, ctx):
         causal = F.reshape(ctx.constants["causal_{}".format(t)], shape=(1, 1, t, t))
         masked = F.broadcast_maximum(masked, causal)                   # (N, 1, T, S)
     # set (not add) the masked logits, as the spec says: s * (1 - m) + (-1e9) * m
-    scores = F.broadcast_add(F.broadcast_mul(scores, 1.0 - masked), masked * _MASKED)
+    scores = F.broadcast_add(F.broadcast_mul(scores, 1.0 - masked),
+                             masked * attention.MASKED_LOGIT)
     weights = F.softmax(scores, axis=-1)
     if a["dropout"]:
         weights = F.Dropout(weights, p=a["dropout"])

@@ -1,4 +1,5 @@
-"""The normalized SGD and Adam (tbdzoo/backends/base.py) as fused MXNet update operators.
+"""The normalized SGD and Adam (tbdzoo/backends/common/optimizers.py) as fused MXNet update
+operators.
 
 MXNet's own optimizers differ: its SGD keeps ``-lr * buf`` as state (wrong when the learning
 rate changes) and its NAG is the Sutskever form; its Adam folds the bias corrections into the
@@ -12,12 +13,13 @@ exactly the normalized formulas:
   sgd_update(y, x, lr=-b, wd=(a - 1) / b)            y = a y + b x   (see axpby)
   adam_update(..., lr * sqrt(c2) / c1, eps * sqrt(c2))   with c_i = 1 - beta_i^t, equals
                                                      w -= lr (m / c1) / (sqrt(v / c2) + eps)
+                                                     (``adam_kernel_arguments``)
 
 Every call is asynchronous; nothing here waits for the device.
 """
-import math
-
 from mxnet import nd
+
+from ..common import optimizers as normalized
 
 
 def axpby(y, x, a, b):
@@ -74,9 +76,8 @@ class Adam(object):
 
     def step(self, lr):
         self.t += 1
-        c1, c2 = 1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t
-        kw = dict(lr=lr * math.sqrt(c2) / c1, beta1=self.beta1, beta2=self.beta2,
-                  epsilon=self.eps * math.sqrt(c2), wd=self.wd)
+        lr_t, eps_t = normalized.adam_kernel_arguments(lr, self.beta1, self.beta2, self.eps, self.t)
+        kw = dict(lr=lr_t, beta1=self.beta1, beta2=self.beta2, epsilon=eps_t, wd=self.wd)
         for p, m, v in zip(self.params, self.means, self.variances):
             w = p.data()
             nd.adam_update(w, p.grad(), m, v, out=w, **kw)
@@ -84,8 +85,5 @@ class Adam(object):
 
 def make(params, hp):
     """The optimizer ``hp`` names, over the trainable Gluon Parameters ``params``."""
-    if hp["optimizer"] == "sgd":
-        return SGD(params, hp["momentum"], hp["nesterov"], hp["weight_decay"])
-    if hp["optimizer"] == "adam":
-        return Adam(params, hp["beta1"], hp["beta2"], hp["eps"], hp["weight_decay"])
-    raise ValueError("optimizer {!r} is not implemented for mxnet".format(hp["optimizer"]))
+    cls = {"sgd": SGD, "adam": Adam}[normalized.check(hp)]
+    return cls(params, **normalized.hyperparameters(hp))

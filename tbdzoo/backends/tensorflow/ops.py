@@ -11,8 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...spec.tables import sinusoid_table
-
-MASKED_SCORE = -1e9  # what the spec writes into masked attention logits
+from ..common import attention, kernels, pooling
 
 
 # -- padding helpers ----------------------------------------------------------------------------
@@ -80,7 +79,8 @@ def dilate_kernel(weight, dilation):
         shape = weight.shape.as_list()
         shape[axis] = k * d
         w = tf.reshape(w, shape)
-        weight = tf.gather(w, tf.range(d * (k - 1) + 1), axis=axis)
+        extent, = kernels.dilated_extent((k,), (d,))
+        weight = tf.gather(w, tf.range(extent), axis=axis)
     return weight
 
 
@@ -119,17 +119,6 @@ def maxpool2d(x, a):
     return tf.nn.max_pool2d(x, ksize, strides, mode)
 
 
-def _window_counts(hw, a):
-    """How many real (unpadded) cells each output window covers, as an (Ho, Wo, 1) array."""
-    counts = []
-    for axis in range(2):
-        (begin, end), k, s = a["padding"][axis], a["kernel"][axis], a["stride"][axis]
-        n_out = (hw[axis] + begin + end - k) // s + 1
-        starts = np.arange(n_out) * s - begin
-        counts.append(np.minimum(starts + k, hw[axis]) - np.maximum(starts, 0))
-    return np.outer(counts[0], counts[1]).astype(np.float32)[:, :, None]
-
-
 def avgpool2d(x, a):
     """TF's 'SAME' average excludes padding; other pads use a zero-padded 'VALID' average,
     rescaled by a constant window-count table when padding must not count."""
@@ -140,8 +129,7 @@ def avgpool2d(x, a):
     y = tf.nn.avg_pool2d(_pad(x, a["padding"]), ksize, strides, "VALID")
     if a["count_include_pad"]:
         return y
-    scale = float(a["kernel"][0] * a["kernel"][1]) / _window_counts(_hw(x), a)
-    return y * tf.constant(scale)
+    return y * tf.constant(pooling.rescale(_hw(x), a)[:, :, None])
 
 
 def global_avgpool(x):
@@ -208,7 +196,7 @@ def attention_mask(keys, a, t):
     masked = tf.equal(keys, a["pad_id"])[:, None, None, :]
     if a["causal"]:
         s = int(keys.shape[1])
-        future = np.triu(np.ones((t, s), dtype=bool), 1)
+        future = attention.causal_table(t, s, dtype=bool)
         masked = tf.logical_or(masked, tf.constant(future))
     return masked
 
@@ -220,7 +208,8 @@ def multi_head_attention(q_in, kv_in, keys, p, a, training):
     k = _split_heads(dense(kv_in, p["W_k"], p["b_k"]), heads)
     v = _split_heads(dense(kv_in, p["W_v"], p["b_v"]), heads)
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(d // heads)
-    scores = tf.where(attention_mask(keys, a, t), tf.constant(MASKED_SCORE, scores.dtype), scores)
+    fill = tf.constant(attention.MASKED_LOGIT, scores.dtype)
+    scores = tf.where(attention_mask(keys, a, t), fill, scores)
     weights = tf.nn.softmax(scores, axis=-1)
     if training and a["dropout"]:
         weights = tf.nn.dropout(weights, rate=a["dropout"])

@@ -1,4 +1,4 @@
-"""The normalized SGD and Adam of tbdzoo/backends/base.py.
+"""The normalized SGD and Adam of tbdzoo/backends/common/optimizers.py.
 
 Keras' own optimizers differ (decoupled or no weight decay, Keras momentum sign, Adam's
 epsilon-hat), so they are not used. The updates run as TensorFlow's fused training kernels
@@ -7,6 +7,8 @@ ours; coupled weight decay is added to the gradient first. ``apply`` runs inside
 train step; the learning rate is a tensor argument, so a new value never retraces the step.
 """
 import tensorflow as tf
+
+from ..common import optimizers as normalized
 
 
 def _dense(grad):
@@ -29,16 +31,14 @@ class SGD(object):
 
     def __init__(self, variables, hp):
         self.variables = list(variables)
-        self.momentum = float(hp["momentum"])
-        self.nesterov = bool(hp["nesterov"])
-        self.weight_decay = float(hp["weight_decay"])
+        hp = normalized.hyperparameters(hp)
+        self.momentum, self.nesterov = hp["momentum"], hp["nesterov"]
+        self.weight_decay = hp["weight_decay"]
         self.buffers = _slots(self.variables, "momentum") if self.momentum else []
 
     def apply(self, grads, lr):
         for i, (w, g) in enumerate(zip(self.variables, grads)):
-            g = _dense(g)
-            if self.weight_decay:
-                g = g + self.weight_decay * w
+            g = normalized.coupled_gradient(_dense(g), w, self.weight_decay)
             if self.momentum:
                 tf.raw_ops.ResourceApplyMomentum(
                     var=w.handle, accum=self.buffers[i].handle, lr=lr, grad=g,
@@ -53,15 +53,15 @@ class Adam(object):
 
     Run as TensorFlow's fused ApplyAdam kernel, which computes
     w -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps'): with eps' = eps sqrt(1 - b2^t)
-    that is the formula above exactly (multiply its denominator by sqrt(1 - b2^t)); Keras'
-    Adam instead uses the plain eps there.
+    (``adam_kernel_epsilon``) that is the formula above exactly; Keras' Adam instead uses the
+    plain eps there.
     """
 
     def __init__(self, variables, hp):
         self.variables = list(variables)
-        self.beta1, self.beta2 = float(hp["beta1"]), float(hp["beta2"])
-        self.eps = float(hp["eps"])
-        self.weight_decay = float(hp["weight_decay"])
+        hp = normalized.hyperparameters(hp)
+        self.beta1, self.beta2, self.eps = hp["beta1"], hp["beta2"], hp["eps"]
+        self.weight_decay = hp["weight_decay"]
         self.m = _slots(self.variables, "adam_m")
         self.v = _slots(self.variables, "adam_v")
         self.t = tf.Variable(0.0, trainable=False, name="adam_t")
@@ -71,17 +71,11 @@ class Adam(object):
         beta1_power, beta2_power = tf.pow(self.beta1, t), tf.pow(self.beta2, t)
         scalars = dict(beta1_power=beta1_power, beta2_power=beta2_power, lr=lr,
                        beta1=tf.constant(self.beta1), beta2=tf.constant(self.beta2),
-                       epsilon=self.eps * tf.sqrt(1.0 - beta2_power))
+                       epsilon=normalized.adam_kernel_epsilon(self.eps, beta2_power, tf.sqrt))
         for w, g, m, v in zip(self.variables, grads, self.m, self.v):
-            g = _dense(g)
-            if self.weight_decay:
-                g = g + self.weight_decay * w
+            g = normalized.coupled_gradient(_dense(g), w, self.weight_decay)
             tf.raw_ops.ResourceApplyAdam(var=w.handle, m=m.handle, v=v.handle, grad=g, **scalars)
 
 
 def make(variables, hp):
-    if hp["optimizer"] == "sgd":
-        return SGD(variables, hp)
-    if hp["optimizer"] == "adam":
-        return Adam(variables, hp)
-    raise ValueError("optimizer {!r} is not implemented for tensorflow".format(hp["optimizer"]))
+    return {"sgd": SGD, "adam": Adam}[normalized.check(hp)](variables, hp)

@@ -8,11 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-
-def _symmetric(pads):
-    """(ph, pw) when top == bottom and left == right, else None."""
-    (t, b), (l, r) = pads
-    return (t, l) if t == b and l == r else None
+from ..common import attention, pooling
 
 
 def _pad(x, pads, value=0.0):
@@ -22,7 +18,7 @@ def _pad(x, pads, value=0.0):
 
 def conv2d(inputs, p, a, training):
     x, = inputs
-    sym = _symmetric(a["padding"])
+    sym = pooling.symmetric(a["padding"])
     if sym is None:
         x, sym = _pad(x, a["padding"]), (0, 0)
     return F.conv2d(x, p["weight"], p.get("bias"), a["stride"], sym, a["dilation"], a["groups"])
@@ -61,17 +57,17 @@ def add_inplace(inputs, p, a, training):
 
 def maxpool2d(inputs, p, a, training):
     x, = inputs
-    sym = _symmetric(a["padding"])
-    if sym is None or max(sym[0], sym[1]) * 2 > min(a["kernel"]):
+    sym = pooling.symmetric(a["padding"])
+    if pooling.needs_explicit_padding(a):
         x, sym = _pad(x, a["padding"], value=-math.inf), (0, 0)
     return F.max_pool2d(x, a["kernel"], a["stride"], sym)
 
 
 def avgpool2d(inputs, p, a, training):
     x, = inputs
-    sym = _symmetric(a["padding"])
-    if sym is not None and max(sym) * 2 <= min(a["kernel"]):
-        return F.avg_pool2d(x, a["kernel"], a["stride"], sym, count_include_pad=a["count_include_pad"])
+    if not pooling.needs_explicit_padding(a):
+        return F.avg_pool2d(x, a["kernel"], a["stride"], pooling.symmetric(a["padding"]),
+                            count_include_pad=a["count_include_pad"])
     summed = F.avg_pool2d(_pad(x, a["padding"]), a["kernel"], a["stride"])
     if a["count_include_pad"]:
         return summed
@@ -126,10 +122,10 @@ def attention_bias(keys, pad_id, causal, t, dtype):
     Adding -1e9 and setting to -1e9 give the same softmax wherever a row keeps one key (the
     data always does); additive masks let PyTorch pick its fused attention kernels."""
     bias = torch.zeros(keys.shape, dtype=dtype, device=keys.device)
-    bias = bias.masked_fill(keys == pad_id, -1e9)[:, None, None, :]
+    bias = bias.masked_fill(keys == pad_id, attention.MASKED_LOGIT)[:, None, None, :]
     if causal:
         later = torch.ones(t, keys.shape[1], dtype=torch.bool, device=keys.device).triu(1)
-        bias = bias.masked_fill(later, -1e9)
+        bias = bias.masked_fill(later, attention.MASKED_LOGIT)
     return bias
 
 

@@ -1,0 +1,104 @@
+"""The normalized optimizers: every backend's SGD and Adam compute exactly these formulas
+(PyTorch's, with coupled weight decay), so a few steps on any backend give one trajectory.
+
+  sgd:  g += wd * w;  buf = momentum * buf + g;  w -= lr * buf   (nesterov: g + momentum * buf)
+  adam: g += wd * w;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+        w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),  t = steps this optimizer took
+
+Frameworks' own optimizers differ (docs/backends.md says how), so backends feed fused update
+kernels the arguments below, which make each kernel's documented formula equal these.
+"""
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+# Each optimizer and the hyperparameters its formula reads (besides the scheduled ``lr``).
+DEFINITIONS = OrderedDict([
+    ("sgd", ("momentum", "nesterov", "weight_decay")),
+    ("adam", ("beta1", "beta2", "eps", "weight_decay")),
+])
+NAMES = tuple(DEFINITIONS)
+_BOOLEAN = ("nesterov",)
+
+
+def check(hparams):
+    """Refuse an optimizer no backend implements, naming the ones that exist."""
+    name = hparams["optimizer"]
+    if name not in DEFINITIONS:
+        from ...errors import UnsupportedOptionError
+        raise UnsupportedOptionError("optimizer {!r} is not implemented; set optimizer to one of: "
+                                     "{}".format(name, ", ".join(NAMES)))
+    return name
+
+
+def hyperparameters(hparams):
+    """The optimizer's own hyperparameters from ``hparams``, as Python floats and bools."""
+    name = check(hparams)
+    return OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
+                       for k in DEFINITIONS[name])
+
+
+def coupled_gradient(grad, weight, weight_decay):
+    """g + wd * w, the gradient every formula above starts from (any array type)."""
+    return grad + weight_decay * weight if weight_decay else grad
+
+
+# -- argument transforms for fused Adam kernels --------------------------------------------------
+def adam_bias_corrections(beta1, beta2, t):
+    """(1 - b1^t, 1 - b2^t) for step ``t`` (counted from 1)."""
+    return 1.0 - beta1 ** t, 1.0 - beta2 ** t
+
+
+def adam_kernel_epsilon(eps, beta2_power, sqrt=math.sqrt):
+    """eps' = eps sqrt(1 - b2^t). A kernel computing w -= lr_t m / (sqrt(v) + eps') with
+    lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) (TensorFlow's ApplyAdam, MXNet's adam_update with
+    the rate below) computes the formula above exactly: multiply its denominator by
+    sqrt(1 - b2^t). ``sqrt`` is the framework's when ``beta2_power`` is a tensor."""
+    return eps * sqrt(1.0 - beta2_power)
+
+
+def adam_kernel_arguments(lr, beta1, beta2, eps, t):
+    """(lr_t, eps') for a kernel that applies no bias correction itself (see above)."""
+    c1, c2 = adam_bias_corrections(beta1, beta2, t)
+    return lr * math.sqrt(c2) / c1, adam_kernel_epsilon(eps, beta2 ** t)
+
+
+# -- the NumPy reference -------------------------------------------------------------------------
+class ReferenceOptimizer(object):
+    """The formulas above in float64 NumPy, for one array: what tests hold every backend to.
+    Written out plainly, apart from the argument transforms the backends use, so a mistake in
+    one of those cannot hide in both."""
+
+    def __init__(self, hparams):
+        self.name = check(hparams)
+        self.hp = hyperparameters(hparams)
+        self.t = 0
+        self.state = {}
+
+    def step(self, weight, grad, lr):
+        """The weight after one step with gradient ``grad`` and learning rate ``lr``."""
+        hp, self.t = self.hp, self.t + 1
+        w = np.asarray(weight, np.float64)
+        g = np.asarray(grad, np.float64) + hp["weight_decay"] * w
+        if self.name == "sgd":
+            if not hp["momentum"]:
+                return w - lr * g
+            buf = hp["momentum"] * self.state.get("buf", 0.0) + g
+            self.state["buf"] = buf
+            return w - lr * (g + hp["momentum"] * buf if hp["nesterov"] else buf)
+        b1, b2 = hp["beta1"], hp["beta2"]
+        m = b1 * self.state.get("m", 0.0) + (1.0 - b1) * g
+        v = b2 * self.state.get("v", 0.0) + (1.0 - b2) * g * g
+        self.state["m"], self.state["v"] = m, v
+        m_hat, v_hat = m / (1.0 - b1 ** self.t), v / (1.0 - b2 ** self.t)
+        return w - lr * m_hat / (np.sqrt(v_hat) + hp["eps"])
+
+
+def reference_trajectory(hparams, weight, grads, rates):
+    """The weights after each step of the reference optimizer, one gradient and rate a step."""
+    optimizer, out = ReferenceOptimizer(hparams), []
+    for grad, lr in zip(grads, rates):
+        weight = optimizer.step(weight, grad, lr)
+        out.append(weight)
+    return out
