@@ -169,4 +169,4 @@ def get_probe(name):
     graph = fn(Graph("probe/" + name))
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
                     lambda hp, fn=fn, name=name: fn(Graph("probe/" + name)), _batch_for(graph),
-                    "examples/s", lambda batch: len(batch["labels"]))
+                    "examples/s", lambda hp, batch: len(batch["labels"]))
