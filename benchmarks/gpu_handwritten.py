@@ -148,7 +148,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
                 contenders[name]()
             torch.cuda.synchronize(device)
             times[name].append((time.perf_counter() - t0) / steps)
-    items = model.model_def.items(batch)
+    items = model.model_def.items(model.hparams, batch)
     padded_tokens = int(batch["labels"].size) if model_name == "transformer" else None
     result = {"model": model_name, "precision": precision,
               "execution": "compiled" if compiled else "eager",
@@ -167,8 +167,8 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
 
 def environment():
     props = torch.cuda.get_device_properties(0)
-    from tbdzoo.profiling.gpu import device_info
-    info = device_info(0) or {}
+    from tbdzoo.profiling.gpu import device_info, framework_device_uuid, nvml_index
+    info = device_info(nvml_index(0, framework_device_uuid("torch", 0))) or {}
     return {"gpu": props.name, "driver": info.get("driver"), "cuda_driver": info.get("cuda_driver"),
             "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),

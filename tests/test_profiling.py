@@ -213,7 +213,9 @@ def test_where_the_high_water_mark_cannot_be_reset_the_peak_says_so(monkeypatch)
     monkeypatch.setattr(resident, "reset_high_water", lambda: False)
     m = tbdzoo.build("probe/conv2d", backend="torch", device="cpu")
     peak = profile(m, steps=1, warmup=1, repeats=1, samplers=False)["memory"]["peak"]
-    assert peak["scope"] == "process" and peak["bytes"] > 0
+    # the process's lifetime peak less its size before the build: earlier tests in this process
+    # may have freed more than this model holds, so only the scope and a figure are certain
+    assert peak["scope"] == "process" and peak["bytes"] is not None and peak["bytes"] >= 0
 
 
 def test_resident_high_water_mark_resets_on_linux():

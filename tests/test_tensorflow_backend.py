@@ -87,7 +87,7 @@ def _conv_output_model():
     hp = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False, "weight_decay": 0.0,
           "lr_schedule": "constant", "batch_size": 2}
     definition = ModelDef("conv_output", "test", {"tiny": hp}, build, batch, "examples/s",
-                          lambda b: len(b["x"]))
+                          lambda hp, b: len(b["x"]))
     return tf_model.Model(definition, definition.hparams("tiny"))
 
 

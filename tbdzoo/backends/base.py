@@ -87,7 +87,7 @@ class BackendModel(object):
                                                                            self.backend))
             return batch
         self._check_batch(batch)
-        return Prepared(self.backend, self._prepare(batch), self.model_def.items(batch))
+        return Prepared(self.backend, self._prepare(batch), self.model_def.items(self.hparams, batch))
 
     def _check_batch(self, batch):
         for inp in self.spec.inputs.values():

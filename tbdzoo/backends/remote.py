@@ -210,7 +210,7 @@ class RemoteModel(BackendModel):
         save_arrays(path, batch)
         self._call("prepare", key=key, path=path)
         os.remove(path)
-        return Prepared(self.backend, key, self.model_def.items(batch))
+        return Prepared(self.backend, key, self.model_def.items(self.hparams, batch))
 
     def _on_batch(self, method, batch, **args):
         """Call ``method`` on a batch; a batch prepared only for this call is forgotten after."""

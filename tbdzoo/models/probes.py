@@ -202,4 +202,4 @@ def get_probe(name):
         return fn(Graph("probe/" + name), hp)
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
                     build_graph, _batch_for(build_graph), "examples/s",
-                    lambda batch: len(batch["labels"])).constrain(RULES)
+                    lambda hp, batch: len(batch["labels"])).constrain(RULES)

@@ -22,7 +22,8 @@ class ModelDef(object):
 
     ``configs`` maps a config name to a full hyperparameter dict; ``paper`` is the default.
     ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
-    NumPy arrays keyed by the graph's input names; ``items(batch)`` counts the throughput unit.
+    NumPy arrays keyed by the graph's input names; ``items(hp, batch)`` counts the throughput
+    unit in a batch (by the hyperparameters: the Transformer's padding id, for one).
     Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
     model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
     """

@@ -39,7 +39,7 @@ def _batch(hp, batch_size, seed):
 
 
 @register_model("resnet50", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
-                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch,
+                unit="images/s", items=lambda hp, batch: len(batch["labels"]), synthetic_batch=_batch,
                 rules=RULES)
 def build(hp):
     g = Graph("resnet50")

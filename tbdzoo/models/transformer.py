@@ -50,8 +50,9 @@ def _batch(hp, batch_size, seed):
                                  hp["pad_id"], hp["bos_id"], hp["eos_id"], seed=seed)
 
 
-def _target_tokens(batch):
-    return int((batch["labels"] != 0).sum())
+def _target_tokens(hp, batch):
+    """Target tokens that are not padding: the tokens the loss counts (it ignores ``pad_id``)."""
+    return int((batch["labels"] != hp["pad_id"]).sum())
 
 
 @register_model("transformer", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},

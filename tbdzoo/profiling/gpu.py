@@ -6,6 +6,8 @@ whole region. Everything returns None cleanly where there is no GPU or no NVML.
 NVML's utilisation is only "a kernel was running in the last sample period": it reads 100%
 while tensor pipes idle. GPM's tensor activity is the figure that says how busy they were.
 """
+import os
+import sys
 import threading
 import time
 
@@ -19,10 +21,77 @@ def _nvml():
         return None
 
 
-def device_info(index=0):
-    """Name, driver and CUDA driver version of one GPU, or None without NVML or a GPU."""
-    nv = _nvml()
+# -- which NVML device a CUDA ordinal is --------------------------------------------------------
+# NVML numbers every GPU of the machine in PCI order and ignores CUDA_VISIBLE_DEVICES, while a
+# framework's 'cuda:N' counts only the visible devices. The device's UUID is the same on both
+# sides, so the sampler finds its GPU by UUID.
+
+def _uuid_key(uuid):
+    """A UUID as NVML, CUDA_VISIBLE_DEVICES and frameworks write it, reduced to comparable form:
+    no 'GPU-' prefix, lower case ('GPU-8c1A...' and '8c1a...' are the same device)."""
+    text = _text(uuid).strip().lower()
+    return text[len("gpu-"):] if text.startswith("gpu-") else text
+
+
+def framework_device_uuid(framework, ordinal):
+    """The UUID the framework reports for its CUDA device ``ordinal``, or None where it reports
+    none (then CUDA_VISIBLE_DEVICES decides; see :func:`nvml_index`)."""
+    if framework == "torch" and "torch" in sys.modules:
+        try:
+            import torch
+            return str(torch.cuda.get_device_properties(ordinal).uuid)
+        except Exception:
+            return None
+    return None
+
+
+def nvml_index(ordinal=0, uuid=None, visible=None, nv=None):
+    """The NVML index of CUDA device ``ordinal`` of this process, or None when it is not found.
+
+    ``uuid`` (from the framework, full or a prefix) decides when given. Otherwise the
+    ``ordinal``-th entry of CUDA_VISIBLE_DEVICES (``visible``; the environment's by default)
+    does: a UUID or a prefix of one ('GPU-8c1a'), or an index into the machine's GPUs, which
+    NVML counts in PCI order as CUDA does under CUDA_DEVICE_ORDER=PCI_BUS_ID. Unset, the
+    ordinal is the index.
+    """
+    nv = nv or _nvml()
     if nv is None:
+        return None
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        count = nv.nvmlDeviceGetCount()
+        if uuid is None and visible is not None:
+            entries = [e.strip() for e in visible.split(",") if e.strip()]
+            if ordinal >= len(entries):
+                return None
+            entry = entries[ordinal]
+            if entry.isdigit():
+                index = int(entry)
+                return index if index < count else None
+            uuid = entry
+        if uuid is None:
+            return ordinal if ordinal < count else None
+        wanted = _uuid_key(uuid)
+        matches = [i for i in range(count) if _uuid_key(nv.nvmlDeviceGetUUID(
+            nv.nvmlDeviceGetHandleByIndex(i))).startswith(wanted)]
+        return matches[0] if len(matches) == 1 and wanted else None
+    except Exception:
+        return None
+
+
+def _device_uuid(nv, handle):
+    try:
+        return _text(nv.nvmlDeviceGetUUID(handle))
+    except Exception:
+        return None
+
+
+def device_info(index=0):
+    """Name, UUID, driver and CUDA driver version of the GPU NVML numbers ``index`` (see
+    :func:`nvml_index`), or None without NVML or that GPU."""
+    nv = _nvml()
+    if nv is None or index is None:
         return None
     try:
         if index >= nv.nvmlDeviceGetCount():
@@ -30,6 +99,7 @@ def device_info(index=0):
         handle = nv.nvmlDeviceGetHandleByIndex(index)
         cuda = nv.nvmlSystemGetCudaDriverVersion_v2()
         return {"name": _text(nv.nvmlDeviceGetName(handle)), "index": index,
+                "uuid": _device_uuid(nv, handle),
                 "driver": _text(nv.nvmlSystemGetDriverVersion()),
                 "cuda_driver": "{}.{}".format(cuda // 1000, (cuda % 1000) // 10)}
     except Exception:
@@ -41,7 +111,11 @@ def _text(value):
 
 
 class GpuSampler(object):
-    """Samples every ``interval`` seconds in a daemon thread between start() and stop()."""
+    """Samples every ``interval`` seconds in a daemon thread between start() and stop().
+
+    ``index`` is NVML's (:func:`nvml_index` turns a CUDA device into it); None, or an index
+    NVML does not have, leaves the sampler unavailable.
+    """
 
     GPM_METRICS = (("sm_activity", "NVML_GPM_METRIC_SM_UTIL"),
                    ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY"),
@@ -51,7 +125,7 @@ class GpuSampler(object):
         self.nv = _nvml()
         self.index, self.interval = index, interval
         self.handle = None
-        if self.nv is not None:
+        if self.nv is not None and index is not None:
             try:
                 self.handle = self.nv.nvmlDeviceGetHandleByIndex(index)
             except Exception:
@@ -136,7 +210,8 @@ class GpuSampler(object):
         power = sorted(s[2] for s in self.samples)
         joules = (energy - self._energy) / 1000.0 if energy is not None and self._energy is not None else None
         return {
-            "name": info.get("name"), "index": self.index, "samples": len(self.samples),
+            "name": info.get("name"), "index": self.index, "uuid": info.get("uuid"),
+            "samples": len(self.samples),
             "utilization": {"median": _median(util), "mean": sum(util) / len(util) if util else None},
             "memory_used_bytes": max((s[1] for s in self.samples), default=None),
             "power_w": {"median": _median(power), "max": power[-1] if power else None},

@@ -12,7 +12,7 @@ from . import flops as flops_mod
 from . import memory as memory_mod
 from .cpu import CpuMeter
 from .fingerprint import fingerprint
-from .gpu import GpuSampler, device_info
+from .gpu import GpuSampler, device_info, framework_device_uuid, nvml_index
 from .resident import PeakWindow, release_free_heap, resident_bytes
 from .timing import time_training
 
@@ -27,6 +27,11 @@ def _growth(resident, before_build):
     return max(resident - before_build, 0)
 
 
+def _batch_size(batch):
+    """Examples in a NumPy batch: the leading dimension its arrays share."""
+    return int(len(next(iter(batch.values()))))
+
+
 def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
             progress=None, command=None):
     """Time ``model`` by the protocol and return a run record (docs/records.md)."""
@@ -38,8 +43,10 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
     prepared = model.prepare_batch(batch)
     device = model.device
     cpu = CpuMeter() if samplers else None
-    gpu_index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
-    gpu = GpuSampler(gpu_index) if samplers and device.startswith("cuda") else None
+    cuda = device.startswith("cuda")
+    ordinal = int(device.split(":")[1]) if device.startswith("cuda:") else 0
+    gpu_index = nvml_index(ordinal, framework_device_uuid(model.framework, ordinal)) if cuda else None
+    gpu = GpuSampler(gpu_index) if samplers and cuda else None
     meters = [m for m in (cpu, gpu) if m is not None]
     window = PeakWindow().start()  # the peak is this profile's, not the process's so far
     timing = time_training(model, prepared, warmup, steps, repeats, progress, meters)
@@ -58,10 +65,10 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
     if peak is None and before_build is not None:
         peak, peak_scope = _growth(window.peak(), before_build), window.scope
     precision = model.hparams.get("precision", "fp32")
-    batch_size = model.hparams["batch_size"]
+    batch_size = _batch_size(batch)  # the batch that ran, which may not be the config's
     batch_bytes = sum(int(getattr(v, "nbytes", 0)) for v in batch.values())
     analytic = memory_mod.analytic(model.spec, model.hparams, batch_size, batch_bytes, precision)
-    gpu_info = device_info(gpu_index) if device.startswith("cuda") else None
+    gpu_info = device_info(gpu_index) if cuda else None
 
     record = OrderedDict([
         ("schema", SCHEMA), ("model", model.name), ("backend", model.backend),

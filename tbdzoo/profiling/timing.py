@@ -2,8 +2,9 @@
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
 on its own), then ``repeats`` runs of ``steps`` timed steps. Within a repeat, steps are queued
-without waiting where the backend allows; the last one returns its loss as a Python float,
-which synchronises the device, so a timed repeat ends when its last step has finished.
+without waiting where the backend allows; the last one is a synchronous step, and the model is
+synchronised again before the clock is read, so a timed window never closes on work that is
+still queued (the first step's time is read the same way).
 Valid Python 3.6: it runs inside every backend's worker.
 """
 import math
@@ -33,8 +34,10 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
         raise ValueError("warmup, steps and repeats must each be at least 1")
     prepared = model.prepare_batch(batch)
     total, done = warmup + steps * repeats, 0
+    model.synchronize()
     start = time.perf_counter()
     losses = [model.train_step(prepared)]
+    model.synchronize()
     first_step = time.perf_counter() - start
     done += 1
     if progress:
@@ -45,6 +48,7 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
         if progress:
             progress(done, total)
     per_step = []
+    model.synchronize()  # samplers start on an idle device: no warm-up work inside their region
     for meter in meters:
         meter.start()
     for _ in range(repeats):
@@ -57,6 +61,7 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
             done += 1
             if progress:
                 progress(done, total)
+        model.synchronize()
         per_step.append((time.perf_counter() - start) / steps)
     readings = [meter.stop() for meter in meters]
     step_time = summarize(per_step)

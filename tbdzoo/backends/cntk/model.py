@@ -82,6 +82,10 @@ class Model(BackendModel):
         _, outputs = self._trainer.train_minibatch(prepared.native, outputs=[self._loss.output])
         return float(outputs[self._loss.output])
 
+    def synchronize(self):
+        """Nothing to wait for: ``train_minibatch`` returns after the forward pass, backward pass
+        and update have run (CNTK queues no work past the call), and this backend runs on the CPU."""
+
     def _predict(self, prepared):
         """``eval`` runs CNTK in inference mode: running statistics, no dropout."""
         return np.asarray(self.native.eval(self._features(prepared)), np.float32)

@@ -153,11 +153,23 @@ class Model(BackendModel):
             optimizers.axpby(running_var.data(), stats[2 * i + 1], 1.0 - m,
                              m * n / max(n - 1.0, 1.0))
 
-    def _train_step(self, prepared, lr):
+    def _train_step_async(self, prepared, lr):
+        """Queue one step on MXNet's engine; returns the loss NDArray without waiting."""
         loss, stats = self._forward_backward(prepared)
         self._update_statistics(stats, prepared.native["batch_size"])
         self.optimizer.step(lr)
+        return loss
+
+    def _train_step(self, prepared, lr):
+        """One step, returned only when its backward pass and update have run: reading the
+        loss waits for the forward pass alone, and the engine would still hold the rest."""
+        loss = self._train_step_async(prepared, lr)
+        self.synchronize()
         return loss.asscalar()
+
+    def synchronize(self):
+        """Wait until MXNet's engine has run everything queued, on every context."""
+        nd.waitall()
 
     def _predict(self, prepared):
         return self.native(*prepared.native["features"]).asnumpy()

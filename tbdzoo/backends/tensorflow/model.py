@@ -278,8 +278,20 @@ class Model(BackendModel):
             out[name] = tf.constant(value)
         return out
 
+    def _train_step_async(self, prepared, lr):
+        """Run one step's function; returns the loss tensor without copying it to the host."""
+        return self._train_fn(prepared.native, tf.constant(lr, tf.float32))
+
     def _train_step(self, prepared, lr):
-        return self._train_fn(prepared.native, tf.constant(lr, tf.float32)).numpy()
+        """One step, returned only when its update has run: on a GPU the kernels a step
+        launches may still be running when its function returns."""
+        loss = self._train_step_async(prepared, lr)
+        self.synchronize()
+        return loss.numpy()
+
+    def synchronize(self):
+        """Wait for every device's queued kernels and TensorFlow's own queue of pending ops."""
+        tf.test.experimental.sync_devices()
 
     def _predict(self, prepared):
         return self._predict_fn(prepared.native).numpy()

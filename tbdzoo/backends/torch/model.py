@@ -195,9 +195,14 @@ class Model(BackendModel):
         return loss.detach()
 
     def _train_step(self, prepared, lr):
-        return self._train_step_async(prepared, lr).item()
+        """One step, returned only when its update has run on the device."""
+        loss = self._train_step_async(prepared, lr)
+        self.synchronize()
+        return loss.item()
 
     def synchronize(self):
+        """Wait for the GPU's queued kernels; on the CPU PyTorch finishes each op before the
+        call that launched it returns, so there is nothing to wait for."""
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
 
