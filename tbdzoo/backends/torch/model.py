@@ -154,6 +154,9 @@ class Model(BackendModel):
         self._trainable = [self.native.tensor(n) for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams,
                                          fused=self.device.startswith("cuda"))
+        # The logits die in the loss; unless their op keeps them for its own backward pass, the
+        # loss's backward pass writes the gradient over them instead of into a new tensor.
+        self._loss_may_overwrite_logits = self.spec.nodes[self.spec.output].op in ("dense", "add")
         self._forward_loss = self._loss
         if self.hparams["execution"] == "compiled":
             self._forward_loss = torch.compile(self._loss)
@@ -175,7 +178,8 @@ class Model(BackendModel):
         """Forward pass and loss in one function, which is what torch.compile sees."""
         features, labels = tensors[:-1], tensors[-1]
         logits = self.native(*features)
-        return ops.softmax_cross_entropy(logits, labels, self.spec.loss)
+        return ops.softmax_cross_entropy(logits, labels, self.spec.loss,
+                                         overwrite_logits=self._loss_may_overwrite_logits)
 
     def _loss_of(self, prepared):
         return self._forward_loss(*(self._features(prepared) + [prepared.native[self.spec.loss["labels"]]]))

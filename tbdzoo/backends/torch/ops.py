@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..common import attention, pooling
+from .fused_loss import smoothed_cross_entropy
 
 
 def _pad(x, pads, value=0.0):
@@ -154,9 +155,16 @@ def multi_head_attention(inputs, p, a, training):
     return F.linear(context.transpose(1, 2).reshape(n, t, d), p["W_o"], p["b_o"])
 
 
-def softmax_cross_entropy(logits, labels, loss):
-    """Mean over counted positions of -sum_k q_k log p_k, q = (1-eps) onehot + eps/K."""
+def softmax_cross_entropy(logits, labels, loss, overwrite_logits=False):
+    """Mean over counted positions of -sum_k q_k log p_k, q = (1-eps) onehot + eps/K.
+
+    Run eagerly, the loss keeps only the logits for backward (fused_loss); under
+    torch.compile, F.cross_entropy, which the compiler already fuses. ``overwrite_logits``: the
+    caller reads the logits no more, so the backward pass may write the gradient over them."""
     ignore = loss["ignore_index"]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                           ignore_index=-100 if ignore is None else ignore,
-                           label_smoothing=loss["label_smoothing"])
+    flat_logits, flat_labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    if torch.compiler.is_compiling():
+        return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100 if ignore is None else ignore,
+                               label_smoothing=loss["label_smoothing"])
+    return smoothed_cross_entropy(flat_logits, flat_labels, ignore, loss["label_smoothing"],
+                                  overwrite_logits=overwrite_logits)
