@@ -203,6 +203,11 @@ class Model(BackendModel):
         self._optimizers = OrderedDict(
             (g, optimizers.make_group(self._group_params[g], spec["optimizer"], fused=fused))
             for g, spec in program.groups.items())
+        # Parameters a phase does not update are constants while it runs, so autograd records
+        # nothing for them (the generator's forward inside a critic update keeps no activations,
+        # as a hand-written loop's ``.detach()`` does).
+        self._frozen = [[p for g, params in self._group_params.items() if g != phase["update"]
+                         for p in params] for phase in program.phases]
         self._objectives = []
         for phase in program.phases:
             fn = self._objective_function(phase["objective"])
@@ -233,7 +238,7 @@ class Model(BackendModel):
             self.native.train()
         optimizers.set_learning_rate(optimizer, lr)
         optimizer.zero_grad(set_to_none=True)
-        with self._device_flags():
+        with self._device_flags(), _constants(self._frozen[phase_index]):
             with self._autocast():
                 loss = self._objectives[phase_index](native)
             loss.backward(inputs=params)
@@ -255,7 +260,7 @@ class Model(BackendModel):
             seen.add(phase_index)
             phase = self.program.phases[phase_index]
             params = self._group_params[phase["update"]]
-            with self._device_flags():
+            with self._device_flags(), _constants(self._frozen[phase_index]):
                 with self._autocast():
                     loss = self._objectives[phase_index](native)
                 values = torch.autograd.grad(loss, params, allow_unused=True)
@@ -408,6 +413,18 @@ class Model(BackendModel):
             measured["at_peak"] = cuda_memory.peak_attribution(trace, claims)
             measured["peak"] = trace["max_memory_allocated"]
         return measured
+
+
+@contextlib.contextmanager
+def _constants(params):
+    """``params`` do not require gradients inside the block."""
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def _zero_unreached(params):
