@@ -215,12 +215,20 @@ def ones_like(inputs, p, a, training):
 
 
 def conv2d_input_grad(inputs, p, a, training):
-    """A transposed convolution without padding, then the rows and columns the forward
-    convolution's padding added are cut (and rows its stride never read come back as zeros)."""
+    """A transposed convolution of dy with the forward kernel. With symmetric padding it is
+    PyTorch's own (its output padding restores the rows the stride left unread); otherwise one
+    without padding, cut by the forward padding (rows past its end come back as zeros)."""
     dy, = inputs
-    full = F.conv_transpose2d(dy, p["weight"], None, a["stride"], 0, 0, a["groups"], a["dilation"])
-    (top, _), (left, _) = a["padding"]
     _, h, w = a["input_shape"]
+    (top, bottom), (left, right) = a["padding"]
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    (kh, kw), (ho, wo) = a["kernel"], dy.shape[2:]
+    extra = (h - ((ho - 1) * sh - 2 * top + dh * (kh - 1) + 1),
+             w - ((wo - 1) * sw - 2 * left + dw * (kw - 1) + 1))
+    if top == bottom and left == right and 0 <= extra[0] < max(sh, dh) and 0 <= extra[1] < max(sw, dw):
+        return F.conv_transpose2d(dy, p["weight"], None, a["stride"], (top, left), extra,
+                                  a["groups"], a["dilation"])
+    full = F.conv_transpose2d(dy, p["weight"], None, a["stride"], 0, 0, a["groups"], a["dilation"])
     full = F.pad(full, (0, max(0, left + w - full.shape[3]), 0, max(0, top + h - full.shape[2])))
     return full[:, :, top:top + h, left:left + w]
 
@@ -235,14 +243,14 @@ def relu_grad(inputs, p, a, training):
 
 
 def channel_layernorm_input_grad(inputs, p, a, training):
+    """PyTorch's own layer-norm backward kernel (which autograd differentiates again) on
+    gamma_c dy: the closed form of the spec, without keeping its intermediates."""
     dy, x = inputs
-    dims = tuple(range(1, x.dim()))
-    mean = x.mean(dim=dims, keepdim=True)
-    var = x.var(dim=dims, unbiased=False, keepdim=True)
-    inv = torch.rsqrt(var + a["eps"])
-    xhat = (x - mean) * inv
+    shape = list(x.shape[1:])
+    _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
     g = dy * p["gamma"][:, None, None]
-    return inv * (g - g.mean(dim=dims, keepdim=True) - xhat * (g * xhat).mean(dim=dims, keepdim=True))
+    return torch.ops.aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
+                                                     [True, False, False])[0]
 
 
 # -- loss kinds (tbdzoo/spec/losses.py) ---------------------------------------------------------
