@@ -131,3 +131,10 @@ def test_a_step_batch_that_does_not_split_is_refused_by_input():
     batch["real"] = batch["real"][:-1]
     with pytest.raises(ValueError, match="\\['real'\\] has 5 rows"):
         model.train_step(batch)
+
+
+def test_wgan_gp_trains_in_bf16():
+    """Mixed precision through the penalty's derivative nodes (autocast mixes bf16 and fp32)."""
+    model = build_native("wgan", "torch", config="tiny", device="cpu", precision="bf16")
+    losses = model.train_step(model.synthetic_batch(seed=0))
+    assert all(np.isfinite(v) for v in losses.values())

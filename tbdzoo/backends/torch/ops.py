@@ -246,9 +246,10 @@ def channel_layernorm_input_grad(inputs, p, a, training):
     """PyTorch's own layer-norm backward kernel (which autograd differentiates again) on
     gamma_c dy: the closed form of the spec, without keeping its intermediates."""
     dy, x = inputs
-    shape = list(x.shape[1:])
+    dtype = torch.promote_types(dy.dtype, x.dtype)  # under autocast the two may differ
+    x, shape = x.to(dtype), list(x.shape[1:])
     _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
-    g = dy * p["gamma"][:, None, None]
+    g = (dy * p["gamma"][:, None, None]).to(dtype)
     return torch.ops.aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
                                                      [True, False, False])[0]
 
