@@ -157,14 +157,19 @@ class BackendModel(object):
         self.step_count += 1
         return float(loss)
 
-    def _program_step(self, prepared, sync):
-        """Every update of the program in order, each group at its own learning rate."""
+    def _program_step(self, prepared, sync, around_update=None):
+        """Every update of the program in order, each group at its own learning rate;
+        ``around_update(index)``, if given, is a context each update runs in (measuring)."""
         losses = OrderedDict()
-        for phase_index, native in prepared.native:
+        for index, (phase_index, native) in enumerate(prepared.native):
             phase = self.program.phases[phase_index]
             group = phase["update"]
             lr = programs.learning_rate(self.program.groups[group], self.group_steps[group])
-            losses[phase["objective"]] = self._update(phase_index, native, lr)
+            if around_update is None:
+                losses[phase["objective"]] = self._update(phase_index, native, lr)
+            else:
+                with around_update(index):
+                    losses[phase["objective"]] = self._update(phase_index, native, lr)
             self.group_steps[group] += 1
         self.step_count += 1
         if not sync:

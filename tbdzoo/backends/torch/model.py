@@ -374,25 +374,37 @@ class Model(BackendModel):
         casts), measured rather than left as a remainder.
         """
         state = _unique_storages(self.native.state_dict().values())
-        batch = _unique_storages(prepared.native.values())
+        updates = [prepared.native] if self.program is None else [n for _, n in prepared.native]
+        batch = _unique_storages(t for native in updates for t in native.values())
         parameters = {id(t) for t in self._trainable}
-        saved, weight_copies = {}, {}
+        per_update = [{} for _ in updates]  # a program's updates run one after another
+        current, weight_copies = [per_update[0]], {}
 
         def pack(tensor):
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
             if ptr not in state and ptr not in batch:
-                kept = weight_copies if _is_weight_copy(tensor, parameters) else saved
+                kept = weight_copies if _is_weight_copy(tensor, parameters) else current[0]
                 kept[ptr] = storage.nbytes()
             return tensor
 
+        @contextlib.contextmanager
+        def update(index):
+            current[0] = per_update[index]
+            yield
+
         def step():
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-                self.train_step(prepared)
+                if self.program is None:
+                    self.train_step(prepared)
+                else:
+                    self._program_step(prepared, sync=True, around_update=update)
 
         cuda = self.device.startswith("cuda")
         trace = cuda_memory.memory_trace(step, self.device) if cuda else step()
-        slots = [v for s in self.optimizer.state.values() for v in s.values()
+        saved = max(per_update, key=lambda kept: sum(kept.values()))
+        optimizers_held = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        slots = [v for o in optimizers_held for s in o.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0]
         grads = [t.grad for t in self._trainable if t.grad is not None]
         optimizer_state = _unique_storages(slots)
