@@ -160,3 +160,76 @@ def softmax_cross_entropy(logits, labels, loss):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                            ignore_index=-100 if ignore is None else ignore,
                            label_smoothing=loss["label_smoothing"])
+
+
+def concat(inputs, p, a, training):
+    return torch.cat(inputs, dim=a["axis"] + 1)
+
+
+def tanh(inputs, p, a, training):
+    return torch.tanh(inputs[0])
+
+
+def upsample_nearest(inputs, p, a, training):
+    return F.interpolate(inputs[0], scale_factor=a["factor"], mode="nearest")
+
+
+def reshape(inputs, p, a, training):
+    x, = inputs
+    return x.reshape((x.shape[0],) + tuple(a["shape"]))
+
+
+def channel_layernorm(inputs, p, a, training):
+    """One mean and (biased) variance per example over (C, H, W); affine per channel."""
+    x, = inputs
+    y = F.layer_norm(x, x.shape[1:], eps=a["eps"])
+    return y * p["gamma"][:, None, None] + p["beta"][:, None, None]
+
+
+def lerp(inputs, p, a, training):
+    x, y, t = inputs
+    t = t.reshape((t.shape[0],) + (1,) * (x.dim() - 1))
+    return t * x + (1 - t) * y
+
+
+def scale(inputs, p, a, training):
+    return inputs[0] * a["factor"]
+
+
+def stop_gradient(inputs, p, a, training):
+    return inputs[0].detach()
+
+
+def ones_like(inputs, p, a, training):
+    return torch.ones_like(inputs[0])
+
+
+def conv2d_input_grad(inputs, p, a, training):
+    """A transposed convolution without padding, then the rows and columns the forward
+    convolution's padding added are cut (and rows its stride never read come back as zeros)."""
+    dy, = inputs
+    full = F.conv_transpose2d(dy, p["weight"], None, a["stride"], 0, 0, a["groups"], a["dilation"])
+    (top, _), (left, _) = a["padding"]
+    _, h, w = a["input_shape"]
+    full = F.pad(full, (0, max(0, left + w - full.shape[3]), 0, max(0, top + h - full.shape[2])))
+    return full[:, :, top:top + h, left:left + w]
+
+
+def dense_input_grad(inputs, p, a, training):
+    return torch.matmul(inputs[0], p["weight"])
+
+
+def relu_grad(inputs, p, a, training):
+    dy, x = inputs
+    return dy * (x > 0).to(dy.dtype)
+
+
+def channel_layernorm_input_grad(inputs, p, a, training):
+    dy, x = inputs
+    dims = tuple(range(1, x.dim()))
+    mean = x.mean(dim=dims, keepdim=True)
+    var = x.var(dim=dims, unbiased=False, keepdim=True)
+    inv = torch.rsqrt(var + a["eps"])
+    xhat = (x - mean) * inv
+    g = dy * p["gamma"][:, None, None]
+    return inv * (g - g.mean(dim=dims, keepdim=True) - xhat * (g * xhat).mean(dim=dims, keepdim=True))
