@@ -23,7 +23,8 @@ def _on_path(graph, source, target):
     for node in reversed(list(graph.nodes.values())):
         if node.name in upstream:
             upstream.update(node.inputs)
-    return [n for n in graph.nodes.values() if n.name in downstream and n.name in upstream]
+    return [n for n in graph.nodes.values()
+            if n.name != source and n.name in downstream and n.name in upstream]
 
 
 def input_gradient(graph, output, wrt, prefix):

@@ -98,11 +98,13 @@ class OpDef(object):
 class Conv2D(OpDef):
     name = "conv2d"
     required = ("filters", "kernel")
-    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": False}
+    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": False,
+                "weight_init": ("he_normal", "fan_out")}
 
     def canonical(self, a):
         a["kernel"], a["stride"], a["dilation"] = _pair(a["kernel"]), _pair(a["stride"]), _pair(a["dilation"])
         a["padding"] = _pads(a["padding"])
+        a["weight_init"] = tuple(a["weight_init"])
         return a
 
     def infer_shape(self, in_shapes, a):
@@ -118,7 +120,7 @@ class Conv2D(OpDef):
 
     def params(self, in_shapes, a):
         cin = in_shapes[0][0] // a["groups"]
-        p = OrderedDict(weight=((a["filters"], cin) + a["kernel"], ("he_normal", "fan_out"), True))
+        p = OrderedDict(weight=((a["filters"], cin) + a["kernel"], a["weight_init"], True))
         if a["use_bias"]:
             p["bias"] = ((a["filters"],), ("zeros",), True)
         return p
@@ -132,15 +134,19 @@ class Conv2D(OpDef):
 class BatchNorm(OpDef):
     """Normalises axis 0 of the example (channels). ``momentum`` is the weight of the new batch
     in the running statistics (PyTorch's convention); running_var is updated with the unbiased
-    batch variance, as PyTorch does."""
+    batch variance, as PyTorch does. ``track_running_stats=False`` keeps no statistics and
+    normalises by the batch in inference too (WGAN-GP's generator)."""
     name = "batchnorm"
-    defaults = {"eps": 1e-5, "momentum": 0.1, "gamma_init": 1.0}
+    defaults = {"eps": 1e-5, "momentum": 0.1, "gamma_init": 1.0, "track_running_stats": True}
 
     def params(self, in_shapes, a):
         c = (in_shapes[0][0],)
-        return OrderedDict([
-            ("gamma", (c, ("constant", a["gamma_init"]), True)), ("beta", (c, ("zeros",), True)),
-            ("running_mean", (c, ("zeros",), False)), ("running_var", (c, ("ones",), False))])
+        p = OrderedDict([("gamma", (c, ("constant", a["gamma_init"]), True)),
+                         ("beta", (c, ("zeros",), True))])
+        if a["track_running_stats"]:  # without them, inference normalises by the batch too
+            p["running_mean"] = (c, ("zeros",), False)
+            p["running_var"] = (c, ("ones",), False)
+        return p
 
     def flops(self, in_shapes, out, a):
         return 4 * _prod(out)
@@ -226,6 +232,11 @@ class Dense(OpDef):
     required = ("units",)
     defaults = {"use_bias": True, "init": "torch_default"}
 
+    def canonical(self, a):
+        if isinstance(a["init"], list):
+            a["init"] = tuple(a["init"])
+        return a
+
     def infer_shape(self, in_shapes, a):
         return tuple(in_shapes[0][:-1]) + (a["units"],)
 
@@ -236,8 +247,11 @@ class Dense(OpDef):
             b_init = ("uniform", 1.0 / fan_in ** 0.5)
         elif a["init"] == "xavier_uniform":
             w_init, b_init = ("xavier_uniform",), ("zeros",)
+        elif isinstance(a["init"], tuple):  # an explicit initialiser of the weight; bias zeros
+            w_init, b_init = a["init"], ("zeros",)
         else:
-            raise ValueError("dense init must be torch_default or xavier_uniform")
+            raise ValueError("dense init must be torch_default, xavier_uniform or an "
+                             "initialiser tuple such as ('uniform', 0.05)")
         p = OrderedDict(weight=((a["units"], fan_in), w_init, True))
         if a["use_bias"]:
             p["bias"] = ((a["units"],), b_init, True)

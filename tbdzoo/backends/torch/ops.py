@@ -26,8 +26,9 @@ def conv2d(inputs, p, a, training):
 
 def batchnorm(inputs, p, a, training):
     # PyTorch's running-statistics update is the spec's: new-batch weight, unbiased variance.
-    return F.batch_norm(inputs[0], p["running_mean"], p["running_var"], p["gamma"], p["beta"],
-                        training, a["momentum"], a["eps"])
+    # Without running statistics the batch's own normalise in inference too.
+    return F.batch_norm(inputs[0], p.get("running_mean"), p.get("running_var"), p["gamma"],
+                        p["beta"], training or not a["track_running_stats"], a["momentum"], a["eps"])
 
 
 def relu(inputs, p, a, training):
