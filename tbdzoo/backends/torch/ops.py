@@ -234,3 +234,25 @@ def channel_layernorm_input_grad(inputs, p, a, training):
     xhat = (x - mean) * inv
     g = dy * p["gamma"][:, None, None]
     return inv * (g - g.mean(dim=dims, keepdim=True) - xhat * (g * xhat).mean(dim=dims, keepdim=True))
+
+
+# -- loss kinds (tbdzoo/spec/losses.py) ---------------------------------------------------------
+def loss(kind, inputs, attrs):
+    return _LOSSES[kind](inputs, attrs)
+
+
+def _softmax_cross_entropy_loss(inputs, attrs):
+    return softmax_cross_entropy(inputs["logits"], inputs["labels"], attrs)
+
+
+def _mean_loss(inputs, attrs):
+    return inputs["x"].float().mean()
+
+
+def _norm_penalty_loss(inputs, attrs):
+    x = inputs["x"].float()
+    return ((x.flatten(1).norm(dim=1) - attrs["target"]) ** 2).mean()
+
+
+_LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
+           "norm_penalty": _norm_penalty_loss}
