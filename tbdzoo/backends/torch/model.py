@@ -234,6 +234,7 @@ class Model(BackendModel):
             with self._autocast():
                 loss = self._objectives[phase_index](native)
             loss.backward(inputs=params)
+            _zero_unreached(params)
             optimizers.clip_gradients(params, group["clip"])
             optimizer.step()
             for hook in phase["hooks"]:
@@ -298,6 +299,7 @@ class Model(BackendModel):
             with self._autocast():
                 loss = self._loss_of(prepared)
             loss.backward()
+            _zero_unreached(self._trainable)
             self.optimizer.step()
         return loss.detach()
 
@@ -328,6 +330,7 @@ class Model(BackendModel):
             with self._autocast():
                 loss = self._loss_of(prepared)
             loss.backward()
+        _zero_unreached(self._trainable)
         grads = OrderedDict((n, t.grad.detach().float().cpu().numpy().copy())
                             for n, t in zip(self.trainable_names(), self._trainable))
         for t in self._trainable:
@@ -401,6 +404,15 @@ class Model(BackendModel):
             measured["at_peak"] = cuda_memory.peak_attribution(trace, claims)
             measured["peak"] = trace["max_memory_allocated"]
         return measured
+
+
+def _zero_unreached(params):
+    """A parameter the loss does not reach (behind a stop_gradient) has a zero gradient, as in
+    every other framework, so weight decay and momentum still update it: PyTorch would leave
+    its gradient None and skip it."""
+    for t in params:
+        if t.grad is None:
+            t.grad = torch.zeros_like(t)
 
 
 def _unique_storages(tensors):
