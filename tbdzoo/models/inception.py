@@ -11,6 +11,7 @@ Every value below has its source next to it: [P] the paper (arXiv 1512.00567, se
 from ..datasets import synthetic
 from ..spec import Graph
 from ..spec.program import Program, optimizer_of, schedule_of
+from .constraints import boolean, integer, number
 from .registry import register_model
 
 IMAGENET_TRAIN_IMAGES = 1281167
@@ -35,12 +36,19 @@ PAPER = {
     "grad_clip_norm": 2.0,          # [P] section 8: "gradient clipping with threshold 2.0"
     "lr_schedule": "exponential",   # [P] x0.94 every two epochs (staircase)
     "lr_decay": 0.94, "decay_epochs": 2,
-    "steps_per_epoch": -(-IMAGENET_TRAIN_IMAGES // 32),
+    "train_examples": IMAGENET_TRAIN_IMAGES,   # steps_per_epoch = ceil(train_examples / batch)
 }
 
 # The auxiliary head needs the 17 x 17 grid, which only a 299-pixel input gives, so the tiny
 # config keeps the input and every layer and divides each channel count by 16 instead.
-TINY = dict(PAPER, width_divisor=16, num_classes=10, batch_size=2, steps_per_epoch=100)
+TINY = dict(PAPER, width_divisor=16, num_classes=10, batch_size=2, train_examples=200)
+
+# The auxiliary head's 5 x 5 pool and 5 x 5 convolution need the 17 x 17 grid: 299 pixels.
+RULES = {
+    "image_size": integer(299), "num_classes": integer(2), "width_divisor": integer(1),
+    "bn_eps": number(0.0, open_low=True), "bn_momentum": number(0.0, 1.0),
+    "aux_weight": number(0.0), "pool_count_include_pad": boolean(),
+}
 
 
 def _batch(hp, batch_size, seed):
@@ -135,7 +143,8 @@ class _Builder(object):
 
 
 @register_model("inception_v3", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
-                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch)
+                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch,
+                rules=RULES)
 def build(hp):
     g = Graph("inception_v3")
     size = hp["image_size"]

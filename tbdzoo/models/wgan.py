@@ -14,6 +14,7 @@ import numpy as np
 from ..spec import Graph
 from ..spec.derivative import input_gradient
 from ..spec.program import Program
+from .constraints import choice, integer, number
 from .registry import register_model
 
 MODES = ("wgan-gp", "wgan")
@@ -41,6 +42,12 @@ ORIGINAL = dict(PAPER, mode="wgan", optimizer="rmsprop", lr=5e-5, eps=1e-10)
 # the size and the blocks and narrows every layer.
 TINY = dict(PAPER, dim=4, z_dim=8, batch_size=3, n_critic=2)
 TINY_ORIGINAL = dict(ORIGINAL, dim=4, z_dim=8, batch_size=3, n_critic=2)
+
+RULES = {
+    "mode": choice(*MODES), "image_size": choice(64), "dim": integer(1), "z_dim": integer(1),
+    "n_critic": integer(1), "gp_weight": number(0.0), "clip_value": number(0.0, open_low=True),
+    "bn_eps": number(0.0, open_low=True), "ln_eps": number(0.0, open_low=True),
+}
 
 
 def _uniform(stdev):
@@ -146,7 +153,8 @@ def _batch(hp, batch_size, seed):
 
 @register_model("wgan", domain="adversarial learning", configs={"paper": PAPER, "tiny": TINY, "original": ORIGINAL,
                          "tiny_original": TINY_ORIGINAL},
-                unit="images/s", items=lambda batch: len(batch["noise"]), synthetic_batch=_batch)
+                unit="images/s", items=lambda batch: len(batch["noise"]), synthetic_batch=_batch,
+                rules=RULES)
 def build(hp):
     if hp["mode"] not in MODES:
         raise ValueError("mode {!r}: known {}".format(hp["mode"], ", ".join(MODES)))
