@@ -107,4 +107,4 @@ def list_models():
 
 
 def _load_builtin():
-    from . import resnet, transformer  # noqa: F401  (registration happens on import)
+    from . import resnet, transformer, inception, wgan  # noqa: F401  (registration on import)
