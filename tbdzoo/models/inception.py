@@ -143,7 +143,7 @@ class _Builder(object):
 
 
 @register_model("inception_v3", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
-                unit="images/s", items=lambda batch: len(batch["labels"]), synthetic_batch=_batch,
+                unit="images/s", items=lambda hp, batch: len(batch["labels"]), synthetic_batch=_batch,
                 rules=RULES)
 def build(hp):
     g = Graph("inception_v3")

@@ -153,7 +153,7 @@ def _batch(hp, batch_size, seed):
 
 @register_model("wgan", domain="adversarial learning", configs={"paper": PAPER, "tiny": TINY, "original": ORIGINAL,
                          "tiny_original": TINY_ORIGINAL},
-                unit="images/s", items=lambda batch: len(batch["noise"]), synthetic_batch=_batch,
+                unit="images/s", items=lambda hp, batch: len(batch["noise"]), synthetic_batch=_batch,
                 rules=RULES)
 def build(hp):
     if hp["mode"] not in MODES:
