@@ -36,11 +36,18 @@ def run_protocol(model, weights, batch, steps=3):
     out = OrderedDict()
     out["forward"] = np.asarray(model.predict(batch), np.float64)
     loss, grads = model.loss_and_gradients(batch)
-    out["loss"] = np.float64(loss)
+    out["loss"] = np.asarray(_loss_values(loss), np.float64)
     for name, g in grads.items():
         out["grad/" + name] = np.asarray(g, np.float64)
-    out["trajectory"] = np.asarray([model.train_step(batch) for _ in range(steps)], np.float64)
+    out["trajectory"] = np.asarray([_loss_values(model.train_step(batch)) for _ in range(steps)],
+                                   np.float64)
     return out
+
+
+def _loss_values(loss):
+    """A step's loss as numbers: a program of several objectives returns {objective: value},
+    compared objective by objective (one column each, in the program's order)."""
+    return list(loss.values()) if isinstance(loss, dict) else loss
 
 
 def reference(model_name, config="tiny", seed=0, steps=3, **overrides):
