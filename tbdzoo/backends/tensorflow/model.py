@@ -62,8 +62,12 @@ class SpecModel(keras.Model):
     output node; running statistics move only when ``training`` (or ``update_stats``) is set.
     """
 
-    def __init__(self, graph, weights):
+    def __init__(self, graph, weights, fused_batchnorm=True):
         super(SpecModel, self).__init__(name=graph.name.replace("/", "_"))
+        # Training-mode BatchNorm: the fused kernel (fast), or statistics from tf.nn.moments
+        # (ten times closer to float64; ops.py ``_two_pass_batchnorm`` says when that matters).
+        self._run = _RUN if fused_batchnorm else dict(
+            _RUN, batchnorm=functools.partial(_batchnorm, fused=False))
         self.graph = graph
         self.conv_kernels = set(conv_kernel_names(graph))
         self.image_inputs = set(i.name for i in graph.inputs.values() if _is_image_input(i))
@@ -119,7 +123,7 @@ class SpecModel(keras.Model):
             params = OrderedDict((s, self.variable(n))
                                  for s, n in self.graph.param_names(node).items())
             args = [values[i] for i in node.inputs]
-            tensor = _RUN[node.op](args, params, node.attrs, bool(training), update)
+            tensor = self._run[node.op](args, params, node.attrs, bool(training), update)
             values[node.name] = (tensor, self.layouts[node.name])
         return values
 
@@ -163,9 +167,9 @@ def _conv2d(args, p, a, training, update):
     return ops.conv2d(_to(args[0], NHWC), p["weight"], p.get("bias"), a)
 
 
-def _batchnorm(args, p, a, training, update):
+def _batchnorm(args, p, a, training, update, fused=True):
     stats = (p["gamma"], p["beta"], p.get("running_mean"), p.get("running_var"), a, training,
-             update)
+             update, fused)
     tensor = args[0][0]
     if tensor.shape.rank == 4:
         return ops.batchnorm(_to(args[0], NHWC), *stats)
@@ -338,7 +342,9 @@ class Model(BackendModel):
                "memory_format": ("auto", "channels_last")}
 
     def _build(self, weights):
-        self.native = SpecModel(self.spec, weights)
+        # Training programs (Inception-v3, WGAN) take the precise BatchNorm statistics; the
+        # single-loss models keep the fused kernel they were measured with.
+        self.native = SpecModel(self.spec, weights, fused_batchnorm=self.program is None)
         self._trainable = [self.native.variable(n) for n in self.trainable_names()]
         execution = self.hparams["execution"]
         self._predict_fn = _compiled(self._infer, execution)
