@@ -28,6 +28,16 @@ def _consistency_failures(name, config, seed=0, **overrides):
     return consistency.compare(record, consistency.run_protocol(other, weights, batch)), record
 
 
+def test_inception_v3_matches_the_reference_auxiliary_loss_rmsprop_and_clipping():
+    """Learning rate 0.0045 instead of 0.045: at 0.045 the tiny network's third loss is
+    ill-conditioned (PyTorch in float32 lands 8e-3 from PyTorch in float64), so no float32
+    implementation could be held to the trajectory's 1e-3 there. Without dropout, whose masks
+    no two frameworks draw alike."""
+    failures, record = _consistency_failures("inception_v3", "tiny", dropout=0.0, lr=0.0045)
+    assert failures == []
+    assert record["trajectory"].shape == (3,)
+
+
 def test_wgan_gp_matches_the_reference_penalty_included():
     failures, record = _consistency_failures("wgan", "tiny")
     assert failures == []
