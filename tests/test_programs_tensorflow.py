@@ -48,8 +48,10 @@ def test_inception_v3_matches_the_reference_auxiliary_loss_rmsprop_and_clipping(
 def test_wgan_gp_matches_the_reference_penalty_included():
     failures, record = _consistency_failures("wgan", "tiny")
     assert failures == []
-    assert record["loss"].shape == (2,)  # the generator's and the critic's objectives
-    assert record["trajectory"].shape == (3, 2)
+    # one loss and one trajectory per objective: the generator's and the critic's
+    assert {k for k in record if k.startswith(("loss", "trajectory"))} == {
+        "loss/generator", "loss/critic", "trajectory/generator", "trajectory/critic"}
+    assert record["trajectory/critic"].shape == (3,)
 
 
 def test_original_wgan_matches_the_reference():
