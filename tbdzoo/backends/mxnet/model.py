@@ -45,7 +45,8 @@ class _Plan(object):
             in_shapes = [tuple(graph.shape_of(i)) for i in node.inputs]
             self.steps.append((node, getattr(ops, node.op), in_shapes, graph.param_names(node)))
             self.constants.update(ops.constants_for(node, in_shapes))
-        self.batchnorms = [n for n in graph.nodes.values() if n.op == "batchnorm"]
+        self.batchnorms = [n for n in graph.nodes.values()
+                           if n.op == "batchnorm" and n.attrs["track_running_stats"]]
 
     def run(self, F, values, params, exact_bn_stats):
         """Walk the nodes; returns (node name -> output, [(mean, biased var)] per batchnorm)."""

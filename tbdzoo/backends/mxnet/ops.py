@@ -79,11 +79,14 @@ def conv2d(F, inputs, p, a, ctx):
 
 
 def batchnorm(F, inputs, p, a, ctx):
-    """Batch statistics in training, running ones in inference. With ``ctx.exact_bn_stats``
+    """Batch statistics in training, running ones in inference (batch ones always without
+    ``track_running_stats``). With ``ctx.exact_bn_stats``
     MXNet's own running update is switched off (momentum 1 keeps the old value) and the batch
     mean and biased variance are returned for the caller's exact update; otherwise MXNet
     updates them its own way (Keras momentum convention, biased variance)."""
     x, = inputs
+    if not a["track_running_stats"]:
+        return _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)
     common = dict(eps=a["eps"], fix_gamma=False, use_global_stats=False, axis=1)
     if not ctx.exact_bn_stats:
         return F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
@@ -205,3 +208,107 @@ def softmax_cross_entropy(F, logits, labels, loss):
         return F.mean(per_position)
     counted = labels != loss["ignore_index"]
     return F.sum(per_position * counted) / F.sum(counted)
+
+
+# -- ops of the generative and Inception models ---------------------------------------------------
+
+def _per_channel(F, v, rank):
+    """A (C,) parameter shaped to broadcast over an (N, C, ...) value of ``rank`` axes."""
+    return F.reshape(v, shape=(1, -1) + (1,) * (rank - 2))
+
+
+def _batch_statistics_norm(F, x, p, a, rank):
+    """BatchNorm by the batch's own mean and biased variance, in training and inference alike
+    (MXNet's BatchNorm switches to the running statistics outside training)."""
+    axes = (0,) + tuple(range(2, rank))
+    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    variance = F.mean(F.square(centred), axis=axes, keepdims=True)
+    y = F.broadcast_mul(centred, F.rsqrt(variance + a["eps"]))
+    return F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
+                           _per_channel(F, p["beta"], rank))
+
+
+def concat(F, inputs, p, a, ctx):
+    return F.concat(*inputs, dim=a["axis"] + 1)  # NCHW inside: the example's axes follow N
+
+
+def tanh(F, inputs, p, a, ctx):
+    return F.tanh(inputs[0])
+
+
+def upsample_nearest(F, inputs, p, a, ctx):
+    f = a["factor"]
+    return F.repeat(F.repeat(inputs[0], repeats=f, axis=2), repeats=f, axis=3)
+
+
+def reshape(F, inputs, p, a, ctx):
+    return F.reshape(inputs[0], shape=(-1,) + tuple(a["shape"]))  # NCHW: canonical order
+
+
+def channel_layernorm(F, inputs, p, a, ctx):
+    """One mean and biased variance per example over all its axes; affine per channel."""
+    x, = inputs
+    rank = len(ctx.in_shapes[0]) + 1
+    axes = tuple(range(1, rank))
+    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    variance = F.mean(F.square(centred), axis=axes, keepdims=True)
+    y = F.broadcast_mul(centred, F.rsqrt(variance + a["eps"]))
+    return F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
+                           _per_channel(F, p["beta"], rank))
+
+
+def lerp(F, inputs, p, a, ctx):
+    x, y, t = inputs
+    t = F.reshape(t, shape=(-1,) + (1,) * len(ctx.in_shapes[0]))
+    return F.broadcast_mul(t, x) + F.broadcast_mul(1.0 - t, y)
+
+
+def scale(F, inputs, p, a, ctx):
+    return inputs[0] * a["factor"]
+
+
+def stop_gradient(F, inputs, p, a, ctx):
+    return F.BlockGrad(inputs[0])
+
+
+def ones_like(F, inputs, p, a, ctx):
+    return F.ones_like(inputs[0])
+
+
+def conv2d_input_grad(F, inputs, p, a, ctx):
+    """A transposed convolution without padding, then the rows and columns the forward
+    padding added are cut; rows the forward stride never read come back as zeros."""
+    dy, = inputs
+    _, ho, wo = ctx.in_shapes[0]
+    c, h, w = a["input_shape"]
+    (top, _), (left, _) = a["padding"]
+    full = F.Deconvolution(dy, p["weight"], kernel=a["kernel"], stride=a["stride"],
+                           dilate=a["dilation"], pad=(0, 0), num_filter=c, num_group=a["groups"],
+                           no_bias=True)
+    rows = [(n - 1) * s + d * (k - 1) + 1 for n, s, d, k in
+            zip((ho, wo), a["stride"], a["dilation"], a["kernel"])]
+    full = _pad(F, full, ((0, max(0, top + h - rows[0])), (0, max(0, left + w - rows[1]))))
+    return F.slice(full, begin=(None, None, top, left), end=(None, None, top + h, left + w))
+
+
+def dense_input_grad(F, inputs, p, a, ctx):
+    return F.dot(inputs[0], p["weight"])  # dy (..., units) times W (units, in)
+
+
+def relu_grad(F, inputs, p, a, ctx):
+    dy, x = inputs
+    return dy * (x > 0)
+
+
+def channel_layernorm_input_grad(F, inputs, p, a, ctx):
+    """dx = (g - mean(g) - xhat mean(g xhat)) / sqrt(var + eps), g = gamma_c dy."""
+    dy, x = inputs
+    rank = len(ctx.in_shapes[0]) + 1
+    axes = tuple(range(1, rank))
+    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    inv = F.rsqrt(F.mean(F.square(centred), axis=axes, keepdims=True) + a["eps"])
+    xhat = F.broadcast_mul(centred, inv)
+    g = F.broadcast_mul(dy, _per_channel(F, p["gamma"], rank))
+    inner = F.broadcast_sub(g, F.mean(g, axis=axes, keepdims=True))
+    inner = inner - F.broadcast_mul(xhat, F.mean(g * xhat, axis=axes, keepdims=True))
+    return F.broadcast_mul(inner, inv)
