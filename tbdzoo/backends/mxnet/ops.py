@@ -276,19 +276,53 @@ def ones_like(F, inputs, p, a, ctx):
 
 
 def conv2d_input_grad(F, inputs, p, a, ctx):
-    """A transposed convolution without padding, then the rows and columns the forward
-    padding added are cut; rows the forward stride never read come back as zeros."""
+    """The transposed convolution the spec defines, written as a Convolution: dy with
+    stride - 1 zeros inserted between its rows (and columns), correlated with the kernel
+    flipped in space and with its two channel axes swapped per group. The spec's crop by
+    the forward padding becomes this convolution's own padding (negative padding: cropping dy).
+
+    MXNet's Deconvolution would be the direct form, but with MKLDNN its weight gradient fails
+    ("could not execute a primitive") whenever the kernel is shared with another node, which
+    it always is here."""
     dy, = inputs
     _, ho, wo = ctx.in_shapes[0]
     c, h, w = a["input_shape"]
-    (top, _), (left, _) = a["padding"]
-    full = F.Deconvolution(dy, p["weight"], kernel=a["kernel"], stride=a["stride"],
-                           dilate=a["dilation"], pad=(0, 0), num_filter=c, num_group=a["groups"],
-                           no_bias=True)
-    rows = [(n - 1) * s + d * (k - 1) + 1 for n, s, d, k in
-            zip((ho, wo), a["stride"], a["dilation"], a["kernel"])]
-    full = _pad(F, full, ((0, max(0, top + h - rows[0])), (0, max(0, left + w - rows[1]))))
-    return F.slice(full, begin=(None, None, top, left), end=(None, None, top + h, left + w))
+    g = a["groups"]
+    pads = []
+    for axis, (n, size, s, d, k, (before, _)) in enumerate(zip(
+            (ho, wo), (h, w), a["stride"], a["dilation"], a["kernel"], a["padding"])):
+        dy = _dilate(F, dy, s, 2 + axis, n)
+        length = (n - 1) * s + 1
+        top = d * (k - 1) - before
+        pads.append((top, size + d * (k - 1) - length - top))
+    crop = [(max(0, -t), max(0, -b)) for t, b in pads]
+    if any(t or b for t, b in crop):
+        lengths = [(n - 1) * s + 1 for n, s in zip((ho, wo), a["stride"])]
+        dy = F.slice(dy, begin=(None, None, crop[0][0], crop[1][0]),
+                     end=(None, None, lengths[0] - crop[0][1], lengths[1] - crop[1][1]))
+        pads = [(max(0, t), max(0, b)) for t, b in pads]
+    sym = pooling.symmetric(pads)
+    if sym is None:
+        dy, sym = _pad(F, dy, pads), (0, 0)
+    weight = p["weight"]
+    if g == 1:
+        weight = F.swapaxes(weight, dim1=0, dim2=1)
+    else:  # (F, C/g, kh, kw) -> (g, C/g, F/g, kh, kw) -> (C, F/g, kh, kw)
+        weight = F.swapaxes(F.reshape(weight, shape=(-4, g, -1, 0, 0, 0)), dim1=1, dim2=2)
+        weight = F.reshape(weight, shape=(-3, 0, 0, 0))
+    weight = F.reverse(weight, axis=(2, 3))
+    return F.Convolution(dy, weight, kernel=a["kernel"], dilate=a["dilation"], pad=sym,
+                         num_filter=c, num_group=g, no_bias=True)
+
+
+def _dilate(F, x, stride, axis, n):
+    """``stride - 1`` zeros between the ``n`` entries of ``axis`` (2: rows, 3: columns)."""
+    if stride == 1:
+        return x
+    x = F.expand_dims(x, axis=axis + 1)
+    x = F.concat(*([x] + [F.zeros_like(x)] * (stride - 1)), dim=axis + 1)
+    x = F.reshape(x, shape=(0, 0, -3, 0) if axis == 2 else (0, 0, 0, -3))
+    return F.slice_axis(x, axis=axis, begin=0, end=(n - 1) * stride + 1)
 
 
 def dense_input_grad(F, inputs, p, a, ctx):
