@@ -65,11 +65,12 @@ class _Plan(object):
         """Names of every Parameter the walk receives: spec parameters and constant tables."""
         return self.parameter_names + [_CONSTANT_PREFIX + k for k in self.constants]
 
-    def run(self, F, values, params, exact_bn_stats):
-        """Walk the nodes; returns (value name -> output, [(mean, biased var)] per batchnorm)."""
+    def run(self, F, values, params, exact_bn_stats, two_pass_statistics=False):
+        """Walk the nodes; returns (value name -> output, [(mean, biased var)] per batchnorm).
+        ``two_pass_statistics``: batch-norm's batch variance in two passes (ops.batchnorm)."""
         values = dict(values)
         constants = {k: params[_CONSTANT_PREFIX + k] for k in self.constants}
-        ctx = ops.GraphContext(constants, exact_bn_stats)
+        ctx = ops.GraphContext(constants, exact_bn_stats, two_pass_statistics)
         for node, fn, in_shapes, param_names in self.steps:
             ctx.node_name, ctx.in_shapes = node.name, in_shapes
             node_params = {suffix: params[full] for suffix, full in param_names.items()}
@@ -147,7 +148,10 @@ class ObjectiveBlock(_GraphBlock):
     """One phase's objective on (the inputs it reads...), and the batch statistics, in one
     graph. Trainable parameters outside the phase's group enter through BlockGrad, so the
     backward pass differentiates with respect to the group only (a generator update does not
-    compute the critic's weight gradients)."""
+    compute the critic's weight gradients). Batch-norm takes its batch variance in two passes:
+    Inception-v3's 94 batch norms, each normalising by the batch, compound the one-pass
+    variance's rounding (1e-5 of the output at its first layer) into gradients that differ by
+    percents at its last."""
 
     def __init__(self, graph, objective, group_names, parameters):
         program = graph.program
@@ -161,7 +165,7 @@ class ObjectiveBlock(_GraphBlock):
 
     def hybrid_forward(self, F, *inputs, **params):
         params = {n: F.BlockGrad(v) if n in self.frozen else v for n, v in params.items()}
-        values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True)
+        values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True, True)
         total = None
         for loss, weight in self.terms:
             value = weight * losses.evaluate(F, loss["kind"], OrderedDict(

@@ -18,9 +18,10 @@ class GraphContext(object):
     """Per-trace state: constant tables by key, the batch statistics collected so far, and the
     node being run (its name and input shapes without the batch axis)."""
 
-    def __init__(self, constants, exact_bn_stats):
+    def __init__(self, constants, exact_bn_stats, two_pass_statistics=False):
         self.constants = constants
         self.exact_bn_stats = exact_bn_stats
+        self.two_pass_statistics = two_pass_statistics
         self.bn_stats = []
         self.node_name, self.in_shapes = None, None
 
@@ -86,7 +87,12 @@ def batchnorm(F, inputs, p, a, ctx):
     updates them its own way (Keras momentum convention, biased variance)."""
     x, = inputs
     if not a["track_running_stats"]:
-        return _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)
+        return _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)[0]
+    if ctx.exact_bn_stats and ctx.two_pass_statistics:
+        y, mean, variance = _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)
+        ctx.bn_stats.append((F.BlockGrad(F.reshape(mean, shape=(-1,))),
+                             F.BlockGrad(F.reshape(variance, shape=(-1,)))))
+        return y
     common = dict(eps=a["eps"], fix_gamma=False, use_global_stats=False, axis=1)
     if not ctx.exact_bn_stats:
         return F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
@@ -219,13 +225,17 @@ def _per_channel(F, v, rank):
 
 def _batch_statistics_norm(F, x, p, a, rank):
     """BatchNorm by the batch's own mean and biased variance, in training and inference alike
-    (MXNet's BatchNorm switches to the running statistics outside training)."""
+    (MXNet's BatchNorm switches to the running statistics outside training); the variance in
+    two passes, which MXNet's BatchNorm does in one (E[x^2] - E[x]^2 loses digits when the mean
+    is large against the spread). Returns (y, mean, variance), the last two (1, C, 1...)."""
     axes = (0,) + tuple(range(2, rank))
-    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    mean = F.mean(x, axis=axes, keepdims=True)
+    centred = F.broadcast_sub(x, mean)
     variance = F.mean(F.square(centred), axis=axes, keepdims=True)
     y = F.broadcast_mul(centred, F.rsqrt(variance + a["eps"]))
-    return F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
-                           _per_channel(F, p["beta"], rank))
+    y = F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
+                        _per_channel(F, p["beta"], rank))
+    return y, mean, variance
 
 
 def concat(F, inputs, p, a, ctx):
