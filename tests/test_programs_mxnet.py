@@ -60,6 +60,26 @@ def test_wgan_matches_the_reference(config):
     assert check_against_reference("wgan", config, seed=1) == []
 
 
+def test_inception_v3_output_loss_and_weights_match_the_reference(tmp_path):
+    """Inference output and the training objective (main + 0.4 aux, label-smoothed) at the
+    reference's tolerances, and a step that moves the weights the way the reference does."""
+    reference = build_native("inception_v3", "torch", config="tiny", device="cpu", dropout=0.0)
+    weights, batch = reference.get_weights(), reference.synthetic_batch(seed=0)
+    model = build_native("inception_v3", "mxnet", config="tiny", seed=1, dropout=0.0)
+    model.set_weights(weights)
+    tol = consistency.TOLERANCES["forward"]
+    np.testing.assert_allclose(model.predict(batch), reference.predict(batch), **tol)
+    loss, grads = model.loss_and_gradients(batch)
+    expected, expected_grads = reference.loss_and_gradients(batch)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert consistency.cosine(grads["fc.weight"], expected_grads["fc.weight"]) > 0.9999
+    assert model.train_step(batch) == pytest.approx(reference.train_step(batch), rel=1e-5)
+    path = str(tmp_path / "inception.npz")
+    model.save_weights(path)
+    reference.load_weights(path)
+    np.testing.assert_allclose(reference.predict(batch), model.predict(batch), **tol)
+
+
 def test_the_steps_return_each_objective_and_count_each_group():
     model = build_native("wgan", "mxnet", config="tiny")
     losses = model.train_step(model.synthetic_batch(seed=0))
