@@ -17,8 +17,6 @@ require_framework("torch")
 
 from tbdzoo import consistency  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
-import tbdzoo.models.inception  # noqa: E402,F401  (registers the builders)
-import tbdzoo.models.wgan  # noqa: E402,F401
 
 
 def _values(loss):
