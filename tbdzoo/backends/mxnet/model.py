@@ -65,18 +65,27 @@ class _Plan(object):
         """Names of every Parameter the walk receives: spec parameters and constant tables."""
         return self.parameter_names + [_CONSTANT_PREFIX + k for k in self.constants]
 
-    def run(self, F, values, params, exact_bn_stats, two_pass_statistics=False):
+    def run(self, F, values, params, exact_bn_stats, two_pass_statistics=False, constant=()):
         """Walk the nodes; returns (value name -> output, [(mean, biased var)] per batchnorm).
-        ``two_pass_statistics``: batch-norm's batch variance in two passes (ops.batchnorm)."""
+        ``two_pass_statistics``: batch-norm's batch variance in two passes (ops.batchnorm);
+        ``constant``: nodes whose outputs pass through BlockGrad (no backward pass into them)."""
         values = dict(values)
         constants = {k: params[_CONSTANT_PREFIX + k] for k in self.constants}
         ctx = ops.GraphContext(constants, exact_bn_stats, two_pass_statistics)
         for node, fn, in_shapes, param_names in self.steps:
             ctx.node_name, ctx.in_shapes = node.name, in_shapes
             node_params = {suffix: params[full] for suffix, full in param_names.items()}
-            values[node.name] = fn(F, [values[i] for i in node.inputs], node_params, node.attrs,
-                                   ctx)
+            value = fn(F, [values[i] for i in node.inputs], node_params, node.attrs, ctx)
+            values[node.name] = F.BlockGrad(value) if node.name in constant else value
         return values, ctx.bn_stats
+
+    def depending_on(self, parameter_names):
+        """Names of the nodes whose output depends on one of ``parameter_names``."""
+        wanted, out = set(parameter_names), set()
+        for node, _, _, param_names in self.steps:
+            if wanted.intersection(param_names.values()) or out.intersection(node.inputs):
+                out.add(node.name)
+        return out
 
 
 def make_parameters(graph, weights, ctx):
@@ -162,10 +171,16 @@ class ObjectiveBlock(_GraphBlock):
         group = set(group_names)
         self.frozen = frozenset(n for n in self.plan.parameter_names
                                 if parameters[n].grad_req != "null" and n not in group)
+        # values no group parameter reaches need no backward pass (a critic update does not
+        # differentiate through the generator)
+        reached = self.plan.depending_on(group)
+        self.constant = frozenset(node.name for node, _, _, _ in self.plan.steps
+                                  if node.name not in reached)
 
     def hybrid_forward(self, F, *inputs, **params):
         params = {n: F.BlockGrad(v) if n in self.frozen else v for n, v in params.items()}
-        values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True, True)
+        values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True, True,
+                                      self.constant)
         total = None
         for loss, weight in self.terms:
             value = weight * losses.evaluate(F, loss["kind"], OrderedDict(
