@@ -13,8 +13,6 @@ torch = pytest.importorskip("torch")
 
 from tbdzoo.backends import programs  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
-import tbdzoo.models.inception  # noqa: E402,F401  (registers the builders)
-import tbdzoo.models.wgan  # noqa: E402,F401
 
 
 def test_inception_v3_matches_torchvision_loss_gradients_and_rmsprop_step():

@@ -77,7 +77,7 @@ class BackendModel(object):
             from ..errors import UnsupportedOptionError
             raise UnsupportedOptionError(
                 "{} is a training program of {} objective(s) and {} parameter group(s), which "
-                "backend {} does not run yet; backends that do: torch".format(
+                "backend {} does not run".format(
                     self.name, len(self.spec.program.objectives), len(self.spec.program.groups),
                     self.backend))
         self.step_count = 0
