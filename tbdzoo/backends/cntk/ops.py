@@ -107,6 +107,8 @@ def batchnorm(inputs, p, a, ctx, running_count):
     the unbiased batch variance (checked against NumPy), as the spec asks.
     """
     x, = inputs
+    if not a["track_running_stats"]:
+        return batch_statistics_norm(x, p["gamma"], p["beta"], a["eps"])
     m = float(a["momentum"])
     if m <= 0.0:
         time_constant = float("inf")     # running statistics frozen
@@ -118,6 +120,21 @@ def batchnorm(inputs, p, a, ctx, running_count):
     return C.batch_normalization(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
                                  spatial=len(x.shape) > 1, normalization_time_constant=time_constant,
                                  epsilon=a["eps"], running_count=running_count)
+
+
+def batch_statistics_norm(x, gamma, beta, eps):
+    """BatchNorm by the batch's own (biased) statistics in training and inference alike:
+    per-channel means over the example's spatial axes, then over CNTK's batch axis."""
+    batch = C.Axis.default_batch_axis()
+    spatial = tuple(range(1, len(x.shape)))
+
+    def mean(v):
+        return C.reduce_mean(C.reduce_mean(v, axis=spatial) if spatial else v, axis=batch)
+    centred = x - mean(x)
+    variance = mean(C.square(centred))
+    shape = (x.shape[0],) + (1,) * len(spatial)
+    return centred * C.reciprocal(C.sqrt(variance + eps)) * C.reshape(gamma, shape) + \
+        C.reshape(beta, shape)
 
 
 def relu(inputs, p, a, ctx):
@@ -242,6 +259,126 @@ def multi_head_attention(inputs, p, a, ctx):
         contexts.append(C.times(weights, v_h))
     context = contexts[0] if heads == 1 else C.splice(*contexts, axis=1)
     return linear(context, p["W_o"], p["b_o"])
+
+
+# -- ops of the generative and Inception models ------------------------------------------------
+def concat(inputs, p, a, ctx):
+    """CNTK's static axes are the example's canonical axes, so the spec's axis is CNTK's."""
+    return C.splice(*inputs, axis=a["axis"])
+
+
+def tanh(inputs, p, a, ctx):
+    return C.tanh(inputs[0])
+
+
+def upsample_nearest(inputs, p, a, ctx):
+    """(C, H, W) -> (C, H, 1, W, 1), broadcast against ones (C, H, f, W, f), folded back: each
+    pixel repeated f x f times in place; the gradient sums each f x f block."""
+    x, = inputs
+    c, h, w = x.shape
+    f = a["factor"]
+    ones = C.constant(np.ones((1, 1, f, 1, f), np.float32))
+    return C.reshape(C.reshape(x, (c, h, 1, w, 1)) * ones, (c, h * f, w * f))
+
+
+def reshape(inputs, p, a, ctx):
+    """The example is stored in canonical row-major order, so CNTK's reshape keeps it."""
+    return C.reshape(inputs[0], tuple(a["shape"]))
+
+
+def _example_mean(x):
+    """The mean of each example over all its axes, shape (1, ..., 1)."""
+    return C.reduce_mean(x, axis=tuple(range(len(x.shape))))
+
+
+def _per_channel(v, rank):
+    return C.reshape(v, (v.shape[0],) + (1,) * (rank - 1))
+
+
+def channel_layernorm(inputs, p, a, ctx):
+    """One mean and biased variance per example over (C, H, W); scale and offset per channel."""
+    x, = inputs
+    centred = x - _example_mean(x)
+    xhat = centred * C.reciprocal(C.sqrt(_example_mean(C.square(centred)) + a["eps"]))
+    rank = len(x.shape)
+    return xhat * _per_channel(p["gamma"], rank) + _per_channel(p["beta"], rank)
+
+
+def lerp(inputs, p, a, ctx):
+    x, y, t = inputs
+    t = C.reshape(t, (1,) * len(x.shape))
+    return t * x + (1.0 - t) * y
+
+
+def scale(inputs, p, a, ctx):
+    return inputs[0] * float(a["factor"])
+
+
+def stop_gradient(inputs, p, a, ctx):
+    return C.stop_gradient(inputs[0])
+
+
+def ones_like(inputs, p, a, ctx):
+    return C.ones_like(inputs[0])
+
+
+def _transposed(weight, dy, stride):
+    """Transposed convolution without padding; CNTK's kernel layout for it is PyTorch's
+    (in = dy's channels, out, kh, kw), the forward convolution's own kernel."""
+    return C.convolution_transpose(weight, dy, strides=(1,) + tuple(stride), auto_padding=[False])
+
+
+def conv2d_input_grad(inputs, p, a, ctx):
+    """The transposed convolution of dy without padding gives ((Ho - 1) s + d (k - 1) + 1)
+    rows; rows [top, top + H) are the input gradient, and rows past the end of that (input
+    rows the stride never read) are zeros. Columns alike. Groups are convolved one by one."""
+    dy, = inputs
+    weight = p["weight"]
+    if tuple(a["dilation"]) != (1, 1):
+        weight = dilated_kernel(weight, a["dilation"])
+    groups = a["groups"]
+    if groups == 1:
+        full = _transposed(weight, dy, a["stride"])
+    else:
+        per_out = weight.shape[0] // groups
+        parts = [_transposed(C.slice(weight, 0, g * per_out, (g + 1) * per_out),
+                             C.slice(dy, 0, g * per_out, (g + 1) * per_out), a["stride"])
+                 for g in range(groups)]
+        full = C.splice(*parts, axis=0)
+    _, h, w = a["input_shape"]
+    (top, _), (left, _) = a["padding"]
+    rows, cols = full.shape[1], full.shape[2]
+    short = (max(0, top + h - rows), max(0, left + w - cols))
+    if short != (0, 0):
+        full = C.pad(full, pattern=[(0, 0), (0, short[0]), (0, short[1])])
+    return C.slice(full, [1, 2], [top, left], [top + h, left + w])
+
+
+def dense_input_grad(inputs, p, a, ctx):
+    """dy W on the last axis, W the forward node's (out, in) weight."""
+    dy, = inputs
+    shape = dy.shape
+    if len(shape) > 2:
+        dy = C.reshape(dy, (-1, shape[-1]))
+    dx = C.times(dy, p["weight"])
+    if len(shape) > 2:
+        dx = C.reshape(dx, tuple(shape[:-1]) + (p["weight"].shape[1],))
+    return dx
+
+
+def relu_grad(inputs, p, a, ctx):
+    dy, x = inputs
+    return dy * C.greater(x, 0.0)
+
+
+def channel_layernorm_input_grad(inputs, p, a, ctx):
+    """dx = (g - mean(g) - xhat mean(g xhat)) / sqrt(var + eps), g = gamma_c dy."""
+    dy, x = inputs
+    centred = x - _example_mean(x)
+    inv = C.reciprocal(C.sqrt(_example_mean(C.square(centred)) + a["eps"]))
+    xhat = centred * inv
+    g = dy * _per_channel(p["gamma"], len(x.shape))
+    return inv * (g - _example_mean(g) - xhat * _example_mean(g * xhat))
 
 
 # -- loss ------------------------------------------------------------------------------------------
