@@ -29,16 +29,18 @@ def _set(constant, value):
 
 
 def clipped(grads, clip):
-    """The group's gradients after global-norm or element-wise clipping (None: unchanged)."""
+    """The group's gradients after global-norm or element-wise clipping (None: unchanged).
+
+    The global norm is one reduction over the spliced, flattened gradients: a sum of one
+    reduction per parameter made Inception-v3's step several times slower."""
     if clip is None:
         return list(grads)
     value = float(clip["value"])
     if clip["kind"] == "value":
         return [C.clip(g, -value, value) for g in grads]
-    squares = [C.reduce_sum(C.square(g), axis=C.Axis.all_axes()) for g in grads]
-    total = squares[0]
-    for s in squares[1:]:
-        total = total + s
+    flat = [C.reshape(g, (-1,)) for g in grads]
+    total = C.reduce_sum(C.square(C.splice(*flat, axis=0) if len(flat) > 1 else flat[0]),
+                         axis=C.Axis.all_axes())
     factor = C.element_min(_scalar(1.0), value / (C.sqrt(total) + CLIP_EPSILON))
     return [g * factor for g in grads]
 
