@@ -6,7 +6,11 @@ ids travel as float32, exact below 2**24). Parameters are ``C.parameter`` object
 the NumPy initial values in canonical layout, which is also CNTK's layout for every op used
 here; BatchNorm running statistics are ``C.constant`` objects the BN op updates in place.
 The train step is CNTK's own ``Trainer.train_minibatch`` (forward, backward and the update in
-C++), with the normalized optimizer as a universal learner. Valid Python 3.6.
+C++), with the normalized optimizer as a universal learner.
+
+A training program gets one trainer per phase (its objective, its group's learner), BatchNorm
+from exact moments whose running statistics the model updates from each step's fetched
+moments, and an inference graph of its own for ``predict`` (docs/backends.md). Valid Python 3.6.
 """
 from collections import OrderedDict
 
