@@ -47,9 +47,9 @@ def test_inception_v3_matches_the_reference():
     Element-wise gradient tolerances are not reachable for this case by any float32
     implementation: the tiny network's ReLU masks and max-pool winners switch under rounding,
     and PyTorch against itself with weights perturbed by 1e-6 misses the per-element gradient
-    tolerance on 271 of 282 tensors (cosines down to 0.997) and the third step's loss by 0.08.
+    tolerance on 271 of 292 tensors (cosines down to 0.997) and the third step's loss by 0.08.
     CNTK's BatchNorm is computed from exact per-channel moments (backends/cntk/ops.py), which
-    keeps its gradients within that noise: every cosine above 0.9998 and the first steps
+    keeps its gradients within that noise: every cosine above 0.9998 and the first step
     within 1e-3."""
     weights, batch, record = consistency.reference("inception_v3", "tiny", dropout=0.0)
     other = cntk_protocol("inception_v3", "tiny", weights, batch, dropout=0.0)
