@@ -36,11 +36,24 @@ def run_protocol(model, weights, batch, steps=3):
     out = OrderedDict()
     out["forward"] = np.asarray(model.predict(batch), np.float64)
     loss, grads = model.loss_and_gradients(batch)
-    out["loss"] = np.float64(loss)
+    out.update(_per_objective("loss", [loss]))
     for name, g in grads.items():
         out["grad/" + name] = np.asarray(g, np.float64)
-    out["trajectory"] = np.asarray([model.train_step(batch) for _ in range(steps)], np.float64)
+    out.update(_per_objective("trajectory", [model.train_step(batch) for _ in range(steps)]))
     return out
+
+
+def _per_objective(key, values):
+    """{key: array} for losses that are floats; {key/objective: array} for a training program
+    of several objectives, whose losses are {objective: float} (a single value squeezed)."""
+    if isinstance(values[0], dict):
+        return OrderedDict(("{}/{}".format(key, name), _squeezed(key, [v[name] for v in values]))
+                           for name in values[0])
+    return OrderedDict([(key, _squeezed(key, values))])
+
+
+def _squeezed(key, values):
+    return np.float64(values[0]) if key == "loss" else np.asarray(values, np.float64)
 
 
 def reference(model_name, config="tiny", seed=0, steps=3, **overrides):
@@ -84,9 +97,12 @@ def compare(record, other):
         if not np.allclose(g, r, rtol=t["gradients"]["rtol"], atol=atol) or cos < t["gradients"]["min_cosine"]:
             failures.append("{}: max abs diff {:.3g} (max ref {:.3g}), cosine {:.6f}".format(
                 key, float(np.max(np.abs(g - r))), float(np.max(np.abs(r))), cos))
-    if not np.allclose(other["trajectory"], record["trajectory"], rtol=0, atol=t["trajectory"]["atol"]):
-        failures.append("trajectory: {} vs reference {}".format(
-            np.round(other["trajectory"], 6).tolist(), np.round(record["trajectory"], 6).tolist()))
+    for key in (k for k in record if k == "trajectory" or k.startswith("trajectory/")):
+        if key not in other:
+            failures.append("{}: missing".format(key))
+        elif not np.allclose(other[key], record[key], rtol=0, atol=t["trajectory"]["atol"]):
+            failures.append("{}: {} vs reference {}".format(
+                key, np.round(other[key], 6).tolist(), np.round(record[key], 6).tolist()))
     return failures
 
 

@@ -22,12 +22,16 @@ def learning_rate(hp, step):
         epoch = step // hp["steps_per_epoch"]
         passed = sum(1 for m in hp["lr_milestones"] if epoch >= m)
         return float(hp["lr"] * hp["lr_decay"] ** passed)
+    if kind == "exponential":
+        # lr x decay every ``decay_epochs`` whole epochs (a staircase, as Inception-v3 trains)
+        epoch = step // hp["steps_per_epoch"]
+        return float(hp["lr"] * hp["lr_decay"] ** (epoch // hp["decay_epochs"]))
     if kind == "inverse_sqrt":
         # Vaswani et al.: lr * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), n counted from 1
         n = step + 1
         return float(hp["lr"] * hp["d_model"] ** -0.5 *
                      min(n ** -0.5, n * hp["warmup_steps"] ** -1.5))
-    raise ValueError("unknown lr_schedule {!r}; known: constant, step, inverse_sqrt".format(kind))
+    raise ValueError("unknown lr_schedule {!r}; known: constant, step, exponential, inverse_sqrt".format(kind))
 
 
 def check(hp):

@@ -22,7 +22,7 @@ from .profiling.profile import failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
 # configs' own batch sizes.
-CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16}
+CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2}
 
 # The device a backend's model picks when none is named, asked of the backend's own class in
 # its own environment (as a run's worker would build it), so this process imports no framework.

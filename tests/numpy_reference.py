@@ -128,9 +128,57 @@ def _attention_node(xs, p, a, training, mask):
 
 
 # op -> fn(inputs, params, attrs, training, dropout mask)
+def batchnorm_op(xs, p, a, training):
+    """Without running statistics the batch's own normalise in inference too."""
+    return batchnorm(xs[0], p, a, training or not a["track_running_stats"])
+
+
+def channel_layernorm(x, p, a):
+    """One mean and biased variance per example over (C, H, W); scale and shift per channel."""
+    axes = tuple(range(1, x.ndim))
+    mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + a["eps"]) * p["gamma"][None, :, None, None] + \
+        p["beta"][None, :, None, None]
+
+
+def conv2d_input_grad(dy, p, a):
+    """Scatter: every output cell (i, j) of the forward convolution sends dy x its kernel tap
+    back to the padded input cell (i s + u d, j s + v d); then the padding is cut away."""
+    weight, groups = p["weight"], a["groups"]  # (F, C / groups, kh, kw)
+    (top, bottom), (left, right) = a["padding"]
+    c, h, w = a["input_shape"]
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    n, f, ho, wo = dy.shape
+    padded = np.zeros((n, c, h + top + bottom, w + left + right))
+    out_per_group, in_per_group = f // groups, c // groups
+    for u in range(a["kernel"][0]):
+        for v in range(a["kernel"][1]):
+            rows = slice(u * dh, u * dh + sh * (ho - 1) + 1, sh)
+            cols = slice(v * dw, v * dw + sw * (wo - 1) + 1, sw)
+            for g in range(groups):
+                fs, cs = slice(g * out_per_group, (g + 1) * out_per_group), slice(g * in_per_group, (g + 1) * in_per_group)
+                padded[:, cs, rows, cols] += np.einsum("nfij,fc->ncij", dy[:, fs], weight[fs, :, u, v])
+    return padded[:, :, top:top + h, left:left + w]
+
+
+def channel_layernorm_input_grad(dy, x, p, a):
+    """The Jacobian-vector product of channel_layernorm with respect to x, by its closed form."""
+    axes = tuple(range(1, x.ndim))
+    mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + a["eps"])
+    xhat = (x - mean) * inv
+    g = dy * p["gamma"][None, :, None, None]
+    return inv * (g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+
+
+def lerp(x, y, t):
+    t = t.reshape((t.shape[0],) + (1,) * (x.ndim - 1))
+    return t * x + (1.0 - t) * y
+
+
 OPS = {
     "conv2d": lambda xs, p, a, training, mask: conv2d(xs[0], p, a),
-    "batchnorm": lambda xs, p, a, training, mask: batchnorm(xs[0], p, a, training),
+    "batchnorm": lambda xs, p, a, training, mask: batchnorm_op(xs, p, a, training),
     "relu": lambda xs, p, a, training, mask: np.maximum(xs[0], 0.0),
     "add": lambda xs, p, a, training, mask: sum(xs[1:], xs[0]),
     "maxpool2d": lambda xs, p, a, training, mask: maxpool2d(xs[0], a),
@@ -144,6 +192,21 @@ OPS = {
     "layernorm": lambda xs, p, a, training, mask: layernorm(xs[0], p, a),
     "dropout": lambda xs, p, a, training, mask: dropout(xs[0], a, training, mask),
     "multi_head_attention": _attention_node,
+    "concat": lambda xs, p, a, training, mask: np.concatenate(xs, axis=a["axis"] + 1),
+    "tanh": lambda xs, p, a, training, mask: np.tanh(xs[0]),
+    "upsample_nearest": lambda xs, p, a, training, mask:
+        xs[0].repeat(a["factor"], axis=2).repeat(a["factor"], axis=3),
+    "reshape": lambda xs, p, a, training, mask: xs[0].reshape((len(xs[0]),) + tuple(a["shape"])),
+    "channel_layernorm": lambda xs, p, a, training, mask: channel_layernorm(xs[0], p, a),
+    "lerp": lambda xs, p, a, training, mask: lerp(*xs),
+    "scale": lambda xs, p, a, training, mask: xs[0] * a["factor"],
+    "stop_gradient": lambda xs, p, a, training, mask: xs[0],
+    "ones_like": lambda xs, p, a, training, mask: np.ones_like(xs[0]),
+    "conv2d_input_grad": lambda xs, p, a, training, mask: conv2d_input_grad(xs[0], p, a),
+    "dense_input_grad": lambda xs, p, a, training, mask: xs[0] @ p["weight"],
+    "relu_grad": lambda xs, p, a, training, mask: xs[0] * (xs[1] > 0),
+    "channel_layernorm_input_grad": lambda xs, p, a, training, mask:
+        channel_layernorm_input_grad(xs[0], xs[1], p, a),
 }
 
 

@@ -12,7 +12,7 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/resident.py",
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
-          "tbdzoo/backends/registry.py", "tbdzoo/backends/environments.py",
+          "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
           "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk"]
 
 

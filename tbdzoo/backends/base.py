@@ -11,6 +11,12 @@ canonical NumPy at the boundary:
   _get_weights()                  canonical dict of every parameter and statistic
   _set_weights(weights)           assign a validated canonical dict
 
+A backend that runs training programs (tbdzoo/spec/program.py) sets RUNS_PROGRAMS and adds:
+
+  _update(phase_index, native, lr)   one update of the phase's group on its objective; returns
+                                     the objective's value (a float or a device scalar)
+  _program_gradients(prepared)       ({objective: value}, canonical gradients) without updates
+
 The optimizers every backend implements are defined once (tbdzoo/backends/common/optimizers.py)
 so that three steps on any backend give the same trajectory. :func:`check_buildable` is the one
 construction check, run by in-process models, worker-backed ones (before the worker starts) and
@@ -25,6 +31,7 @@ import numpy as np
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
 from .common import op_support, optimizers
+from . import programs
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
 
@@ -33,8 +40,11 @@ def check_buildable(model_def, hparams, backend):
     """The spec of ``model_def`` under ``hparams``, once every check that needs no framework
     has passed: the optimizer and schedule exist, and ``backend`` implements every op."""
     spec = model_def.build_graph(hparams)
-    optimizers.check(hparams)
-    schedules.check(hparams)
+    if spec.program is None:
+        optimizers.check(hparams)
+        schedules.check(hparams)
+    else:  # each group's optimizer was checked when the program was built; its schedule here
+        programs.check_schedules(spec.program)
     op_support.check(spec, backend)
     return spec
 
@@ -50,6 +60,7 @@ class Prepared(object):
 
 class BackendModel(object):
     backend = None
+    RUNS_PROGRAMS = False
     # The values of the execution options (tbdzoo/models/registry.py) this backend honours.
     OPTIONS = {"precision": ("fp32",), "execution": ("default",),
                "memory_format": ("auto", "channels_first")}
@@ -62,6 +73,13 @@ class BackendModel(object):
         self.seed = seed
         self.spec = check_buildable(model_def, hparams, self.backend)
         self._check_options(hparams)
+        if self.spec.program is not None and not self.RUNS_PROGRAMS:
+            from ..errors import UnsupportedOptionError
+            raise UnsupportedOptionError(
+                "{} is a training program of {} objective(s) and {} parameter group(s), which "
+                "backend {} does not run".format(
+                    self.name, len(self.spec.program.objectives), len(self.spec.program.groups),
+                    self.backend))
         self.step_count = 0
         self.native = None
         from ..profiling.profile import resident_bytes
@@ -75,10 +93,20 @@ class BackendModel(object):
             self.name, self.backend, self.hparams["config"], self.spec.trainable_count())
 
     # -- data -----------------------------------------------------------------------
+    @property
+    def program(self):
+        """The graph's training program, or None for a graph with one loss (graph.loss)."""
+        return self.spec.program
+
     def synthetic_batch(self, seed=0, batch_size=None):
-        """NumPy arrays keyed by the spec's input names, canonical layouts."""
-        return self.model_def.synthetic_batch(self.hparams, batch_size or self.hparams["batch_size"],
-                                              seed)
+        """NumPy arrays keyed by the spec's input names, canonical layouts; for a program of
+        several updates, every update's examples (tbdzoo/backends/programs.py)."""
+        size = batch_size or self.hparams["batch_size"]
+        if self.program is not None and len(programs.updates(self.program)) > 1:
+            return programs.stacked_synthetic(
+                lambda n, s: self.model_def.synthetic_batch(self.hparams, n, s),
+                self.spec, self.program, size, seed)
+        return self.model_def.synthetic_batch(self.hparams, size, seed)
 
     def prepare_batch(self, batch):
         if isinstance(batch, Prepared):
@@ -87,10 +115,19 @@ class BackendModel(object):
                                                                            self.backend))
             return batch
         self._check_batch(batch)
+        if self.program is not None:
+            parts, _ = programs.split_step_batch(self.spec, self.program, batch)
+            native = [(phase, self._prepare(part)) for phase, part in parts]
+            return Prepared(self.backend, native, self.model_def.items(self.hparams, batch))
         return Prepared(self.backend, self._prepare(batch), self.model_def.items(self.hparams, batch))
 
-    def _check_batch(self, batch):
-        for inp in self.spec.inputs.values():
+    def _check_batch(self, batch, names=None):
+        """Every input in ``names`` (default: every input the step reads) is present with
+        the spec's per-example shape."""
+        if names is None:
+            names = [n for n, uses in programs.rows_per_input(self.spec, self.program).items()
+                     if uses] if self.program is not None else list(self.spec.inputs)
+        for inp in (self.spec.inputs[n] for n in names):
             if inp.name not in batch:
                 raise ValueError("batch lacks {!r}; the model takes {}".format(
                     inp.name, ", ".join(self.spec.inputs)))
@@ -109,6 +146,8 @@ class BackendModel(object):
         ``sync=False`` lets a backend with an asynchronous device queue the step and return
         None without waiting (timed loops sync once per repeat; see :meth:`synchronize`).
         """
+        if self.program is not None:
+            return self._program_step(self.prepare_batch(batch), sync)
         prepared, lr = self.prepare_batch(batch), self.learning_rate()
         if not sync and hasattr(self, "_train_step_async"):
             self._train_step_async(prepared, lr)
@@ -117,6 +156,33 @@ class BackendModel(object):
         loss = self._train_step(prepared, lr)
         self.step_count += 1
         return float(loss)
+
+    def _program_step(self, prepared, sync, around_update=None):
+        """Every update of the program in order, each group at its own learning rate;
+        ``around_update(index)``, if given, is a context each update runs in (measuring)."""
+        losses = OrderedDict()
+        for index, (phase_index, native) in enumerate(prepared.native):
+            phase = self.program.phases[phase_index]
+            group = phase["update"]
+            lr = programs.learning_rate(self.program.groups[group], self.group_steps[group])
+            if around_update is None:
+                losses[phase["objective"]] = self._update(phase_index, native, lr)
+            else:
+                with around_update(index):
+                    losses[phase["objective"]] = self._update(phase_index, native, lr)
+            self.group_steps[group] += 1
+        self.step_count += 1
+        if not sync:
+            return None
+        return programs.step_result(self.program, OrderedDict(
+            (k, float(v)) for k, v in losses.items()))
+
+    @property
+    def group_steps(self):
+        """Updates each parameter group has taken (its schedule's step counter)."""
+        if getattr(self, "_group_steps", None) is None:
+            self._group_steps = OrderedDict((g, 0) for g in self.program.groups)
+        return self._group_steps
 
     def synchronize(self):
         """Wait until every queued step has finished (a no-op on synchronous backends)."""
@@ -127,11 +193,27 @@ class BackendModel(object):
         return [self.train_step(prepared) for _ in range(steps)]
 
     def predict(self, batch):
+        if self.program is not None:  # only what the output reads; a step's batch may hold more
+            names = [n for n in self.spec.inputs
+                     if n in programs.values_read(self.spec, [self.spec.output])]
+            self._check_batch(batch, names)
+            size = min(len(batch[n]) for n in names)
+            part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in names)
+            return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
         return np.asarray(self._predict(self.prepare_batch(batch)))
 
     def loss_and_gradients(self, batch):
-        """Training-mode loss and per-parameter gradients (canonical), without a step."""
-        loss, grads = self._loss_and_gradients(self.prepare_batch(batch))
+        """Training-mode loss and per-parameter gradients (canonical), without a step.
+
+        For a program of several objectives: ({objective: value}, gradients), each parameter's
+        gradient taken of the objective of the phase that updates its group, on that phase's
+        first batch."""
+        prepared = self.prepare_batch(batch)
+        if self.program is not None:
+            losses, grads = self._program_gradients(prepared)
+            result = programs.step_result(self.program, losses)
+            return result, OrderedDict((k, np.asarray(grads[k])) for k in self.trainable_names())
+        loss, grads = self._loss_and_gradients(prepared)
         return float(loss), OrderedDict((k, np.asarray(grads[k])) for k in self.trainable_names())
 
     def trainable_names(self):

@@ -36,6 +36,13 @@ def _error_class(name):
     return cls
 
 
+def _loss_value(value):
+    """A float, or {objective: float} in program order for a program of several objectives."""
+    if isinstance(value, dict):
+        return OrderedDict((k, float(v)) for k, v in value.items())
+    return float(value)
+
+
 class WorkerHandle(object):
     """What ``model.native`` is for a model in a worker: its process and interpreter."""
 
@@ -225,13 +232,13 @@ class RemoteModel(BackendModel):
         """Always synchronous: the reply carries the loss."""
         result = self._on_batch("train_step", batch)
         self.step_count = result["step_count"]
-        return float(result["loss"])
+        return _loss_value(result["loss"])
 
     def train_steps(self, batch, steps):
         """``steps`` optimizer steps in one request; returns their losses."""
         result = self._on_batch("train_steps", batch, steps=int(steps))
         self.step_count = result["step_count"]
-        return [float(x) for x in result["losses"]]
+        return [_loss_value(x) for x in result["losses"]]
 
     def time_training(self, batch, warmup=1, steps=3, repeats=3, progress=None, timeout=None):
         """The measuring protocol run inside the worker (tbdzoo.profiling.timing);
@@ -257,14 +264,23 @@ class RemoteModel(BackendModel):
 
     def predict(self, batch):
         out = self._path("predict")
-        self._on_batch("predict", batch, out=out)
+        if self.program is not None and not isinstance(batch, Prepared):
+            # a step's batch of a program is split by update; the output reads its own inputs
+            path = self._path("batch")
+            save_arrays(path, batch)
+            try:
+                self._call("predict_arrays", path=path, out=out)
+            finally:
+                os.remove(path)
+        else:
+            self._on_batch("predict", batch, out=out)
         return load_arrays(out)["output"]
 
     def loss_and_gradients(self, batch):
         out = self._path("grads")
         loss = self._on_batch("loss_and_gradients", batch, out=out)["loss"]
         grads = load_arrays(out)
-        return float(loss), OrderedDict((k, grads[k]) for k in self.trainable_names())
+        return _loss_value(loss), OrderedDict((k, grads[k]) for k in self.trainable_names())
 
     def get_weights(self):
         out = self._path("weights")

@@ -58,6 +58,10 @@ class Worker(object):
     def predict(self, key, out):
         np.savez(out, output=self.model.predict(self._batch(key)))
 
+    def predict_arrays(self, path, out):
+        from ..weights import load_arrays
+        np.savez(out, output=self.model.predict(load_arrays(path)))
+
     def loss_and_gradients(self, key, out):
         loss, grads = self.model.loss_and_gradients(self._batch(key))
         np.savez(out, **grads)

@@ -159,7 +159,7 @@ def fraction():
 COMMON = {
     # the step
     "batch_size": integer(1),
-    "optimizer": choice("sgd", "adam"),
+    "optimizer": choice("sgd", "adam", "rmsprop"),
     "lr": number(0.0, open_low=True),
     "momentum": fraction(),
     "nesterov": boolean(),
@@ -167,11 +167,15 @@ COMMON = {
     "beta1": fraction(),
     "beta2": fraction(),
     "eps": number(0.0, open_low=True),
+    "alpha": fraction(),                 # RMSProp's decay of the squared-gradient average
+    "centered": boolean(),
+    "grad_clip_norm": number(0.0),       # 0: no clipping
     "label_smoothing": fraction(),
     "dropout": fraction(),
     "attention_dropout": fraction(),
     # the learning-rate schedule (tbdzoo/schedules.py)
-    "lr_schedule": choice("constant", "step", "inverse_sqrt"),
+    "lr_schedule": choice("constant", "step", "exponential", "inverse_sqrt"),
+    "decay_epochs": integer(1),
     "lr_decay": number(0.0, 1.0, open_low=True),
     "lr_milestones": integers(0, ascending=True),
     "train_examples": integer(1),

@@ -169,10 +169,103 @@ def tied_dense(g, hp):
     return _head(g, x)
 
 
+def batchnorm_batch_stats(g, hp):
+    """BatchNorm without running statistics: the batch's own normalise in inference too."""
+    x = _image(g, 4, 5, 6)
+    return _head(g, g.add("bn", "batchnorm", x, track_running_stats=False))
+
+
+def concat(g, hp):
+    x = _image(g)
+    a = g.add("conv", "conv2d", x, filters=2, kernel=3, padding=1)
+    return _head(g, g.add("cat", "concat", [a, x], axis=0))
+
+
+def tanh(g, hp):
+    return _head(g, g.add("tanh", "tanh", _image(g)))
+
+
+def upsample_nearest(g, hp):
+    """A strided convolution after the upsampling sees whether each pixel was repeated in place."""
+    y = g.add("up", "upsample_nearest", _image(g, 3, 5, 4), factor=2)
+    return _head(g, g.add("conv", "conv2d", y, filters=3, kernel=3, stride=2, padding=((1, 0), (0, 1))))
+
+
+def reshape(g, hp):
+    """A convolution over the reshaped example sees whether the element order is canonical."""
+    y = g.add("reshape", "reshape", _image(g, 3, 4, 6), shape=(6, 4, 3))
+    return _head(g, g.add("conv", "conv2d", y, filters=2, kernel=(1, 2)))
+
+
+def channel_layernorm(g, hp):
+    return _head(g, g.add("ln", "channel_layernorm", _image(g, 4, 5, 6), eps=1e-5))
+
+
+def lerp(g, hp):
+    x = _image(g, 3, 5, 4)
+    t = g.input("t", (1,))
+    a = g.add("conv", "conv2d", x, filters=3, kernel=3, padding=1)
+    return _head(g, g.add("lerp", "lerp", [a, x, t]))
+
+
+def scale(g, hp):
+    return _head(g, g.add("scale", "scale", _image(g), factor=-0.5))
+
+
+def stop_gradient(g, hp):
+    """The stopped branch's convolution must get a zero gradient, the other one not."""
+    x = _image(g, 3, 5, 4)
+    a = g.add("stopped", "conv2d", x, filters=2, kernel=3, padding=1)
+    a = g.add("stop", "stop_gradient", a)
+    b = g.add("conv", "conv2d", x, filters=2, kernel=3, padding=1)
+    return _head(g, g.add("add", "add", [a, b]))
+
+
+def ones_like(g, hp):
+    x = _image(g, 3, 5, 4)
+    a = g.add("conv", "conv2d", x, filters=2, kernel=3, padding=1)
+    return _head(g, g.add("add", "add", [g.add("ones", "ones_like", a), a]))
+
+
+def conv2d_input_grad(g, hp):
+    """The transposed convolution of a strided, asymmetrically padded convolution whose stride
+    leaves the input's last row unread, sharing its kernel."""
+    x = _image(g)
+    y = g.add("conv", "conv2d", x, filters=4, kernel=3, stride=2, padding=((1, 0), (0, 1)))
+    y = g.add("relu", "relu", y)
+    return _head(g, g.add("dx", "conv2d_input_grad", y, kernel=3, stride=2,
+                          padding=((1, 0), (0, 1)), input_shape=(3, 9, 8),
+                          shared={"weight": "conv.weight"}))
+
+
+def dense_input_grad(g, hp):
+    x = _sequence(g, hp)
+    y = g.add("fc", "dense", x, units=4)
+    return _head(g, g.add("dx", "dense_input_grad", y, in_features=6, shared={"weight": "fc.weight"}))
+
+
+def relu_grad(g, hp):
+    x = _image(g, 3, 5, 4)
+    a = g.add("conv_a", "conv2d", x, filters=2, kernel=3, padding=1)
+    b = g.add("conv_b", "conv2d", x, filters=2, kernel=3, padding=1)
+    return _head(g, g.add("mask", "relu_grad", [a, b]))
+
+
+def channel_layernorm_input_grad(g, hp):
+    x = _image(g, 4, 5, 6)
+    y = g.add("ln", "channel_layernorm", x)
+    dy = g.add("conv", "conv2d", y, filters=4, kernel=3, padding=1)
+    return _head(g, g.add("dx", "channel_layernorm_input_grad", [dy, x],
+                          shared={"gamma": "ln.gamma"}))
+
+
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
     conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
     relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
-    dropout, attention_self, attention_causal, attention_cross, tied_dense))
+    dropout, attention_self, attention_causal, attention_cross, tied_dense,
+    batchnorm_batch_stats, concat, tanh, upsample_nearest, reshape, channel_layernorm, lerp, scale,
+    stop_gradient, ones_like, conv2d_input_grad, dense_input_grad, relu_grad,
+    channel_layernorm_input_grad))
 
 
 def _batch_for(build_graph):

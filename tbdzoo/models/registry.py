@@ -101,10 +101,15 @@ def get_model(name):
     return _MODELS[name]
 
 
+BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan")
+
+
 def list_models():
+    """The built-in models in a fixed order (whatever order their modules were imported in),
+    then any registered by the user."""
     _load_builtin()
-    return list(_MODELS)
+    return [m for m in BUILTIN if m in _MODELS] + [m for m in _MODELS if m not in BUILTIN]
 
 
 def _load_builtin():
-    from . import resnet, transformer  # noqa: F401  (registration happens on import)
+    from . import resnet, transformer, inception, wgan  # noqa: F401  (registration on import)

@@ -2,7 +2,9 @@
 
 A training step counts 3x the forward FLOPs (the backward pass computes the gradients of the
 inputs and of the weights, each about one forward): the convention of model-FLOPs utilisation,
-so figures compare across frameworks whatever kernels each one picks.
+so figures compare across frameworks whatever kernels each one picks. A training program's step
+counts every update's objective (docs/programs.md); nodes a phase does not update are counted
+3x too, an upper bound the convention accepts.
 """
 
 BACKWARD_FACTOR = 2
@@ -17,7 +19,17 @@ PEAKS = {
 
 
 def forward_per_example(graph):
-    return sum(graph.flops().values())
+    """Forward FLOPs per example of one training step: of every node, or for a training
+    program, of the nodes each update's objective reads, summed over the step's updates."""
+    per_node = graph.flops()
+    if graph.program is None:
+        return sum(per_node.values())
+    from ..backends import programs
+    total = 0
+    for phase in graph.program.phases:
+        read = programs.values_read(graph, programs.objective_values(graph.program, phase["objective"]))
+        total += phase["repeat"] * sum(f for name, f in per_node.items() if name in read)
+    return total
 
 
 def training_step(graph, batch_size):

@@ -31,7 +31,22 @@ def optimizer_slots(hparams):
         return 1 if hparams.get("momentum") else 0
     if name == "adam":
         return 2
+    if name == "rmsprop":  # squared-gradient average and momentum buffer (+ mean if centred)
+        return 3 if hparams.get("centered") else 2
     return 0
+
+
+def _optimizer_elements(graph, hparams, trainable):
+    """Optimizer state elements: per group of a training program, its optimizer's slots."""
+    if graph.program is None:
+        return optimizer_slots(hparams) * trainable
+    sizes = graph.params()
+    total = 0
+    for name, group in graph.program.assignment(graph).items():
+        spec = dict(graph.program.groups[group]["optimizer"])
+        spec["optimizer"] = spec.pop("kind")
+        total += optimizer_slots(spec) * sizes[name].size
+    return total
 
 
 def _size(shape):
@@ -44,10 +59,25 @@ def _size(shape):
 def feature_map_elements(graph, batch_size):
     """Elements kept for backward: each saved tensor once (a ReLU's output that the next
     convolution also keeps is one tensor), plus attention probabilities and dropout masks.
-    The graph's inputs are the input batch, their own category, and are not counted here."""
-    saved = set()
+    The graph's inputs are the input batch, their own category, and are not counted here.
+    A training program's updates run one after another: the largest one's count."""
+    if graph.program is None:
+        loss = graph.loss["logits"] if graph.loss else None
+        return _saved_elements(graph, batch_size, list(graph.nodes.values()), [loss] if loss else [])
+    from ..backends import programs
+    counts = []
+    for phase in graph.program.phases:
+        values = programs.objective_values(graph.program, phase["objective"])
+        read = programs.values_read(graph, values)
+        nodes = [n for n in graph.nodes.values() if n.name in read]
+        counts.append(_saved_elements(graph, batch_size, nodes, [v for v in values if v in graph.nodes]))
+    return max(counts)
+
+
+def _saved_elements(graph, batch_size, nodes, loss_inputs):
+    saved = set(loss_inputs)
     extra = 0
-    for node in graph.nodes.values():
+    for node in nodes:
         rule = _SAVES.get(node.op, "in")
         if rule in ("in", "in+attn"):
             saved.update(i for i in node.inputs if graph.dtype_of(i) == "float32"
@@ -59,9 +89,6 @@ def feature_map_elements(graph, batch_size):
             extra += 2 * node.attrs["num_heads"] * t * s + 4 * _size(node.shape)  # scores, probs, Q K V ctx
         if rule == "mask" and node.attrs["rate"]:
             extra += _size(node.shape) // 4  # one byte per element
-    loss_logits = graph.loss["logits"] if graph.loss else None
-    if loss_logits:
-        saved.add(loss_logits)
     return batch_size * (sum(_size(graph.shape_of(n)) for n in saved) + extra)
 
 
@@ -72,7 +99,7 @@ def analytic(graph, hparams, batch_size, batch_arrays_bytes, precision="fp32"):
     out = OrderedDict()
     out["weights"] = sum(p.size for p in params) * 4  # master weights stay fp32 under mixed precision
     out["gradients"] = trainable * 4
-    out["optimizer_state"] = optimizer_slots(hparams) * trainable * 4
+    out["optimizer_state"] = _optimizer_elements(graph, hparams, trainable) * 4
     out["feature_maps"] = feature_map_elements(graph, batch_size) * width
     out["input_batch"] = batch_arrays_bytes
     return out

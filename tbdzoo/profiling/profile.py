@@ -27,8 +27,12 @@ def _growth(resident, before_build):
     return max(resident - before_build, 0)
 
 
-def _batch_size(batch):
-    """Examples in a NumPy batch: the leading dimension its arrays share."""
+def _batch_size(batch, spec=None):
+    """Examples in a NumPy batch: the leading dimension its arrays share; for a training
+    program's step, the examples of one update (tbdzoo/backends/programs.py)."""
+    if spec is not None and spec.program is not None:
+        from ..backends.programs import split_step_batch
+        return int(split_step_batch(spec, spec.program, batch)[1])
     return int(len(next(iter(batch.values()))))
 
 
@@ -65,7 +69,7 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
     if peak is None and before_build is not None:
         peak, peak_scope = _growth(window.peak(), before_build), window.scope
     precision = model.hparams.get("precision", "fp32")
-    batch_size = _batch_size(batch)  # the batch that ran, which may not be the config's
+    batch_size = _batch_size(batch, model.spec)  # the batch that ran, which may not be the config's
     batch_bytes = sum(int(getattr(v, "nbytes", 0)) for v in batch.values())
     analytic = memory_mod.analytic(model.spec, model.hparams, batch_size, batch_bytes, precision)
     gpu_info = device_info(gpu_index) if cuda else None

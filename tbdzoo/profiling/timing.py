@@ -75,6 +75,7 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
         "unit": model.model_def.unit,
         "throughput": items / step_time["median"],
         "losses": losses,
-        "finite": all(math.isfinite(x) for x in losses),
+        "finite": all(math.isfinite(x) for loss in losses
+                      for x in (loss.values() if isinstance(loss, dict) else [loss])),
         "meters": readings,
     }

@@ -72,6 +72,7 @@ class Graph(object):
         self.nodes = OrderedDict()
         self.output = None
         self.loss = None
+        self.program = None
         self._params = None
 
     # -- building -----------------------------------------------------------------
@@ -109,6 +110,10 @@ class Graph(object):
             raise ValueError("unknown loss {!r}; known: {}".format(kind, sorted(_ops.LOSSES)))
         self.loss = OrderedDict([("kind", kind), ("logits", logits), ("labels", labels)])
         self.loss.update(sorted(attrs.items()))
+
+    def set_program(self, program):
+        """Attach the training program (tbdzoo/spec/program.py), checked against this graph."""
+        self.program = program.check(self)
 
     def _check_new_name(self, name):
         if name in self.nodes or name in self.inputs:
@@ -172,7 +177,7 @@ class Graph(object):
             ("inputs", [i.to_json() for i in self.inputs.values()]),
             ("nodes", [n.to_json() for n in self.nodes.values()]),
             ("output", self.output), ("loss", _jsonable(self.loss)),
-        ])
+        ] + ([("program", _jsonable(self.program.to_json()))] if self.program else []))
 
     def dumps(self, **kw):
         return json.dumps(self.to_json(), **kw)
@@ -197,6 +202,9 @@ class Graph(object):
         if data["loss"]:
             loss = dict(data["loss"])
             g.set_loss(loss.pop("kind"), loss.pop("logits"), loss.pop("labels"), **loss)
+        if data.get("program"):
+            from .program import Program
+            g.set_program(Program.from_json(data["program"]))
         return g
 
     def hash(self):

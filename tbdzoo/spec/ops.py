@@ -98,11 +98,13 @@ class OpDef(object):
 class Conv2D(OpDef):
     name = "conv2d"
     required = ("filters", "kernel")
-    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": False}
+    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": False,
+                "weight_init": ("he_normal", "fan_out")}
 
     def canonical(self, a):
         a["kernel"], a["stride"], a["dilation"] = _pair(a["kernel"]), _pair(a["stride"]), _pair(a["dilation"])
         a["padding"] = _pads(a["padding"])
+        a["weight_init"] = tuple(a["weight_init"])
         return a
 
     def infer_shape(self, in_shapes, a):
@@ -118,7 +120,7 @@ class Conv2D(OpDef):
 
     def params(self, in_shapes, a):
         cin = in_shapes[0][0] // a["groups"]
-        p = OrderedDict(weight=((a["filters"], cin) + a["kernel"], ("he_normal", "fan_out"), True))
+        p = OrderedDict(weight=((a["filters"], cin) + a["kernel"], a["weight_init"], True))
         if a["use_bias"]:
             p["bias"] = ((a["filters"],), ("zeros",), True)
         return p
@@ -132,15 +134,19 @@ class Conv2D(OpDef):
 class BatchNorm(OpDef):
     """Normalises axis 0 of the example (channels). ``momentum`` is the weight of the new batch
     in the running statistics (PyTorch's convention); running_var is updated with the unbiased
-    batch variance, as PyTorch does."""
+    batch variance, as PyTorch does. ``track_running_stats=False`` keeps no statistics and
+    normalises by the batch in inference too (WGAN-GP's generator)."""
     name = "batchnorm"
-    defaults = {"eps": 1e-5, "momentum": 0.1, "gamma_init": 1.0}
+    defaults = {"eps": 1e-5, "momentum": 0.1, "gamma_init": 1.0, "track_running_stats": True}
 
     def params(self, in_shapes, a):
         c = (in_shapes[0][0],)
-        return OrderedDict([
-            ("gamma", (c, ("constant", a["gamma_init"]), True)), ("beta", (c, ("zeros",), True)),
-            ("running_mean", (c, ("zeros",), False)), ("running_var", (c, ("ones",), False))])
+        p = OrderedDict([("gamma", (c, ("constant", a["gamma_init"]), True)),
+                         ("beta", (c, ("zeros",), True))])
+        if a["track_running_stats"]:  # without them, inference normalises by the batch too
+            p["running_mean"] = (c, ("zeros",), False)
+            p["running_var"] = (c, ("ones",), False)
+        return p
 
     def flops(self, in_shapes, out, a):
         return 4 * _prod(out)
@@ -226,6 +232,11 @@ class Dense(OpDef):
     required = ("units",)
     defaults = {"use_bias": True, "init": "torch_default"}
 
+    def canonical(self, a):
+        if isinstance(a["init"], list):
+            a["init"] = tuple(a["init"])
+        return a
+
     def infer_shape(self, in_shapes, a):
         return tuple(in_shapes[0][:-1]) + (a["units"],)
 
@@ -236,8 +247,11 @@ class Dense(OpDef):
             b_init = ("uniform", 1.0 / fan_in ** 0.5)
         elif a["init"] == "xavier_uniform":
             w_init, b_init = ("xavier_uniform",), ("zeros",)
+        elif isinstance(a["init"], tuple):  # an explicit initialiser of the weight; bias zeros
+            w_init, b_init = a["init"], ("zeros",)
         else:
-            raise ValueError("dense init must be torch_default or xavier_uniform")
+            raise ValueError("dense init must be torch_default, xavier_uniform or an "
+                             "initialiser tuple such as ('uniform', 0.05)")
         p = OrderedDict(weight=((a["units"], fan_in), w_init, True))
         if a["use_bias"]:
             p["bias"] = ((a["units"],), b_init, True)
@@ -330,3 +344,225 @@ class MultiHeadAttention(OpDef):
     def flops(self, in_shapes, out, a):
         (t, d), (s, _) = in_shapes[0], in_shapes[1]
         return 2 * d * d * (2 * t + 2 * s) + 2 * 2 * t * s * d + 5 * a["num_heads"] * t * s
+
+
+# -- ops the generative and Inception models need --------------------------------------------
+@register
+class Concat(OpDef):
+    """Joins inputs along ``axis`` of the example (0: channels of an image)."""
+    name = "concat"
+    defaults = {"axis": 0}
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) < 2:
+            raise ValueError("concat needs two or more inputs")
+        axis, first = a["axis"], in_shapes[0]
+        if not 0 <= axis < len(first):
+            raise ValueError("axis {} is outside shape {}".format(axis, first))
+        for s in in_shapes[1:]:
+            if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first))
+                                           if i != axis):
+                raise ValueError("shapes {} differ outside axis {}".format(in_shapes, axis))
+        return tuple(first[:axis]) + (sum(s[axis] for s in in_shapes),) + tuple(first[axis + 1:])
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+@register
+class Tanh(OpDef):
+    name = "tanh"
+
+
+@register
+class UpsampleNearest(OpDef):
+    """(C, H, W) -> (C, H * factor, W * factor), each pixel repeated factor x factor times."""
+    name = "upsample_nearest"
+    defaults = {"factor": 2}
+
+    def infer_shape(self, in_shapes, a):
+        c, h, w = in_shapes[0]
+        if a["factor"] < 1:
+            raise ValueError("factor must be >= 1")
+        return (c, h * a["factor"], w * a["factor"])
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+@register
+class Reshape(OpDef):
+    """The example's elements in canonical (row-major, channels-first) order, re-shaped."""
+    name = "reshape"
+    required = ("shape",)
+
+    def canonical(self, a):
+        a["shape"] = tuple(a["shape"])
+        return a
+
+    def infer_shape(self, in_shapes, a):
+        if _prod(a["shape"]) != _prod(in_shapes[0]):
+            raise ValueError("cannot reshape {} into {}".format(in_shapes[0], a["shape"]))
+        return a["shape"]
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+@register
+class ChannelLayerNorm(OpDef):
+    """Normalises each example over all its axes (C, H, W) with one mean and variance (biased),
+    then scales and shifts per channel: WGAN-GP's critic normalisation."""
+    name = "channel_layernorm"
+    defaults = {"eps": 1e-5}
+
+    def params(self, in_shapes, a):
+        c = (in_shapes[0][0],)
+        return OrderedDict([("gamma", (c, ("ones",), True)), ("beta", (c, ("zeros",), True))])
+
+    def flops(self, in_shapes, out, a):
+        return 8 * _prod(out)
+
+
+@register
+class Lerp(OpDef):
+    """inputs a, b and per-example weights t of shape (1,): t a + (1 - t) b (WGAN-GP's
+    interpolates between real and generated images)."""
+    name = "lerp"
+
+    def infer_shape(self, in_shapes, a):
+        x, y, t = in_shapes
+        if x != y or tuple(t) != (1,):
+            raise ValueError("lerp needs two inputs of one shape and weights (1,), got {}".format(
+                in_shapes))
+        return x
+
+    def flops(self, in_shapes, out, a):
+        return 3 * _prod(out)
+
+
+@register
+class Scale(OpDef):
+    """Multiplies by a constant."""
+    name = "scale"
+    required = ("factor",)
+
+
+@register
+class StopGradient(OpDef):
+    """The identity whose gradient is zero (an advantage's value estimate, a fixed target)."""
+    name = "stop_gradient"
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+@register
+class OnesLike(OpDef):
+    """Ones of its input's shape: the seed of an input gradient."""
+    name = "ones_like"
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+# -- input-gradient ops: the backward pass of an op, as a forward op -------------------------
+# tbdzoo/spec/derivative.py builds the gradient of a network's output with respect to its input
+# from these, so a framework that cannot differentiate twice still trains on a gradient penalty:
+# it differentiates this ordinary graph once. Their parameters are always the forward node's.
+
+class _InputGrad(OpDef):
+    tied = ()
+
+    def normalize(self, attrs):
+        missing = [t for t in self.tied if t not in attrs.get("shared", {})]
+        if missing:
+            raise ValueError("op {} uses its forward node's {}: pass shared={{...}}".format(
+                self.name, ", ".join(missing)))
+        return OpDef.normalize(self, attrs)
+
+@register
+class Conv2DInputGrad(_InputGrad):
+    """The gradient of ``conv2d`` with respect to its input: dy (F, Ho, Wo) -> dx (C, H, W).
+
+    The attributes are the forward convolution's, plus ``input_shape`` (C, H, W); the kernel is
+    the forward node's (``shared={'weight': ...}``). Exactly: a transposed convolution without
+    padding of dy, giving ((Ho - 1) s + d (k - 1) + 1) rows, from which rows [top, top + H) are
+    taken (rows past its end, which the forward stride never read, are zeros); columns alike."""
+    name = "conv2d_input_grad"
+    tied = ("weight",)
+    required = ("kernel", "input_shape")
+    defaults = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+    def canonical(self, a):
+        a["kernel"], a["stride"], a["dilation"] = _pair(a["kernel"]), _pair(a["stride"]), _pair(a["dilation"])
+        a["padding"] = _pads(a["padding"])
+        a["input_shape"] = tuple(a["input_shape"])
+        return a
+
+    def infer_shape(self, in_shapes, a):
+        f, ho, wo = in_shapes[0]
+        c, h, w = a["input_shape"]
+        if (ho, wo) != (conv_out(h, a["kernel"][0], a["stride"][0], a["padding"][0], a["dilation"][0]),
+                        conv_out(w, a["kernel"][1], a["stride"][1], a["padding"][1], a["dilation"][1])):
+            raise ValueError("dy {} is not what a convolution of {} gives".format(in_shapes[0],
+                                                                                a["input_shape"]))
+        return a["input_shape"]
+
+    def params(self, in_shapes, a):
+        f = in_shapes[0][0]
+        c = a["input_shape"][0] // a["groups"]
+        return OrderedDict(weight=((f, c) + a["kernel"], ("he_normal", "fan_out"), True))
+
+    def flops(self, in_shapes, out, a):
+        return 2 * _prod(in_shapes[0]) * (a["input_shape"][0] // a["groups"]) * \
+            a["kernel"][0] * a["kernel"][1]
+
+
+@register
+class DenseInputGrad(_InputGrad):
+    """The gradient of ``dense`` with respect to its input: dy (..., units) -> dy W (..., in)."""
+    name = "dense_input_grad"
+    tied = ("weight",)
+    required = ("in_features",)
+
+    def infer_shape(self, in_shapes, a):
+        return tuple(in_shapes[0][:-1]) + (a["in_features"],)
+
+    def params(self, in_shapes, a):
+        return OrderedDict(weight=((in_shapes[0][-1], a["in_features"]), ("zeros",), True))
+
+    def flops(self, in_shapes, out, a):
+        return 2 * _prod(out) * in_shapes[0][-1]
+
+
+@register
+class ReluGrad(OpDef):
+    """inputs dy and the ReLU's input x: dy where x > 0, else 0."""
+    name = "relu_grad"
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 2 or in_shapes[0] != in_shapes[1]:
+            raise ValueError("relu_grad needs dy and x of one shape, got {}".format(in_shapes))
+        return in_shapes[0]
+
+
+@register
+class ChannelLayerNormInputGrad(_InputGrad):
+    """inputs dy and the forward input x, gamma shared with the forward node:
+    dx = (g - mean(g) - xhat mean(g xhat)) / sqrt(var + eps), g = gamma_c dy, means over the
+    example's elements (the closed form of the normalisation's Jacobian)."""
+    name = "channel_layernorm_input_grad"
+    tied = ("gamma",)
+    defaults = {"eps": 1e-5}
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 2 or in_shapes[0] != in_shapes[1] or len(in_shapes[0]) != 3:
+            raise ValueError("needs dy and x of one (C, H, W) shape, got {}".format(in_shapes))
+        return in_shapes[0]
+
+    def params(self, in_shapes, a):
+        return OrderedDict(gamma=((in_shapes[0][0],), ("ones",), True))
+
+    def flops(self, in_shapes, out, a):
+        return 12 * _prod(out)

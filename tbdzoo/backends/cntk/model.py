@@ -6,13 +6,18 @@ ids travel as float32, exact below 2**24). Parameters are ``C.parameter`` object
 the NumPy initial values in canonical layout, which is also CNTK's layout for every op used
 here; BatchNorm running statistics are ``C.constant`` objects the BN op updates in place.
 The train step is CNTK's own ``Trainer.train_minibatch`` (forward, backward and the update in
-C++), with the normalized optimizer as a universal learner. Valid Python 3.6.
+C++), with the normalized optimizer as a universal learner.
+
+A training program gets one trainer per phase (its objective, its group's learner), BatchNorm
+from exact moments whose running statistics the model updates from each step's fetched
+moments, and an inference graph of its own for ``predict`` (docs/backends.md). Valid Python 3.6.
 """
 from collections import OrderedDict
 
 import cntk as C
 import numpy as np
 
+from .. import programs
 from ..base import BackendModel
 from . import ops, optimizers
 
@@ -23,7 +28,7 @@ class Model(BackendModel):
     # -- building ---------------------------------------------------------------------------------
     def _build(self, weights):
         graph = self.spec
-        self._ctx = ops.Context(self.seed)
+        self._ctx = ops.Context(self.seed, exact_statistics=self.program is not None)
         self._inputs = OrderedDict(
             (i.name, C.input_variable(i.shape, np.float32, name=i.name)) for i in graph.inputs.values())
         self._vars = OrderedDict()
@@ -33,18 +38,127 @@ class Model(BackendModel):
                 self._vars[name] = C.parameter(shape=value.shape, init=value, name=name)
             else:
                 self._vars[name] = C.constant(value, shape=value.shape, name=name)
-        values = dict(self._inputs)
-        for node in graph.nodes.values():
-            values[node.name] = self._node(node, values)
+        values = self._values_of(graph.nodes.values())
+        self._statistics = [self._vars[n] for n, p in graph.params().items() if not p.trainable]
+        if self.program is not None:
+            self._build_program(values)
+            self._ctx.inference = True
+            needed = programs.values_read(graph, [graph.output])
+            inference = self._values_of(n for n in graph.nodes.values() if n.name in needed)
+            self.native = C.as_composite(inference[graph.output].owner)
+            return
         self.native = C.as_composite(values[graph.output].owner)
         loss = graph.loss
         self._loss = ops.softmax_cross_entropy(values[loss["logits"]], self._inputs[loss["labels"]], loss)
         self._trainable = [self._vars[n] for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
         self._trainer = C.Trainer(self.native, (self._loss, None), [self.optimizer.learner])
-        self._statistics = [self._vars[n] for n, p in graph.params().items() if not p.trainable]
+
+    # -- training programs ---------------------------------------------------------------------
+    RUNS_PROGRAMS = True
+
+    def _build_program(self, values):
+        """One optimizer per parameter group and, per phase, its objective as one scalar
+        ``cntk.Function`` with a trainer whose learner covers the phase's group only, so an
+        update differentiates with respect to that group alone (in CNTK's native step)."""
+        program = self.program
+        owner = program.assignment(self.spec)
+        self._group_names = OrderedDict(
+            (g, [n for n, o in owner.items() if o == g]) for g in program.groups)
+        self._group_vars = OrderedDict(
+            (g, [self._vars[n] for n in names]) for g, names in self._group_names.items())
+        self._optimizers = OrderedDict(
+            (g, optimizers.make_group(self._group_vars[g], spec["optimizer"], spec["clip"]))
+            for g, spec in program.groups.items())
+        losses = OrderedDict((name, losses_of(loss, values, self._inputs))
+                             for name, loss in program.losses.items())
+        self._objectives, self._trainers, self._moments, learned = [], [], [], set()
+        for phase in program.phases:
+            group = phase["update"]
+            objective = objective_function(program.objectives[phase["objective"]], losses,
+                                           self._group_vars[group])
+            optimizer = self._optimizers[group]
+            learner = optimizer.new_learner() if group in learned else optimizer.learner
+            learned.add(group)
+            read = programs.values_read(self.spec, programs.objective_values(
+                program, phase["objective"]))
+            moments = [(name, m) for name, m in self._ctx.moments.items() if name in read]
+            fetched = [objective] + [v for _, pair in moments for v in pair]
+            self._objectives.append(objective)
+            self._moments.append(moments)
+            self._trainers.append(C.Trainer(C.combine(fetched) if moments else objective,
+                                            (objective, None), [learner]))
+
+    def _update(self, phase_index, native, lr):
+        phase = self.program.phases[phase_index]
+        objective = self._objectives[phase_index]
+        moments = self._moments[phase_index]
+        wanted = [objective.output] + [v.output for _, pair in moments for v in pair]
+        self._optimizers[phase["update"]].prepare(lr)
+        _, outputs = self._trainers[phase_index].train_minibatch(
+            _arguments(objective, native), outputs=wanted)
+        rows = len(next(iter(native.values())))
+        for name, (mean, variance) in moments:
+            self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
+                                    outputs[variance.output])
+        for hook in phase["hooks"]:
+            clip_weights(self._group_vars[hook["group"]], hook["value"])
+        return float(outputs[objective.output])
+
+    def _update_statistics(self, node, rows, mean, variance):
+        """running = (1 - m) running + m batch, with the unbiased variance (the spec's rule),
+        in float32 as PyTorch updates its buffers."""
+        m = np.float32(node.attrs["momentum"])
+        if m <= 0:
+            return
+        x_shape = self.spec.shape_of(node.inputs[0])
+        count = rows * int(np.prod(x_shape[1:]))
+        channels = x_shape[0]
+        batch = (np.reshape(mean, (channels,)).astype(np.float32),
+                 np.reshape(variance, (channels,)).astype(np.float32) *
+                 np.float32(count / max(count - 1.0, 1.0)))
+        for suffix, value in zip(("running_mean", "running_var"), batch):
+            constant = self._vars[self.spec.param_names(node)[suffix]]
+            constant.value = (np.float32(1.0) - m) * constant.value + m * value
+
+    def _program_gradients(self, prepared):
+        """Each phase's objective and its group's gradients on the phase's first batch, in
+        training mode, with no update; running statistics are restored afterwards."""
+        saved = [s.value.copy() for s in self._statistics]
+        losses, grads, seen = OrderedDict(), OrderedDict(), set()
+        for phase_index, native in prepared.native:
+            if phase_index in seen:
+                continue
+            seen.add(phase_index)
+            phase = self.program.phases[phase_index]
+            value, named = self._gradients(self._objectives[phase_index], native,
+                                           self._group_names[phase["update"]])
+            losses[phase["objective"]] = value
+            grads.update(named)
+        for constant, value in zip(self._statistics, saved):
+            constant.value = value
+        return losses, grads
+
+    def _gradients(self, function, native, names):
+        """(value, {name: gradient}) of a scalar function w.r.t. the named parameters."""
+        self._set_batchnorm_counts(len(next(iter(native.values()))))
+        variables = [self._vars[n] for n in names]
+        state, outputs = function.forward(_arguments(function, native), outputs=[function.output],
+                                          keep_for_backward=set([function.output]))
+        root = {function.output: np.ones((), np.float32)}
+        grads = function.backward(state, root, variables=set(variables))
+        return float(outputs[function.output]), OrderedDict(
+            (n, np.asarray(grads[v], np.float32)) for n, v in zip(names, variables))
+
+    def _values_of(self, nodes):
+        """{input or node name: CNTK variable} for ``nodes`` (in graph order) from the inputs."""
+        values = dict(self._inputs)
+        for node in nodes:
+            values[node.name] = self._node(node, values)
+        return values
 
     def _node(self, node, values):
+        self._ctx.node = node.name
         params = OrderedDict((suffix, self._vars[full])
                              for suffix, full in self.spec.param_names(node).items())
         inputs = [values[i] for i in node.inputs]
@@ -60,8 +174,9 @@ class Model(BackendModel):
 
     # -- batches ----------------------------------------------------------------------------------
     def _prepare(self, batch):
+        """Only the inputs the batch holds: an update or a prediction may read a part of them."""
         return OrderedDict((var, np.ascontiguousarray(batch[name], np.float32))
-                           for name, var in self._inputs.items())
+                           for name, var in self._inputs.items() if name in batch)
 
     def _features(self, prepared):
         wanted = set(self.native.arguments)
@@ -93,17 +208,10 @@ class Model(BackendModel):
     def _loss_and_gradients(self, prepared):
         """Training-mode forward and backward with no update; running statistics are restored."""
         saved = [s.value.copy() for s in self._statistics]
-        self._set_batchnorm_counts(self._batch_size(prepared))
-        args = {v: prepared.native[v] for v in self._loss.arguments}
-        state, outputs = self._loss.forward(args, outputs=[self._loss.output],
-                                            keep_for_backward=set([self._loss.output]))
-        root = {self._loss.output: np.ones((), np.float32)}
-        grads = self._loss.backward(state, root, variables=set(self._trainable))
-        for constant, value in zip(self._statistics, saved):
-            constant.value = value
-        named = OrderedDict((n, np.asarray(grads[v], np.float32))
-                            for n, v in zip(self.trainable_names(), self._trainable))
-        return float(outputs[self._loss.output]), named
+        value, named = self._gradients(self._loss, prepared.native, self.trainable_names())
+        for constant, saved_value in zip(self._statistics, saved):
+            constant.value = saved_value
+        return value, named
 
     # -- weights ----------------------------------------------------------------------------------
     def _get_weights(self):
@@ -112,3 +220,38 @@ class Model(BackendModel):
     def _set_weights(self, weights):
         for n, value in weights.items():
             self._vars[n].value = np.ascontiguousarray(value, np.float32)
+
+
+# -- the pieces of a training program ----------------------------------------------------------
+def losses_of(loss, values, inputs):
+    """One loss term of a program as a scalar (no batch axis)."""
+    named = OrderedDict((role, values[v] if v in values else inputs[v])
+                        for role, v in loss["inputs"].items())
+    return ops.loss(loss["kind"], named, loss["attrs"])
+
+
+def objective_function(terms, losses, params):
+    """The weighted sum of an objective's loss terms. A parameter of the updated group that the
+    objective does not reach joins with weight zero: its gradient is then an exact zero (as on
+    every backend) instead of a trainer that refuses a learner parameter outside its model."""
+    total = None
+    for name, weight in terms:
+        term = losses[name] if weight == 1.0 else losses[name] * float(weight)
+        total = term if total is None else total + term
+    reached = set(p.uid for p in total.parameters)
+    unreached = [p for p in params if p.uid not in reached]
+    for p in unreached:
+        total = total + 0.0 * C.reduce_sum(p, axis=C.Axis.all_axes())
+    return C.as_composite(total.output.owner) if isinstance(total, C.Function) else total
+
+
+def _arguments(function, native):
+    """The batch's arrays for the arguments ``function`` reads."""
+    wanted = set(function.arguments)
+    return {var: value for var, value in native.items() if var in wanted}
+
+
+def clip_weights(params, value):
+    """The original WGAN's hook: every weight of the group into [-value, value]."""
+    for p in params:
+        p.value = np.clip(p.value, -value, value)

@@ -16,11 +16,23 @@ from ..common import attention, kernels, pooling
 
 
 class Context(object):
-    """What ops record while the graph is built: BN counters to reset each step, dropout seeds."""
+    """What ops record while the graph is built: BN counters to reset each step, dropout seeds,
+    and, for a graph built with ``exact_statistics``, each BatchNorm's batch moments.
 
-    def __init__(self, seed):
+    ``exact_statistics`` (training programs) computes BatchNorm from CNTK reductions instead
+    of its native op, whose single-pass float32 statistics lose about a digit per layer: on
+    Inception-v3's 94 BatchNorms that moves some gradients by percents. The running statistics
+    are then updated by the model from the moments each step fetches (``moments``), and
+    inference is a graph of its own (``inference``) that normalises by them.
+    """
+
+    def __init__(self, seed, exact_statistics=False):
         self.seed = int(seed)
         self.batchnorms = []   # (running_count constant, momentum)
+        self.exact_statistics = exact_statistics
+        self.inference = False
+        self.node = None       # the node being built, set by the model
+        self.moments = {}      # node name -> (mean, biased variance), exact_statistics only
         self._dropouts = 0
 
     def dropout_seed(self):
@@ -107,6 +119,16 @@ def batchnorm(inputs, p, a, ctx, running_count):
     the unbiased batch variance (checked against NumPy), as the spec asks.
     """
     x, = inputs
+    if not a["track_running_stats"]:
+        return normalize(x, batch_moments(x), p["gamma"], p["beta"], a["eps"])
+    if ctx.exact_statistics:
+        if ctx.inference:
+            moments = [C.reshape(p[k], (x.shape[0],) + (1,) * (len(x.shape) - 1))
+                       for k in ("running_mean", "running_var")]
+            return normalize(x, moments, p["gamma"], p["beta"], a["eps"])
+        moments = batch_moments(x)
+        ctx.moments[ctx.node] = moments
+        return normalize(x, moments, p["gamma"], p["beta"], a["eps"])
     m = float(a["momentum"])
     if m <= 0.0:
         time_constant = float("inf")     # running statistics frozen
@@ -118,6 +140,26 @@ def batchnorm(inputs, p, a, ctx, running_count):
     return C.batch_normalization(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
                                  spatial=len(x.shape) > 1, normalization_time_constant=time_constant,
                                  epsilon=a["eps"], running_count=running_count)
+
+
+def batch_moments(x):
+    """Per-channel mean and biased variance over the batch and the spatial axes, shaped
+    (C, 1, 1) without a batch axis: CNTK reduces the example's axes, then its batch axis."""
+    batch = C.Axis.default_batch_axis()
+    spatial = tuple(range(1, len(x.shape)))
+
+    def mean(v):
+        return C.reduce_mean(C.reduce_mean(v, axis=spatial) if spatial else v, axis=batch)
+    average = mean(x)
+    return average, mean(C.square(x - average))
+
+
+def normalize(x, moments, gamma, beta, eps):
+    """(x - mean) / sqrt(var + eps), scaled and shifted per channel."""
+    mean, variance = moments
+    shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+    return (x - mean) * C.reciprocal(C.sqrt(variance + eps)) * C.reshape(gamma, shape) + \
+        C.reshape(beta, shape)
 
 
 def relu(inputs, p, a, ctx):
@@ -244,6 +286,126 @@ def multi_head_attention(inputs, p, a, ctx):
     return linear(context, p["W_o"], p["b_o"])
 
 
+# -- ops of the generative and Inception models ------------------------------------------------
+def concat(inputs, p, a, ctx):
+    """CNTK's static axes are the example's canonical axes, so the spec's axis is CNTK's."""
+    return C.splice(*inputs, axis=a["axis"])
+
+
+def tanh(inputs, p, a, ctx):
+    return C.tanh(inputs[0])
+
+
+def upsample_nearest(inputs, p, a, ctx):
+    """(C, H, W) -> (C, H, 1, W, 1), broadcast against ones (C, H, f, W, f), folded back: each
+    pixel repeated f x f times in place; the gradient sums each f x f block."""
+    x, = inputs
+    c, h, w = x.shape
+    f = a["factor"]
+    ones = C.constant(np.ones((1, 1, f, 1, f), np.float32))
+    return C.reshape(C.reshape(x, (c, h, 1, w, 1)) * ones, (c, h * f, w * f))
+
+
+def reshape(inputs, p, a, ctx):
+    """The example is stored in canonical row-major order, so CNTK's reshape keeps it."""
+    return C.reshape(inputs[0], tuple(a["shape"]))
+
+
+def _example_mean(x):
+    """The mean of each example over all its axes, shape (1, ..., 1)."""
+    return C.reduce_mean(x, axis=tuple(range(len(x.shape))))
+
+
+def _per_channel(v, rank):
+    return C.reshape(v, (v.shape[0],) + (1,) * (rank - 1))
+
+
+def channel_layernorm(inputs, p, a, ctx):
+    """One mean and biased variance per example over (C, H, W); scale and offset per channel."""
+    x, = inputs
+    centred = x - _example_mean(x)
+    xhat = centred * C.reciprocal(C.sqrt(_example_mean(C.square(centred)) + a["eps"]))
+    rank = len(x.shape)
+    return xhat * _per_channel(p["gamma"], rank) + _per_channel(p["beta"], rank)
+
+
+def lerp(inputs, p, a, ctx):
+    x, y, t = inputs
+    t = C.reshape(t, (1,) * len(x.shape))
+    return t * x + (1.0 - t) * y
+
+
+def scale(inputs, p, a, ctx):
+    return inputs[0] * float(a["factor"])
+
+
+def stop_gradient(inputs, p, a, ctx):
+    return C.stop_gradient(inputs[0])
+
+
+def ones_like(inputs, p, a, ctx):
+    return C.ones_like(inputs[0])
+
+
+def _transposed(weight, dy, stride):
+    """Transposed convolution without padding; CNTK's kernel layout for it is PyTorch's
+    (in = dy's channels, out, kh, kw), the forward convolution's own kernel."""
+    return C.convolution_transpose(weight, dy, strides=(1,) + tuple(stride), auto_padding=[False])
+
+
+def conv2d_input_grad(inputs, p, a, ctx):
+    """The transposed convolution of dy without padding gives ((Ho - 1) s + d (k - 1) + 1)
+    rows; rows [top, top + H) are the input gradient, and rows past the end of that (input
+    rows the stride never read) are zeros. Columns alike. Groups are convolved one by one."""
+    dy, = inputs
+    weight = p["weight"]
+    if tuple(a["dilation"]) != (1, 1):
+        weight = dilated_kernel(weight, a["dilation"])
+    groups = a["groups"]
+    if groups == 1:
+        full = _transposed(weight, dy, a["stride"])
+    else:
+        per_out = weight.shape[0] // groups
+        parts = [_transposed(C.slice(weight, 0, g * per_out, (g + 1) * per_out),
+                             C.slice(dy, 0, g * per_out, (g + 1) * per_out), a["stride"])
+                 for g in range(groups)]
+        full = C.splice(*parts, axis=0)
+    _, h, w = a["input_shape"]
+    (top, _), (left, _) = a["padding"]
+    rows, cols = full.shape[1], full.shape[2]
+    short = (max(0, top + h - rows), max(0, left + w - cols))
+    if short != (0, 0):
+        full = C.pad(full, pattern=[(0, 0), (0, short[0]), (0, short[1])])
+    return C.slice(full, [1, 2], [top, left], [top + h, left + w])
+
+
+def dense_input_grad(inputs, p, a, ctx):
+    """dy W on the last axis, W the forward node's (out, in) weight."""
+    dy, = inputs
+    shape = dy.shape
+    if len(shape) > 2:
+        dy = C.reshape(dy, (-1, shape[-1]))
+    dx = C.times(dy, p["weight"])
+    if len(shape) > 2:
+        dx = C.reshape(dx, tuple(shape[:-1]) + (p["weight"].shape[1],))
+    return dx
+
+
+def relu_grad(inputs, p, a, ctx):
+    dy, x = inputs
+    return dy * C.greater(x, 0.0)
+
+
+def channel_layernorm_input_grad(inputs, p, a, ctx):
+    """dx = (g - mean(g) - xhat mean(g xhat)) / sqrt(var + eps), g = gamma_c dy."""
+    dy, x = inputs
+    centred = x - _example_mean(x)
+    inv = C.reciprocal(C.sqrt(_example_mean(C.square(centred)) + a["eps"]))
+    xhat = centred * inv
+    g = dy * _per_channel(p["gamma"], len(x.shape))
+    return inv * (g - _example_mean(g) - xhat * _example_mean(g * xhat))
+
+
 # -- loss ------------------------------------------------------------------------------------------
 def softmax_cross_entropy(logits, labels, loss):
     """Mean over counted positions of the whole minibatch of -sum_k q_k log p_k,
@@ -267,3 +429,28 @@ def softmax_cross_entropy(logits, labels, loss):
         per_position = per_position - (eps / classes) * C.reduce_sum(log_p, axis=-1, keepdims=False)
     total = C.reduce_sum(per_position * mask, axis=C.Axis.all_axes())
     return total / C.reduce_sum(mask, axis=C.Axis.all_axes())
+
+
+# -- loss kinds (tbdzoo/spec/losses.py) ---------------------------------------------------------
+def loss(kind, inputs, attrs):
+    """A program's loss term as one scalar without a batch axis."""
+    return _LOSSES[kind](inputs, attrs)
+
+
+def _softmax_cross_entropy_loss(inputs, attrs):
+    return softmax_cross_entropy(inputs["logits"], inputs["labels"], attrs)
+
+
+def _mean_loss(inputs, attrs):
+    return C.reduce_mean(inputs["x"], axis=C.Axis.all_axes())
+
+
+def _norm_penalty_loss(inputs, attrs):
+    """mean over examples of (||x_n|| - target)^2, the norm over each example's elements."""
+    x = inputs["x"]
+    norm = C.sqrt(C.reduce_sum(C.square(x), axis=tuple(range(len(x.shape)))))
+    return C.reduce_mean(C.square(norm - float(attrs["target"])), axis=C.Axis.all_axes())
+
+
+_LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
+           "norm_penalty": _norm_penalty_loss}

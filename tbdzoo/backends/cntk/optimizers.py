@@ -1,11 +1,13 @@
-"""The normalized SGD and Adam of tbdzoo/backends/common/optimizers.py as CNTK ``universal``
-learners.
+"""The optimizers of docs/optimizers.md (SGD, Adam, RMSProp, gradient clipping) as CNTK
+``universal`` learners.
 
-CNTK's built-in momentum_sgd and adam use unit-gain momentum and per-sample learning-rate
-conventions, so the update is written here with ``C.assign`` and runs inside the trainer's
-native step. The universal learner receives the raw gradient of the loss, and the loss is
-already the minibatch mean, so no rescaling is needed. Scalars that change every step (the
-learning rate, Adam's bias corrections) live in constants the model sets before each step.
+CNTK's built-in momentum_sgd, adam and rmsprop use unit-gain momentum, per-sample learning-rate
+conventions and their own epsilon placement, so each update is written here with ``C.assign``
+and runs inside the trainer's native step. The universal learner receives the raw gradient of
+the loss, and every loss is already the minibatch mean, so no rescaling is needed. Scalars that
+change every step (the learning rate, Adam's bias corrections) live in constants the model sets
+before each step. An optimizer owns its state once; a training program whose phases update one
+group from several objectives asks it for one learner per phase, all sharing that state.
 Valid Python 3.6.
 """
 import math
@@ -14,6 +16,8 @@ import cntk as C
 import numpy as np
 
 from ..common import optimizers as normalized
+
+CLIP_EPSILON = 1e-6   # global-norm clipping's guard (docs/optimizers.md)
 
 
 def _scalar(value):
@@ -24,28 +28,54 @@ def _set(constant, value):
     constant.value = np.array(value, np.float32)
 
 
-class _Optimizer(object):
-    """Owns the per-parameter state and builds the learner; ``prepare(lr)`` before each step."""
+def clipped(grads, clip):
+    """The group's gradients after global-norm or element-wise clipping (None: unchanged).
 
-    def __init__(self, params, hp):
+    The global norm is one reduction over the spliced, flattened gradients: a sum of one
+    reduction per parameter made Inception-v3's step several times slower."""
+    if clip is None:
+        return list(grads)
+    value = float(clip["value"])
+    if clip["kind"] == "value":
+        return [C.clip(g, -value, value) for g in grads]
+    flat = [C.reshape(g, (-1,)) for g in grads]
+    total = C.reduce_sum(C.square(C.splice(*flat, axis=0) if len(flat) > 1 else flat[0]),
+                         axis=C.Axis.all_axes())
+    factor = C.element_min(_scalar(1.0), value / (C.sqrt(total) + CLIP_EPSILON))
+    return [g * factor for g in grads]
+
+
+class _Optimizer(object):
+    """Owns the per-parameter state and builds learners; ``prepare(lr)`` before each step."""
+
+    def __init__(self, params, hp, clip=None):
         self.params = list(params)
-        self.hp = normalized.hyperparameters(hp)
-        self.weight_decay = self.hp["weight_decay"]
+        self.hp = hp
+        self.clip = clip
+        self.weight_decay = float(hp.get("weight_decay", 0.0))
         self.steps = 0
         self._lr = _scalar(hp.get("lr", 0.0))
-        # C.universal inspects the function's arity, so a bound method (with self) is refused.
-        self.learner = C.universal(lambda params, grads: self._updates(params, grads), self.params)
+        self._states = {}
+        self.learner = self.new_learner()
 
-    def _state(self, param):
-        return C.constant(np.zeros(param.shape, np.float32), shape=param.shape)
+    def new_learner(self):
+        """A learner over this optimizer's parameters and state. C.universal inspects the
+        function's arity, so a bound method (with self) is refused."""
+        return C.universal(lambda params, grads: self._updates(params, grads), self.params)
+
+    def _state(self, param, slot):
+        key = (param.uid, slot)
+        if key not in self._states:
+            self._states[key] = C.constant(np.zeros(param.shape, np.float32), shape=param.shape)
+        return self._states[key]
 
     def _gradient(self, param, grad):
-        """Coupled weight decay: the decay term joins the gradient."""
+        """Coupled weight decay: the decay term joins the (clipped) gradient."""
         return normalized.coupled_gradient(grad, param, self.weight_decay)
 
     def _updates(self, params, grads):
         ops = []
-        for param, grad in zip(params, grads):
+        for param, grad in zip(params, clipped(grads, self.clip)):
             ops.extend(self._update(param, self._gradient(param, grad)))
         return C.combine(ops)
 
@@ -59,10 +89,10 @@ class SGD(_Optimizer):
     """buf = momentum * buf + g;  w -= lr * buf  (nesterov: w -= lr * (g + momentum * buf))."""
 
     def _update(self, param, grad):
-        momentum = self.hp["momentum"]
+        momentum = float(self.hp["momentum"])
         if not momentum:
             return [C.assign(param, param - self._lr * grad)]
-        buf = self._state(param)
+        buf = self._state(param, "momentum")
         new_buf = momentum * buf + grad
         step = grad + momentum * new_buf if self.hp["nesterov"] else new_buf
         return [C.assign(buf, new_buf), C.assign(param, param - self._lr * step)]
@@ -72,14 +102,14 @@ class Adam(_Optimizer):
     """m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
     w -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), as PyTorch evaluates it."""
 
-    def __init__(self, params, hp):
+    def __init__(self, params, hp, clip=None):
         self._step_size = _scalar(0.0)
         self._bc2_sqrt = _scalar(1.0)
-        super(Adam, self).__init__(params, hp)
+        super(Adam, self).__init__(params, hp, clip)
 
     def _update(self, param, grad):
-        b1, b2, eps = self.hp["beta1"], self.hp["beta2"], self.hp["eps"]
-        m, v = self._state(param), self._state(param)
+        b1, b2, eps = float(self.hp["beta1"]), float(self.hp["beta2"]), float(self.hp["eps"])
+        m, v = self._state(param, "m"), self._state(param, "v")
         new_m = b1 * m + (1.0 - b1) * grad
         new_v = b2 * v + (1.0 - b2) * C.square(grad)
         denom = C.sqrt(new_v) / self._bc2_sqrt + eps
@@ -88,10 +118,48 @@ class Adam(_Optimizer):
 
     def prepare(self, lr):
         super(Adam, self).prepare(lr)
-        c1, c2 = normalized.adam_bias_corrections(self.hp["beta1"], self.hp["beta2"], self.steps)
+        c1, c2 = normalized.adam_bias_corrections(float(self.hp["beta1"]),
+                                                  float(self.hp["beta2"]), self.steps)
         _set(self._step_size, lr / c1)
         _set(self._bc2_sqrt, math.sqrt(c2))
 
 
+class RMSProp(_Optimizer):
+    """v = alpha v + (1 - alpha) g^2 (centred: a = alpha a + (1 - alpha) g, d = v - a^2, else
+    d = v);  b = momentum b + lr g / sqrt(d + eps);  w -= b: epsilon inside the root and the
+    learning rate inside the momentum buffer (docs/optimizers.md)."""
+
+    def _update(self, param, grad):
+        alpha, eps = float(self.hp["alpha"]), float(self.hp["eps"])
+        momentum = float(self.hp["momentum"])
+        v = self._state(param, "square_avg")
+        new_v = alpha * v + (1.0 - alpha) * C.square(grad)
+        ops = [C.assign(v, new_v)]
+        denom = new_v
+        if self.hp["centered"]:
+            a = self._state(param, "grad_avg")
+            new_a = alpha * a + (1.0 - alpha) * grad
+            ops.append(C.assign(a, new_a))
+            denom = new_v - C.square(new_a)
+        step = self._lr * grad / C.sqrt(denom + eps)
+        if momentum:
+            b = self._state(param, "momentum")
+            step = momentum * b + step
+            ops.append(C.assign(b, step))
+        ops.append(C.assign(param, param - step))
+        return ops
+
+
 def make(params, hp):
-    return {"sgd": SGD, "adam": Adam}[normalized.check(hp)](params, hp)
+    """The optimizer of a model with one loss, from its flat hyperparameters."""
+    name = normalized.check(hp)
+    settings = dict(normalized.hyperparameters(hp), lr=hp.get("lr", 0.0))
+    return {"sgd": SGD, "adam": Adam}[name](params, settings)
+
+
+def make_group(params, optimizer, clip=None):
+    """The optimizer of a program's parameter group: its optimizer entry and its clipping."""
+    kinds = {"sgd": SGD, "adam": Adam, "rmsprop": RMSProp}
+    hp = dict(optimizer)
+    hp.setdefault("nesterov", False)
+    return kinds[hp.pop("kind")](params, hp, clip)

@@ -1,13 +1,17 @@
-"""The spec graph as a Gluon ``HybridBlock`` whose parameters carry the canonical names.
+"""The spec graph as Gluon ``HybridBlock``s whose parameters carry the canonical names.
 
-Two hybridized blocks share one set of Parameters:
+Every block reads one set of Gluon Parameters, created once by the model:
 
 * :class:`SpecBlock` is ``Model.native``: inputs -> output node, what a user imports into a
   Gluon program (``net(x)``; ``net.collect_params()`` keys are the canonical names).
-* :class:`TrainBlock` holds it as a child and computes the loss in the same cached graph, plus
+* :class:`TrainBlock` computes the loss of a graph with one loss in one cached graph, plus
   each batch-norm's batch mean and variance, so the train step can update the running
   statistics exactly as the spec says (weight of the new batch, unbiased variance), which
   MXNet's BatchNorm cannot (it uses the biased variance and updates during backward).
+* :class:`ObjectiveBlock` does the same for one phase of a training program: the weighted sum
+  of its objective's losses, from only the inputs that objective reads.
+
+Each block walks only the nodes its outputs need and binds only the parameters they read.
 """
 from collections import OrderedDict
 
@@ -16,7 +20,8 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 
 from ..base import BackendModel
-from . import ops, optimizers
+from ..programs import objective_values, values_read
+from . import losses, ops, optimizers
 
 _CONSTANT_PREFIX = "__constant__."  # canonical names never start with an underscore
 
@@ -33,74 +38,112 @@ class _FromArray(mx.init.Initializer):
 
 
 class _Plan(object):
-    """What the graph walk needs per node, computed once from the spec."""
+    """What the graph walk needs per node, computed once from the spec: every node, or with
+    ``outputs`` only the nodes those values depend on, and the inputs they read."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, outputs=None):
         self.graph = graph
-        self.feature_names = [i.name for i in graph.feature_inputs()]
-        self.target_names = [i.name for i in graph.target_inputs()]
+        needed = values_read(graph, outputs) if outputs is not None else None
+        nodes = [n for n in graph.nodes.values() if needed is None or n.name in needed]
+        self.input_names = [n for n in graph.inputs if needed is None or n in needed]
+        self.feature_names = [i.name for i in graph.feature_inputs() if i.name in self.input_names]
+        self.target_names = [i.name for i in graph.target_inputs() if i.name in self.input_names]
         self.steps = []
         self.constants = OrderedDict()
-        for node in graph.nodes.values():
+        self.parameter_names = []  # the spec parameters the walk reads, each once
+        for node in nodes:
             in_shapes = [tuple(graph.shape_of(i)) for i in node.inputs]
-            self.steps.append((node, getattr(ops, node.op), in_shapes, graph.param_names(node)))
+            param_names = graph.param_names(node)
+            self.steps.append((node, getattr(ops, node.op), in_shapes, param_names))
             self.constants.update(ops.constants_for(node, in_shapes))
-        self.batchnorms = [n for n in graph.nodes.values() if n.op == "batchnorm"]
+            self.parameter_names.extend(n for n in param_names.values()
+                                        if n not in self.parameter_names)
+        self.batchnorms = [n for n in nodes
+                           if n.op == "batchnorm" and n.attrs["track_running_stats"]]
 
-    def run(self, F, values, params, exact_bn_stats):
-        """Walk the nodes; returns (node name -> output, [(mean, biased var)] per batchnorm)."""
+    def bound_names(self):
+        """Names of every Parameter the walk receives: spec parameters and constant tables."""
+        return self.parameter_names + [_CONSTANT_PREFIX + k for k in self.constants]
+
+    def run(self, F, values, params, exact_bn_stats, two_pass_statistics=False, constant=()):
+        """Walk the nodes; returns (value name -> output, [(mean, biased var)] per batchnorm).
+        ``two_pass_statistics``: batch-norm's batch variance in two passes (ops.batchnorm);
+        ``constant``: nodes whose outputs pass through BlockGrad (no backward pass into them)."""
         values = dict(values)
         constants = {k: params[_CONSTANT_PREFIX + k] for k in self.constants}
-        ctx = ops.GraphContext(constants, exact_bn_stats)
+        ctx = ops.GraphContext(constants, exact_bn_stats, two_pass_statistics)
         for node, fn, in_shapes, param_names in self.steps:
             ctx.node_name, ctx.in_shapes = node.name, in_shapes
             node_params = {suffix: params[full] for suffix, full in param_names.items()}
-            values[node.name] = fn(F, [values[i] for i in node.inputs], node_params, node.attrs,
-                                   ctx)
+            value = fn(F, [values[i] for i in node.inputs], node_params, node.attrs, ctx)
+            values[node.name] = F.BlockGrad(value) if node.name in constant else value
         return values, ctx.bn_stats
 
+    def depending_on(self, parameter_names):
+        """Names of the nodes whose output depends on one of ``parameter_names``."""
+        wanted, out = set(parameter_names), set()
+        for node, _, _, param_names in self.steps:
+            if wanted.intersection(param_names.values()) or out.intersection(node.inputs):
+                out.add(node.name)
+        return out
 
-class SpecBlock(gluon.HybridBlock):
-    """The native model: ``hybrid_forward(F, *features)`` walks the spec and returns the output
-    node (canonical layout). A parameter shared by several nodes is one Gluon Parameter.
-    Trained by a user's own Gluon loop, batch-norm updates its running statistics MXNet's way
-    (biased variance); tbdzoo's train step updates them exactly (see TrainBlock)."""
 
-    def __init__(self, graph, weights, ctx=None):
-        super(SpecBlock, self).__init__(prefix="")
-        self.plan = _Plan(graph)
-        self.spec_params = OrderedDict()  # canonical name -> Parameter
-        self.registered = OrderedDict()   # every Parameter hybrid_forward receives, constants too
-        ctx = ctx or mx.cpu()
-        for name, spec in graph.params().items():
-            self.spec_params[name] = self._register(name, weights[name], spec.trainable, ctx)
-        for key, table in self.plan.constants.items():
-            self._register(_CONSTANT_PREFIX + key, table, False, ctx)
+def make_parameters(graph, weights, ctx):
+    """canonical name -> initialised Gluon Parameter, for every spec parameter and (under
+    ``__constant__.``) every constant table a node reads; one Parameter per shared name."""
+    parameters = OrderedDict()
 
-    def _register(self, name, value, trainable, ctx):
+    def make(name, value, trainable):
         value = np.asarray(value, np.float32)
-        param = self.params.get(name, shape=value.shape, dtype="float32",
+        param = gluon.Parameter(name, shape=value.shape, dtype="float32",
                                 grad_req="write" if trainable else "null",
                                 differentiable=trainable, init=_FromArray(value))
         param.initialize(ctx=ctx)
-        setattr(self, name, param)  # registered: hybrid_forward receives it by this name
-        self.registered[name] = param
-        return param
+        parameters[name] = param
+
+    for name, spec in graph.params().items():
+        make(name, weights[name], spec.trainable)
+    for key, table in _Plan(graph).constants.items():
+        make(_CONSTANT_PREFIX + key, table, False)
+    return parameters
+
+
+class _GraphBlock(gluon.HybridBlock):
+    """A block that walks ``plan`` over the Parameters it reads (which it holds, so that
+    ``collect_params()`` and hybridization see exactly those)."""
+
+    def __init__(self, plan, parameters):
+        super(_GraphBlock, self).__init__(prefix="")
+        self.plan = plan
+        bound = OrderedDict((n, parameters[n]) for n in plan.bound_names())
+        self.params.update(bound)
+        for name, param in bound.items():
+            setattr(self, name, param)  # registered: hybrid_forward receives it by this name
+
+
+class SpecBlock(_GraphBlock):
+    """The native model: ``hybrid_forward(F, *features)`` walks the spec and returns the output
+    node (canonical layout), reading the features the output depends on. A parameter shared
+    by several nodes is one Gluon Parameter. Trained by a user's own Gluon loop, batch-norm
+    updates its running statistics MXNet's way (biased variance); tbdzoo's train step updates
+    them exactly (see TrainBlock). ``spec_params`` holds every parameter of the model, also
+    those of a training program's other networks (a WGAN's critic)."""
+
+    def __init__(self, graph, parameters):
+        outputs = [graph.output] if graph.program is not None else None
+        super(SpecBlock, self).__init__(_Plan(graph, outputs), parameters)
+        self.spec_params = OrderedDict((n, parameters[n]) for n in graph.params())
 
     def hybrid_forward(self, F, *features, **params):
         values, _ = self.plan.run(F, zip(self.plan.feature_names, features), params, False)
         return values[self.plan.graph.output]
 
 
-class TrainBlock(gluon.HybridBlock):
+class TrainBlock(_GraphBlock):
     """Loss of the spec on (features..., targets...), and the batch statistics, in one graph."""
 
-    def __init__(self, net):
-        super(TrainBlock, self).__init__(prefix="")
-        self.net = net  # a child: its Parameters are this block's inputs too
-        self.plan = net.plan
-        for name, param in net.registered.items():
-            setattr(self, name, param)
+    def __init__(self, graph, parameters):
+        super(TrainBlock, self).__init__(_Plan(graph), parameters)
 
     def hybrid_forward(self, F, *inputs, **params):
         names = self.plan.feature_names + self.plan.target_names
@@ -110,44 +153,164 @@ class TrainBlock(gluon.HybridBlock):
         return [out] + [s for pair in stats for s in pair]
 
 
+class ObjectiveBlock(_GraphBlock):
+    """One phase's objective on (the inputs it reads...), and the batch statistics, in one
+    graph. Trainable parameters outside the phase's group enter through BlockGrad, so the
+    backward pass differentiates with respect to the group only (a generator update does not
+    compute the critic's weight gradients). Batch-norm takes its batch variance in two passes:
+    Inception-v3's 94 batch norms, each normalising by the batch, compound the one-pass
+    variance's rounding (1e-5 of the output at its first layer) into gradients that differ by
+    percents at its last."""
+
+    def __init__(self, graph, objective, group_names, parameters):
+        program = graph.program
+        super(ObjectiveBlock, self).__init__(
+            _Plan(graph, objective_values(program, objective)), parameters)
+        self.terms = [(program.losses[name], weight) for name, weight in
+                      program.objectives[objective]]
+        group = set(group_names)
+        self.frozen = frozenset(n for n in self.plan.parameter_names
+                                if parameters[n].grad_req != "null" and n not in group)
+        # values no group parameter reaches need no backward pass (a critic update does not
+        # differentiate through the generator)
+        reached = self.plan.depending_on(group)
+        self.constant = frozenset(node.name for node, _, _, _ in self.plan.steps
+                                  if node.name not in reached)
+
+    def hybrid_forward(self, F, *inputs, **params):
+        params = {n: F.BlockGrad(v) if n in self.frozen else v for n, v in params.items()}
+        values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True, True,
+                                      self.constant)
+        total = None
+        for loss, weight in self.terms:
+            value = weight * losses.evaluate(F, loss["kind"], OrderedDict(
+                (role, values[v]) for role, v in loss["inputs"].items()), loss["attrs"])
+            total = value if total is None else total + value
+        return [total] + [s for pair in stats for s in pair]
+
+
+class _Pending(object):
+    """An objective's value still on MXNet's engine; ``float()`` waits for everything queued
+    (the step's backward passes and updates too), so a step returns only once it has run."""
+
+    def __init__(self, array, synchronize):
+        self.array, self.synchronize = array, synchronize
+
+    def __float__(self):
+        self.synchronize()
+        return float(self.array.asscalar())
+
+
 class Model(BackendModel):
     backend = "mxnet"
+    RUNS_PROGRAMS = True
 
     def _build(self, weights):
         self.ctx = mx.cpu()
-        self.native = SpecBlock(self.spec, weights, self.ctx)
+        self._parameters = make_parameters(self.spec, weights, self.ctx)
+        self.native = SpecBlock(self.spec, self._parameters)
         self.native.hybridize(static_alloc=True, static_shape=True)
-        self._train_block = TrainBlock(self.native)
+        self._trainable = [self._parameters[n] for n in self.trainable_names()]
+        if self.program is not None:
+            self._build_program()
+            return
+        self._train_block = TrainBlock(self.spec, self._parameters)
         self._train_block.hybridize(static_alloc=True, static_shape=True)
-        self._trainable = [self.native.spec_params[n] for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
-        self._batchnorms = []  # (running mean, running var, momentum, values per channel / N)
-        for node in self.native.plan.batchnorms:
-            names = self.spec.param_names(node)
-            self._batchnorms.append((self.native.spec_params[names["running_mean"]],
-                                     self.native.spec_params[names["running_var"]],
-                                     node.attrs["momentum"], int(np.prod(node.shape[1:]))))
+        self._batchnorms = self._statistics_of(self._train_block.plan)
 
+    def _statistics_of(self, plan):
+        """(running mean, running var, momentum, values per channel / N) per tracked batchnorm."""
+        out = []
+        for node in plan.batchnorms:
+            names = self.spec.param_names(node)
+            out.append((self._parameters[names["running_mean"]],
+                        self._parameters[names["running_var"]],
+                        node.attrs["momentum"], int(np.prod(node.shape[1:]))))
+        return out
+
+    # -- training programs -------------------------------------------------------------------
+    def _build_program(self):
+        """One optimizer per parameter group; one hybridized objective block per phase, with
+        the group's parameters it cannot reach (their gradients are zero)."""
+        program = self.program
+        owner = program.assignment(self.spec)
+        self._group_names = OrderedDict(
+            (g, [n for n, o in owner.items() if o == g]) for g in program.groups)
+        self._group_params = OrderedDict(
+            (g, [self._parameters[n] for n in names]) for g, names in self._group_names.items())
+        self._optimizers = OrderedDict(
+            (g, optimizers.make_group(self._group_params[g], spec["optimizer"]))
+            for g, spec in program.groups.items())
+        self._phases = []  # (block, unreached parameters, batch-norm statistics)
+        for phase in program.phases:
+            names = self._group_names[phase["update"]]
+            block = ObjectiveBlock(self.spec, phase["objective"], names, self._parameters)
+            block.hybridize(static_alloc=True, static_shape=True)
+            read = set(block.plan.parameter_names)
+            unreached = [self._parameters[n] for n in names if n not in read]
+            self._phases.append((block, unreached, self._statistics_of(block.plan)))
+
+    def _objective_backward(self, phase_index, native):
+        """Training-mode objective and its gradients in the group's ``.grad()``; returns
+        (objective NDArray, batch statistics)."""
+        block, unreached, _ = self._phases[phase_index]
+        arrays = native["arrays"]
+        with autograd.record():
+            outputs = block(*[arrays[n] for n in block.plan.input_names])
+        outputs[0].backward()
+        for param in unreached:
+            param.grad()[:] = 0
+        return outputs[0], outputs[1:]
+
+    def _update(self, phase_index, native, lr):
+        phase = self.program.phases[phase_index]
+        group = phase["update"]
+        value, stats = self._objective_backward(phase_index, native)
+        self._update_statistics(self._phases[phase_index][2], stats, native["batch_size"])
+        optimizers.clip_gradients(self._group_params[group], self.program.groups[group]["clip"])
+        self._optimizers[group].step(lr)
+        for hook in phase["hooks"]:
+            optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
+        return _Pending(value, self.synchronize)
+
+    def _program_gradients(self, prepared):
+        """Each phase's objective and its group's gradients on the phase's first batch; no
+        update, running statistics untouched."""
+        values, grads, seen = OrderedDict(), OrderedDict(), set()
+        for phase_index, native in prepared.native:
+            if phase_index in seen:
+                continue
+            seen.add(phase_index)
+            objective = self.program.phases[phase_index]["objective"]
+            group = self.program.phases[phase_index]["update"]
+            value, _ = self._objective_backward(phase_index, native)
+            for name, param in zip(self._group_names[group], self._group_params[group]):
+                grads[name] = param.grad().asnumpy()
+            values[objective] = value.asscalar()
+        return values, grads
+
+    # -- steps -------------------------------------------------------------------------------
     def _prepare(self, batch):
-        """Every input as float32 NDArray (token ids and labels are exact in float32)."""
-        plan = self.native.plan
-        def array(name):
-            return nd.array(np.asarray(batch[name], np.float32), ctx=self.ctx, dtype="float32")
-        return {"features": [array(n) for n in plan.feature_names],
-                "targets": [array(n) for n in plan.target_names],
-                "batch_size": len(batch[plan.feature_names[0]])}
+        """Every input given as a float32 NDArray (token ids and labels are exact in float32);
+        a training program's update or a prediction may give only the inputs it reads."""
+        arrays = OrderedDict((name, nd.array(np.asarray(batch[name], np.float32), ctx=self.ctx,
+                                             dtype="float32"))
+                             for name in self.spec.inputs if name in batch)
+        return {"arrays": arrays, "batch_size": len(next(iter(arrays.values())))}
 
     def _forward_backward(self, prepared):
         """Training-mode loss and gradients; returns (loss NDArray, batch statistics)."""
-        p = prepared.native
+        p, plan = prepared.native, self._train_block.plan
         with autograd.record():
-            outputs = self._train_block(*(p["features"] + p["targets"]))
+            outputs = self._train_block(*[p["arrays"][n] for n in
+                                          plan.feature_names + plan.target_names])
         outputs[0].backward()
         return outputs[0], outputs[1:]
 
-    def _update_statistics(self, stats, batch_size):
+    def _update_statistics(self, batchnorms, stats, batch_size):
         """running = (1 - m) running + m batch, with the unbiased variance (spec semantics)."""
-        for i, (running_mean, running_var, m, per_example) in enumerate(self._batchnorms):
+        for i, (running_mean, running_var, m, per_example) in enumerate(batchnorms):
             n = batch_size * per_example  # values per channel
             optimizers.axpby(running_mean.data(), stats[2 * i], 1.0 - m, m)
             optimizers.axpby(running_var.data(), stats[2 * i + 1], 1.0 - m,
@@ -156,7 +319,7 @@ class Model(BackendModel):
     def _train_step_async(self, prepared, lr):
         """Queue one step on MXNet's engine; returns the loss NDArray without waiting."""
         loss, stats = self._forward_backward(prepared)
-        self._update_statistics(stats, prepared.native["batch_size"])
+        self._update_statistics(self._batchnorms, stats, prepared.native["batch_size"])
         self.optimizer.step(lr)
         return loss
 
@@ -172,7 +335,8 @@ class Model(BackendModel):
         nd.waitall()
 
     def _predict(self, prepared):
-        return self.native(*prepared.native["features"]).asnumpy()
+        arrays = prepared.native["arrays"]
+        return self.native(*[arrays[n] for n in self.native.plan.feature_names]).asnumpy()
 
     def _loss_and_gradients(self, prepared):
         """No side effects: the running statistics are not updated (as in the reference)."""
@@ -185,18 +349,23 @@ class Model(BackendModel):
         return OrderedDict((n, p.data().asnumpy()) for n, p in self.native.spec_params.items())
 
     def _set_weights(self, weights):
+        """Copies into the bound arrays from NDArrays: after an inference pass MKLDNN may
+        hold a weight in its own blocked layout, which a copy from NumPy (``set_data``)
+        cannot write, and an NDArray copy reorders."""
         for n, value in weights.items():
-            self.native.spec_params[n].set_data(value)  # copies into the bound array
+            target = self.native.spec_params[n].data()
+            target[:] = nd.array(value, ctx=target.context, dtype=target.dtype)
 
     # -- measuring -------------------------------------------------------------------------
     def measure_memory(self, prepared):
         """Weights (every parameter of the model's state, running statistics included), the
-        gradient buffers Gluon keeps between steps and the optimizer's state arrays, read off
-        the arrays themselves."""
+        gradient buffers Gluon keeps between steps and the optimizer's state arrays (every
+        group's, in a training program), read off the arrays themselves."""
         def size(a):
             return a.size * np.dtype(a.dtype).itemsize
-        slots = [a for name in ("buffers", "means", "variances")
-                 for a in getattr(self.optimizer, name, None) or []]
+        optimizer_list = list(self._optimizers.values()) if self.program is not None \
+            else [self.optimizer]
+        slots = [a for o in optimizer_list for a in optimizers.state_arrays(o)]
         return {"weights": sum(size(p.data()) for p in self.native.spec_params.values()),
                 "gradients": sum(size(p.grad()) for p in self._trainable),
                 "optimizer_state": sum(size(a) for a in slots)}

@@ -18,9 +18,10 @@ class GraphContext(object):
     """Per-trace state: constant tables by key, the batch statistics collected so far, and the
     node being run (its name and input shapes without the batch axis)."""
 
-    def __init__(self, constants, exact_bn_stats):
+    def __init__(self, constants, exact_bn_stats, two_pass_statistics=False):
         self.constants = constants
         self.exact_bn_stats = exact_bn_stats
+        self.two_pass_statistics = two_pass_statistics
         self.bn_stats = []
         self.node_name, self.in_shapes = None, None
 
@@ -79,11 +80,19 @@ def conv2d(F, inputs, p, a, ctx):
 
 
 def batchnorm(F, inputs, p, a, ctx):
-    """Batch statistics in training, running ones in inference. With ``ctx.exact_bn_stats``
+    """Batch statistics in training, running ones in inference (batch ones always without
+    ``track_running_stats``). With ``ctx.exact_bn_stats``
     MXNet's own running update is switched off (momentum 1 keeps the old value) and the batch
     mean and biased variance are returned for the caller's exact update; otherwise MXNet
     updates them its own way (Keras momentum convention, biased variance)."""
     x, = inputs
+    if not a["track_running_stats"]:
+        return _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)[0]
+    if ctx.exact_bn_stats and ctx.two_pass_statistics:
+        y, mean, variance = _batch_statistics_norm(F, x, p, a, len(ctx.in_shapes[0]) + 1)
+        ctx.bn_stats.append((F.BlockGrad(F.reshape(mean, shape=(-1,))),
+                             F.BlockGrad(F.reshape(variance, shape=(-1,)))))
+        return y
     common = dict(eps=a["eps"], fix_gamma=False, use_global_stats=False, axis=1)
     if not ctx.exact_bn_stats:
         return F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
@@ -205,3 +214,145 @@ def softmax_cross_entropy(F, logits, labels, loss):
         return F.mean(per_position)
     counted = labels != loss["ignore_index"]
     return F.sum(per_position * counted) / F.sum(counted)
+
+
+# -- ops of the generative and Inception models ---------------------------------------------------
+
+def _per_channel(F, v, rank):
+    """A (C,) parameter shaped to broadcast over an (N, C, ...) value of ``rank`` axes."""
+    return F.reshape(v, shape=(1, -1) + (1,) * (rank - 2))
+
+
+def _batch_statistics_norm(F, x, p, a, rank):
+    """BatchNorm by the batch's own mean and biased variance, in training and inference alike
+    (MXNet's BatchNorm switches to the running statistics outside training); the variance in
+    two passes, which MXNet's BatchNorm does in one (E[x^2] - E[x]^2 loses digits when the mean
+    is large against the spread). Returns (y, mean, variance), the last two (1, C, 1...)."""
+    axes = (0,) + tuple(range(2, rank))
+    mean = F.mean(x, axis=axes, keepdims=True)
+    centred = F.broadcast_sub(x, mean)
+    variance = F.mean(F.square(centred), axis=axes, keepdims=True)
+    y = F.broadcast_mul(centred, F.rsqrt(variance + a["eps"]))
+    y = F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
+                        _per_channel(F, p["beta"], rank))
+    return y, mean, variance
+
+
+def concat(F, inputs, p, a, ctx):
+    return F.concat(*inputs, dim=a["axis"] + 1)  # NCHW inside: the example's axes follow N
+
+
+def tanh(F, inputs, p, a, ctx):
+    return F.tanh(inputs[0])
+
+
+def upsample_nearest(F, inputs, p, a, ctx):
+    f = a["factor"]
+    return F.repeat(F.repeat(inputs[0], repeats=f, axis=2), repeats=f, axis=3)
+
+
+def reshape(F, inputs, p, a, ctx):
+    return F.reshape(inputs[0], shape=(-1,) + tuple(a["shape"]))  # NCHW: canonical order
+
+
+def channel_layernorm(F, inputs, p, a, ctx):
+    """One mean and biased variance per example over all its axes; affine per channel."""
+    x, = inputs
+    rank = len(ctx.in_shapes[0]) + 1
+    axes = tuple(range(1, rank))
+    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    variance = F.mean(F.square(centred), axis=axes, keepdims=True)
+    y = F.broadcast_mul(centred, F.rsqrt(variance + a["eps"]))
+    return F.broadcast_add(F.broadcast_mul(y, _per_channel(F, p["gamma"], rank)),
+                           _per_channel(F, p["beta"], rank))
+
+
+def lerp(F, inputs, p, a, ctx):
+    x, y, t = inputs
+    t = F.reshape(t, shape=(-1,) + (1,) * len(ctx.in_shapes[0]))
+    return F.broadcast_mul(t, x) + F.broadcast_mul(1.0 - t, y)
+
+
+def scale(F, inputs, p, a, ctx):
+    return inputs[0] * a["factor"]
+
+
+def stop_gradient(F, inputs, p, a, ctx):
+    return F.BlockGrad(inputs[0])
+
+
+def ones_like(F, inputs, p, a, ctx):
+    return F.ones_like(inputs[0])
+
+
+def conv2d_input_grad(F, inputs, p, a, ctx):
+    """The transposed convolution the spec defines, written as a Convolution: dy with
+    stride - 1 zeros inserted between its rows (and columns), correlated with the kernel
+    flipped in space and with its two channel axes swapped per group. The spec's crop by
+    the forward padding becomes this convolution's own padding (negative padding: cropping dy).
+
+    MXNet's Deconvolution would be the direct form, but with MKLDNN its weight gradient fails
+    ("could not execute a primitive") whenever the kernel is shared with another node, which
+    it always is here."""
+    dy, = inputs
+    _, ho, wo = ctx.in_shapes[0]
+    c, h, w = a["input_shape"]
+    g = a["groups"]
+    pads = []
+    for axis, (n, size, s, d, k, (before, _)) in enumerate(zip(
+            (ho, wo), (h, w), a["stride"], a["dilation"], a["kernel"], a["padding"])):
+        dy = _dilate(F, dy, s, 2 + axis, n)
+        length = (n - 1) * s + 1
+        top = d * (k - 1) - before
+        pads.append((top, size + d * (k - 1) - length - top))
+    crop = [(max(0, -t), max(0, -b)) for t, b in pads]
+    if any(t or b for t, b in crop):
+        lengths = [(n - 1) * s + 1 for n, s in zip((ho, wo), a["stride"])]
+        dy = F.slice(dy, begin=(None, None, crop[0][0], crop[1][0]),
+                     end=(None, None, lengths[0] - crop[0][1], lengths[1] - crop[1][1]))
+        pads = [(max(0, t), max(0, b)) for t, b in pads]
+    sym = pooling.symmetric(pads)
+    if sym is None:
+        dy, sym = _pad(F, dy, pads), (0, 0)
+    weight = p["weight"]
+    if g == 1:
+        weight = F.swapaxes(weight, dim1=0, dim2=1)
+    else:  # (F, C/g, kh, kw) -> (g, C/g, F/g, kh, kw) -> (C, F/g, kh, kw)
+        weight = F.swapaxes(F.reshape(weight, shape=(-4, g, -1, 0, 0, 0)), dim1=1, dim2=2)
+        weight = F.reshape(weight, shape=(-3, 0, 0, 0))
+    weight = F.reverse(weight, axis=(2, 3))
+    return F.Convolution(dy, weight, kernel=a["kernel"], dilate=a["dilation"], pad=sym,
+                         num_filter=c, num_group=g, no_bias=True)
+
+
+def _dilate(F, x, stride, axis, n):
+    """``stride - 1`` zeros between the ``n`` entries of ``axis`` (2: rows, 3: columns)."""
+    if stride == 1:
+        return x
+    x = F.expand_dims(x, axis=axis + 1)
+    x = F.concat(*([x] + [F.zeros_like(x)] * (stride - 1)), dim=axis + 1)
+    x = F.reshape(x, shape=(0, 0, -3, 0) if axis == 2 else (0, 0, 0, -3))
+    return F.slice_axis(x, axis=axis, begin=0, end=(n - 1) * stride + 1)
+
+
+def dense_input_grad(F, inputs, p, a, ctx):
+    return F.dot(inputs[0], p["weight"])  # dy (..., units) times W (units, in)
+
+
+def relu_grad(F, inputs, p, a, ctx):
+    dy, x = inputs
+    return dy * (x > 0)
+
+
+def channel_layernorm_input_grad(F, inputs, p, a, ctx):
+    """dx = (g - mean(g) - xhat mean(g xhat)) / sqrt(var + eps), g = gamma_c dy."""
+    dy, x = inputs
+    rank = len(ctx.in_shapes[0]) + 1
+    axes = tuple(range(1, rank))
+    centred = F.broadcast_sub(x, F.mean(x, axis=axes, keepdims=True))
+    inv = F.rsqrt(F.mean(F.square(centred), axis=axes, keepdims=True) + a["eps"])
+    xhat = F.broadcast_mul(centred, inv)
+    g = F.broadcast_mul(dy, _per_channel(F, p["gamma"], rank))
+    inner = F.broadcast_sub(g, F.mean(g, axis=axes, keepdims=True))
+    inner = inner - F.broadcast_mul(xhat, F.mean(g * xhat, axis=axes, keepdims=True))
+    return F.broadcast_mul(inner, inv)

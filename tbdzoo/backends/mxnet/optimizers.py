@@ -87,3 +87,77 @@ def make(params, hp):
     """The optimizer ``hp`` names, over the trainable Gluon Parameters ``params``."""
     cls = {"sgd": SGD, "adam": Adam}[normalized.check(hp)]
     return cls(params, **normalized.hyperparameters(hp))
+
+
+class RMSProp(object):
+    """g += wd w;  v = alpha v + (1 - alpha) g^2;  d = v (centred: v - a^2, a the moving mean
+    of g);  b = momentum b + lr g / sqrt(d + eps);  w -= b  (docs/optimizers.md).
+
+    MXNet's ``rmsprop_update`` is the momentum-free step with eps inside the root, and
+    ``rmspropalex_update`` the centred one with the learning rate inside the momentum buffer
+    (its ``delta`` is -b). The non-centred step with momentum is ``rmsprop_update`` applied
+    to the buffer: b = momentum b, then b - (-lr) g / sqrt(v + eps), then w -= b."""
+
+    def __init__(self, params, alpha, eps, momentum, centered, weight_decay):
+        self.params = list(params)
+        self.alpha, self.eps, self.momentum = float(alpha), float(eps), float(momentum)
+        self.centered, self.wd = bool(centered), float(weight_decay)
+        zeros = lambda: [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]  # noqa: E731
+        self.squares, self.buffers = zeros(), zeros()
+        self.averages = zeros() if self.centered else None
+
+    def step(self, lr):
+        for i, p in enumerate(self.params):
+            w, g, v, b = p.data(), p.grad(), self.squares[i], self.buffers[i]
+            if self.wd:
+                axpby(g, w, 1.0, self.wd)
+            if self.centered:
+                nd.rmspropalex_update(w, g, v, self.averages[i], b, lr=lr, gamma1=self.alpha,
+                                      gamma2=self.momentum, epsilon=self.eps, out=w)
+                continue
+            axpby(b, b, self.momentum, 0.0)
+            nd.rmsprop_update(b, g, v, lr=-lr, gamma1=self.alpha, epsilon=self.eps, out=b)
+            axpby(w, b, 1.0, -1.0)
+
+
+def make_group(params, spec):
+    """The optimizer of a training program's parameter group (docs/optimizers.md)."""
+    o = dict(spec)
+    kind = o.pop("kind")
+    o.pop("lr")
+    if kind == "rmsprop":
+        return RMSProp(params, **o)
+    if kind == "adam":
+        return Adam(params, **o)
+    return SGD(params, **o)
+
+
+def clip_gradients(params, clip):
+    """A group's gradients in place: by global norm, every one times
+    min(1, c / (n + 1e-6)) with n the norm of them all, or element-wise into [-c, c]. The
+    factor stays on the device, so nothing waits."""
+    if clip is None:
+        return
+    grads = [p.grad() for p in params]
+    c = float(clip["value"])
+    if clip["kind"] == "value":
+        for g in grads:
+            nd.clip(g, -c, c, out=g)
+        return
+    norm = nd.sqrt(nd.sum(nd.multi_sum_sq(*grads, num_arrays=len(grads))))
+    factor = nd.clip(c / (norm + 1e-6), 0.0, 1.0)
+    for g in grads:
+        nd.broadcast_mul(g, factor, out=g)
+
+
+def clip_weights(params, value):
+    """The original WGAN's hook: every weight of the group into [-value, value]."""
+    for p in params:
+        w = p.data()
+        nd.clip(w, -value, value, out=w)
+
+
+def state_arrays(optimizer):
+    """The arrays an optimizer keeps between steps (for the memory breakdown)."""
+    return [a for name in ("buffers", "means", "variances", "squares", "averages")
+            for a in getattr(optimizer, name, None) or []]

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..base import BackendModel
+from ..programs import values_read
 from . import ops, optimizers
 
 NHWC, CANONICAL = "nhwc", "canonical"
@@ -24,6 +25,11 @@ NHWC, CANONICAL = "nhwc", "canonical"
 # Python control flow, so AutoGraph's source rewriting is switched off.
 EXECUTION = {"default": {"jit_compile": False, "autograph": False},
              "compiled": {"jit_compile": True, "autograph": False}, "eager": None}
+
+
+# A parameter the loss does not reach (behind a stop_gradient, or read only through a mask) gets a
+# zero gradient, so weight decay and momentum still move it, as on every backend.
+_ZERO = tf.UnconnectedGradients.ZERO
 
 
 # -- pure NumPy layout conversions ----------------------------------------------------------------
@@ -56,8 +62,12 @@ class SpecModel(keras.Model):
     output node; running statistics move only when ``training`` (or ``update_stats``) is set.
     """
 
-    def __init__(self, graph, weights):
+    def __init__(self, graph, weights, fused_batchnorm=True):
         super(SpecModel, self).__init__(name=graph.name.replace("/", "_"))
+        # Training-mode BatchNorm: the fused kernel (fast), or statistics from tf.nn.moments
+        # (ten times closer to float64; ops.py ``_two_pass_batchnorm`` says when that matters).
+        self._run = _RUN if fused_batchnorm else dict(
+            _RUN, batchnorm=functools.partial(_batchnorm, fused=False))
         self.graph = graph
         self.conv_kernels = set(conv_kernel_names(graph))
         self.image_inputs = set(i.name for i in graph.inputs.values() if _is_image_input(i))
@@ -69,6 +79,7 @@ class SpecModel(keras.Model):
                 shape=value.shape, dtype="float32", trainable=spec.trainable, name=name,
                 initializer=lambda shape, dtype, value=value: tf.constant(value, dtype))
         self._params = variables
+        self._plans = {}
         self.built = True
 
     # parameters in the native layout
@@ -85,38 +96,56 @@ class SpecModel(keras.Model):
         return self._params[name].value
 
     # the graph
+    def nodes_for(self, outputs):
+        """The graph's nodes that ``outputs`` depend on, in order (all of them for None)."""
+        if outputs is None:
+            return list(self.graph.nodes.values())
+        key = tuple(outputs)
+        if key not in self._plans:
+            needed = values_read(self.graph, key)
+            self._plans[key] = [n for n in self.graph.nodes.values() if n.name in needed]
+        return self._plans[key]
+
     def call(self, inputs, training=False, update_stats=None):
         """The output node (NHWC when it is an image: see ``self.layouts``)."""
         return self.forward(inputs, training, update_stats)[self.graph.output][0]
 
-    def forward(self, inputs, training, update_stats=None):
-        """Every node's (tensor, layout); ``update_stats`` defaults to ``training``."""
+    def forward(self, inputs, training, update_stats=None, outputs=None):
+        """(tensor, layout) of every input given and every node that ``outputs`` (default:
+        every node) need; ``update_stats`` defaults to ``training``. A training program asks
+        for its objectives' values, so an update reads only the inputs its objective needs."""
         update = bool(training) if update_stats is None else update_stats
         values = OrderedDict()
-        for inp in self.graph.feature_inputs():
-            values[inp.name] = (inputs[inp.name], self.layouts[inp.name])
-        for node in self.graph.nodes.values():
+        for name in self.graph.inputs:
+            if name in inputs:
+                values[name] = (inputs[name], self.layouts[name])
+        for node in self.nodes_for(outputs):
             params = OrderedDict((s, self.variable(n))
                                  for s, n in self.graph.param_names(node).items())
             args = [values[i] for i in node.inputs]
-            tensor = _RUN[node.op](args, params, node.attrs, bool(training), update)
+            tensor = self._run[node.op](args, params, node.attrs, bool(training), update)
             values[node.name] = (tensor, self.layouts[node.name])
         return values
 
 
 # -- layouts: which nodes hold NHWC tensors inside SpecModel ---------------------------------------
-_NHWC_OPS = ("conv2d", "maxpool2d", "avgpool2d")
-_PASS_THROUGH_OPS = ("relu", "dropout", "add")
+_NHWC_OPS = ("conv2d", "maxpool2d", "avgpool2d", "upsample_nearest", "conv2d_input_grad")
+# Ops over a whole image example that compute in NHWC when their example is (C, H, W).
+_NHWC_IMAGE_OPS = ("batchnorm", "channel_layernorm", "channel_layernorm_input_grad")
+# Element-wise ops (and concat, which maps its axis): NHWC when an input is.
+_PASS_THROUGH_OPS = ("relu", "dropout", "add", "tanh", "scale", "stop_gradient", "ones_like",
+                     "relu_grad", "lerp", "concat")
 
 
 def value_layouts(graph):
     """Name -> layout of every input and node inside SpecModel, decided statically: image ops
-    produce NHWC, element-wise ops keep their input's layout, everything else is canonical."""
+    produce NHWC, element-wise ops keep their input's layout, everything else (reshape,
+    flatten, dense, ...) is canonical."""
     layouts = OrderedDict((i.name, NHWC if _is_image_input(i) else CANONICAL)
                           for i in graph.inputs.values())
     for node in graph.nodes.values():
         ins = [layouts[i] for i in node.inputs]
-        if node.op in _NHWC_OPS or (node.op == "batchnorm" and len(node.shape) == 3):
+        if node.op in _NHWC_OPS or (node.op in _NHWC_IMAGE_OPS and len(node.shape) == 3):
             layouts[node.name] = NHWC
         elif node.op in _PASS_THROUGH_OPS and NHWC in ins:
             layouts[node.name] = NHWC
@@ -138,8 +167,9 @@ def _conv2d(args, p, a, training, update):
     return ops.conv2d(_to(args[0], NHWC), p["weight"], p.get("bias"), a)
 
 
-def _batchnorm(args, p, a, training, update):
-    stats = (p["gamma"], p["beta"], p["running_mean"], p["running_var"], a, training, update)
+def _batchnorm(args, p, a, training, update, fused=True):
+    stats = (p["gamma"], p["beta"], p.get("running_mean"), p.get("running_var"), a, training,
+             update, fused)
     tensor = args[0][0]
     if tensor.shape.rank == 4:
         return ops.batchnorm(_to(args[0], NHWC), *stats)
@@ -202,12 +232,91 @@ def _multi_head_attention(args, p, a, training, update):
     return ops.multi_head_attention(q, kv, keys, p, a, training)
 
 
+def _common_layout(args):
+    """NHWC when any of the (tensor, layout) pairs is, else canonical."""
+    return NHWC if any(l == NHWC for _, l in args) else CANONICAL
+
+
+# NHWC axis of each canonical example axis of an image (C, H, W).
+_NHWC_AXIS = {0: 3, 1: 1, 2: 2}
+
+
+def _concat(args, p, a, training, update):
+    layout = _common_layout(args)
+    axis = _NHWC_AXIS[a["axis"]] if layout == NHWC else a["axis"] + 1
+    return ops.concat([_to(v, layout) for v in args], axis)
+
+
+def _tanh(args, p, a, training, update):
+    return ops.tanh(args[0][0])
+
+
+def _upsample_nearest(args, p, a, training, update):
+    return ops.upsample_nearest(_to(args[0], NHWC), a)
+
+
+def _reshape(args, p, a, training, update):
+    return ops.reshape(_to(args[0], CANONICAL), a)
+
+
+def _image_or_canonical(value):
+    """(tensor, channel axis): an image example moved to NHWC, anything else canonical."""
+    tensor = _to(value, NHWC)
+    return (tensor, 3) if tensor.shape.rank == 4 else (tensor, 1)
+
+
+def _channel_layernorm(args, p, a, training, update):
+    x, axis = _image_or_canonical(args[0])
+    return ops.channel_layernorm(x, p["gamma"], p["beta"], a, axis)
+
+
+def _lerp(args, p, a, training, update):
+    layout = _common_layout(args[:2])
+    return ops.lerp(_to(args[0], layout), _to(args[1], layout), args[2][0])
+
+
+def _scale(args, p, a, training, update):
+    return ops.scale(args[0][0], a)
+
+
+def _stop_gradient(args, p, a, training, update):
+    return ops.stop_gradient(args[0][0])
+
+
+def _ones_like(args, p, a, training, update):
+    return ops.ones_like(args[0][0])
+
+
+def _conv2d_input_grad(args, p, a, training, update):
+    return ops.conv2d_input_grad(_to(args[0], NHWC), p["weight"], a)
+
+
+def _dense_input_grad(args, p, a, training, update):
+    return ops.dense_input_grad(_to(args[0], CANONICAL), p["weight"])
+
+
+def _relu_grad(args, p, a, training, update):
+    layout = _common_layout(args)
+    return ops.relu_grad(_to(args[0], layout), _to(args[1], layout))
+
+
+def _channel_layernorm_input_grad(args, p, a, training, update):
+    dy, axis = _image_or_canonical(args[0])
+    x, _ = _image_or_canonical(args[1])
+    return ops.channel_layernorm_input_grad(dy, x, p["gamma"], a, axis)
+
+
 _RUN = {
     "conv2d": _conv2d, "batchnorm": _batchnorm, "relu": _relu, "add": _add,
     "maxpool2d": _maxpool2d, "avgpool2d": _avgpool2d, "global_avgpool": _global_avgpool,
     "flatten": _flatten, "dense": _dense, "embedding": _embedding,
     "positional_encoding": _positional_encoding, "layernorm": _layernorm, "dropout": _dropout,
     "multi_head_attention": _multi_head_attention,
+    "concat": _concat, "tanh": _tanh, "upsample_nearest": _upsample_nearest, "reshape": _reshape,
+    "channel_layernorm": _channel_layernorm, "lerp": _lerp, "scale": _scale,
+    "stop_gradient": _stop_gradient, "ones_like": _ones_like,
+    "conv2d_input_grad": _conv2d_input_grad, "dense_input_grad": _dense_input_grad,
+    "relu_grad": _relu_grad, "channel_layernorm_input_grad": _channel_layernorm_input_grad,
 }
 
 
@@ -228,18 +337,25 @@ def _compiled(fn, execution):
 # -- the backend ----------------------------------------------------------------------------------
 class Model(BackendModel):
     backend = "tensorflow"
+    RUNS_PROGRAMS = True
     OPTIONS = {"precision": ("fp32",), "execution": tuple(EXECUTION),
                "memory_format": ("auto", "channels_last")}
 
     def _build(self, weights):
-        self.native = SpecModel(self.spec, weights)
+        # Training programs (Inception-v3, WGAN) take the precise BatchNorm statistics; the
+        # single-loss models keep the fused kernel they were measured with.
+        self.native = SpecModel(self.spec, weights, fused_batchnorm=self.program is None)
         self._trainable = [self.native.variable(n) for n in self.trainable_names()]
+        execution = self.hparams["execution"]
+        self._predict_fn = _compiled(self._infer, execution)
+        if self.program is not None:
+            self._build_program(execution)
+            return
         self.optimizer = optimizers.make(self._trainable, self.hparams)
         self._logits = self.spec.loss["logits"]
         self._labels = self.spec.loss["labels"]
-        self._train_fn, self._grad_fn, self._predict_fn = [
-            _compiled(fn, self.hparams["execution"])
-            for fn in (self._train, self._gradients, self._infer)]
+        self._train_fn, self._grad_fn = [_compiled(fn, execution)
+                                         for fn in (self._train, self._gradients)]
 
     # -- compiled functions ----------------------------------------------------------------
     def _loss(self, inputs, update_stats):
@@ -250,25 +366,102 @@ class Model(BackendModel):
     def _train(self, inputs, lr):
         with tf.GradientTape() as tape:
             loss = self._loss(inputs, update_stats=True)
-        grads = tape.gradient(loss, self._trainable)
+        grads = tape.gradient(loss, self._trainable, unconnected_gradients=_ZERO)
         self.optimizer.apply(grads, lr)
         return loss
 
     def _gradients(self, inputs):
         with tf.GradientTape() as tape:
             loss = self._loss(inputs, update_stats=False)
-        grads = tape.gradient(loss, self._trainable)
+        grads = tape.gradient(loss, self._trainable, unconnected_gradients=_ZERO)
         return loss, [tf.convert_to_tensor(g) for g in grads]
 
     def _infer(self, inputs):
-        out = self.native(inputs, training=False)
-        return _to((out, self.native.layouts[self.spec.output]), CANONICAL)
+        """The output node from the inputs it reads (a program's step batch may hold more)."""
+        output = self.spec.output
+        values = self.native.forward(inputs, training=False, outputs=(output,))
+        return _to(values[output], CANONICAL)
+
+    # -- training programs -------------------------------------------------------------------
+    def _build_program(self, execution):
+        """One optimizer per parameter group (each with its own state and step counter) and,
+        per phase, a compiled update and a compiled gradient function."""
+        program = self.program
+        owner = program.assignment(self.spec)
+        self._group_names = OrderedDict(
+            (g, [n for n, o in owner.items() if o == g]) for g in program.groups)
+        self._group_variables = OrderedDict(
+            (g, [self.native.variable(n) for n in names]) for g, names in self._group_names.items())
+        self._optimizers = OrderedDict(
+            (g, optimizers.make_group(self._group_variables[g], spec["optimizer"]))
+            for g, spec in program.groups.items())
+        self._update_fns = [_compiled(functools.partial(self._phase_update, i), execution)
+                            for i in range(len(program.phases))]
+        self._gradient_fns = [_compiled(functools.partial(self._phase_gradients, i), execution)
+                              for i in range(len(program.phases))]
+
+    def _objective(self, phase_index, inputs, update_stats):
+        """The phase's objective: its losses' weighted sum, from only the values they read."""
+        program = self.program
+        terms = [(program.losses[name], weight) for name, weight in
+                 program.objectives[program.phases[phase_index]["objective"]]]
+        outputs = tuple(OrderedDict.fromkeys(v for loss, _ in terms for v in loss["inputs"].values()))
+        values = self.native.forward(inputs, training=True, update_stats=update_stats,
+                                     outputs=outputs)
+        total = None
+        for loss, weight in terms:
+            value = weight * _loss_value(loss, values)
+            total = value if total is None else total + value
+        return total
+
+    def _phase_objective_and_gradients(self, phase_index, inputs, update_stats):
+        """The objective and its gradients w.r.t. the phase's group only: the tape watches
+        nothing else, so the other networks' forward passes record no backward. A parameter
+        the objective does not reach gets a zero gradient."""
+        variables = self._group_variables[self.program.phases[phase_index]["update"]]
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            loss = self._objective(phase_index, inputs, update_stats)
+        grads = tape.gradient(loss, variables, unconnected_gradients=_ZERO)
+        return loss, [optimizers.dense(g) for g in grads]
+
+    def _phase_update(self, phase_index, inputs, lr):
+        phase = self.program.phases[phase_index]
+        group = phase["update"]
+        loss, grads = self._phase_objective_and_gradients(phase_index, inputs, True)
+        grads = optimizers.clip_gradients(grads, self.program.groups[group]["clip"])
+        self._optimizers[group].apply(grads, lr)
+        for hook in phase["hooks"]:  # clip_weights, the only hook kind
+            optimizers.clip_weights(self._group_variables[hook["group"]], hook["value"])
+        return loss
+
+    def _phase_gradients(self, phase_index, inputs):
+        return self._phase_objective_and_gradients(phase_index, inputs, False)
+
+    def _update(self, phase_index, native, lr):
+        return self._update_fns[phase_index](native, tf.constant(lr, tf.float32))
+
+    def _program_gradients(self, prepared):
+        """Each phase's objective and its group's gradients on the phase's first batch."""
+        losses, grads = OrderedDict(), OrderedDict()
+        for phase_index, native in prepared.native:
+            phase = self.program.phases[phase_index]
+            if phase["objective"] in losses:
+                continue
+            loss, values = self._gradient_fns[phase_index](native)
+            losses[phase["objective"]] = float(loss)
+            for name, g in zip(self._group_names[phase["update"]], values):
+                grads[name] = self.native.to_canonical(name, g.numpy())
+        return losses, grads
 
     # -- the BackendModel contract -------------------------------------------------------------
     def _prepare(self, batch):
-        """Tensors keyed by input name; image features transposed to NHWC here, once."""
+        """Tensors keyed by input name, for the inputs ``batch`` holds (an update of a training
+        program reads only some); image features transposed to NHWC here, once."""
         out = OrderedDict()
         for name, inp in self.spec.inputs.items():
+            if name not in batch:
+                continue
             if inp.dtype == "int32":
                 value = np.asarray(batch[name], np.int32)
             else:
@@ -317,6 +510,22 @@ class Model(BackendModel):
         inside a step here, so they stay analytic."""
         def size(v):
             return v.shape.num_elements() * v.dtype.size
-        slots = [v for name in ("buffers", "m", "v") for v in getattr(self.optimizer, name, None) or []]
+        every = list(self._optimizers.values()) if self.program is not None else [self.optimizer]
+        slots = [v for optimizer in every for v in optimizer.slots()]
         return {"weights": sum(size(self.native.variable(n)) for n in self.spec.params()),
                 "optimizer_state": sum(size(v) for v in slots)}
+
+
+def _loss_value(loss, values):
+    """One loss term of a program (tbdzoo/spec/losses.py) from the graph's (tensor, layout)."""
+    kind, attrs = loss["kind"], loss["attrs"]
+    if kind == "softmax_cross_entropy":
+        x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
+        return ops.softmax_cross_entropy(x["logits"], x["labels"], attrs)
+    # a mean and a per-example norm do not see the element order: no transpose
+    x = {role: values[name][0] for role, name in loss["inputs"].items()}
+    if kind == "mean":
+        return ops.mean_loss(x["x"])
+    if kind == "norm_penalty":
+        return ops.norm_penalty(x["x"], attrs["target"])
+    raise ValueError("loss kind {!r} has no TensorFlow implementation".format(kind))

@@ -84,7 +84,8 @@ def dilate_kernel(weight, dilation):
     return weight
 
 
-def batchnorm(x, gamma, beta, running_mean, running_var, a, training, update_stats):
+def batchnorm(x, gamma, beta, running_mean, running_var, a, training, update_stats,
+              fused=True):
     """BatchNorm over the last axis of a rank-4 tensor (NHWC, or a reshaped non-image input).
 
     Training normalises with the batch statistics (biased variance) and, with ``update_stats``,
@@ -93,8 +94,13 @@ def batchnorm(x, gamma, beta, running_mean, running_var, a, training, update_sta
     The variance the fused op returns in training is the unbiased (n / (n - 1)) one, which is
     what the spec's running_var update takes (tests/test_tensorflow_backend.py checks it).
     TensorFlow 2 exports the fused op only as tf.compat.v1.nn.fused_batch_norm, a thin wrapper
-    of this raw op.
+    of this raw op. Without running statistics (``running_mean`` None: the spec's
+    ``track_running_stats=False``) the batch's own normalise in inference too.
     """
+    if running_mean is None:
+        training, update_stats = True, False
+    if training and not fused:
+        return _two_pass_batchnorm(x, gamma, beta, running_mean, running_var, a, update_stats)
     if not training:
         return tf.raw_ops.FusedBatchNormV3(
             x=x, scale=gamma, offset=beta, mean=running_mean, variance=running_var,
@@ -107,6 +113,30 @@ def batchnorm(x, gamma, beta, running_mean, running_var, a, training, update_sta
         m = a["momentum"]
         running_mean.assign((1.0 - m) * running_mean + m * tf.stop_gradient(mean))
         running_var.assign((1.0 - m) * running_var + m * tf.stop_gradient(var))
+    return y
+
+
+def _staged_mean(x):
+    """Per-channel mean of an NHWC tensor, summed row by row and then over the rows: two short
+    sums instead of one long one, whose float32 rounding grows with its length."""
+    return tf.reduce_mean(tf.reduce_mean(x, axis=2), axis=[0, 1])
+
+
+def _two_pass_batchnorm(x, gamma, beta, running_mean, running_var, a, update_stats):
+    """Training-mode BatchNorm with its statistics written out: the mean, then the mean squared
+    deviation from it, each summed in two stages. The fused CPU kernel sums each channel in one
+    long float32 sum, about ten times further from float64 than PyTorch's statistics on a
+    149 x 149 map (measured on Inception-v3's stem); many narrow layers on a tiny batch compound
+    that until ReLUs flip and gradients part (Inception-v3's tiny config)."""
+    mean = _staged_mean(x)
+    var = _staged_mean(tf.square(x - mean))
+    y = (x - mean) * (gamma * tf.math.rsqrt(var + a["eps"])) + beta
+    if update_stats:
+        count = tf.cast(tf.reduce_prod(tf.shape(x)[:3]), x.dtype)
+        unbiased = var * count / tf.maximum(count - 1.0, 1.0)
+        m = a["momentum"]
+        running_mean.assign((1.0 - m) * running_mean + m * tf.stop_gradient(mean))
+        running_var.assign((1.0 - m) * running_var + m * tf.stop_gradient(unbiased))
     return y
 
 
@@ -236,3 +266,127 @@ def softmax_cross_entropy(logits, labels, loss):
         return tf.reduce_mean(per_position)
     counted = tf.cast(tf.not_equal(flat_labels, loss["ignore_index"]), per_position.dtype)
     return tf.reduce_sum(per_position * counted) / tf.reduce_sum(counted)
+
+
+# -- loss kinds of training programs (tbdzoo/spec/losses.py) --------------------------------------
+def mean_loss(x):
+    """The mean of every element (any layout: a mean does not see the order)."""
+    return tf.reduce_mean(x)
+
+
+def norm_penalty(x, target):
+    """mean_n (||x_n||_2 - target)^2, the norm over each example's elements (any layout)."""
+    flat = tf.reshape(x, [tf.shape(x)[0], -1])
+    norms = tf.sqrt(tf.reduce_sum(tf.square(flat), axis=1))
+    return tf.reduce_mean(tf.square(norms - target))
+
+
+# -- ops of the generative and Inception models ---------------------------------------------------
+def concat(xs, axis):
+    """``axis`` is the native tensor's axis (model.py maps the spec's example axis to it)."""
+    return tf.concat(xs, axis=axis)
+
+
+def tanh(x):
+    return tf.tanh(x)
+
+
+def upsample_nearest(x, a):
+    """NHWC; every pixel repeated factor x factor times, as one broadcast and reshape (whose
+    gradient is the sum over each factor x factor block)."""
+    f = a["factor"]
+    if f == 1:
+        return x
+    h, w, c = int(x.shape[1]), int(x.shape[2]), int(x.shape[3])
+    n = tf.shape(x)[0]
+    y = tf.broadcast_to(x[:, :, None, :, None, :], [n, h, f, w, f, c])
+    return tf.reshape(y, [n, h * f, w * f, c])
+
+
+def reshape(x, a):
+    """x is canonical, so its row-major order is the spec's (C, H, W) element order."""
+    return tf.reshape(x, [-1] + [int(s) for s in a["shape"]])
+
+
+def _channel_shape(x, channel_axis):
+    """The shape that broadcasts a per-channel vector against ``x`` along ``channel_axis``."""
+    shape = [1] * x.shape.rank
+    shape[channel_axis] = -1
+    return shape
+
+
+def channel_layernorm(x, gamma, beta, a, channel_axis):
+    """One mean and biased variance per example over all its elements; affine per channel."""
+    axes = list(range(1, x.shape.rank))
+    mean, var = tf.nn.moments(x, axes=axes, keepdims=True)
+    y = (x - mean) * tf.math.rsqrt(var + a["eps"])
+    shape = _channel_shape(x, channel_axis)
+    return y * tf.reshape(gamma, shape) + tf.reshape(beta, shape)
+
+
+def lerp(x, y, t):
+    """t x + (1 - t) y with one weight per example (t has shape (N, 1))."""
+    t = tf.reshape(t, [-1] + [1] * (x.shape.rank - 1))
+    return t * x + (1.0 - t) * y
+
+
+def scale(x, a):
+    return x * a["factor"]
+
+
+def stop_gradient(x):
+    return tf.stop_gradient(x)
+
+
+def ones_like(x):
+    return tf.ones_like(x)
+
+
+def conv2d_input_grad(dy, weight, a):
+    """NHWC dy, HWIO kernel (the forward convolution's). A transposed convolution without
+    padding gives the full ((Ho - 1) s + d (k - 1) + 1) rows; rows [top, top + H) are kept and
+    rows past the end, which the forward stride never read, come back as zeros."""
+    if a["dilation"] != (1, 1):
+        weight = dilate_kernel(weight, a["dilation"])
+    (sh, sw), groups = a["stride"], a["groups"]
+    c, h, w = a["input_shape"]
+    ho, wo = _hw(dy)
+    full_h = (ho - 1) * sh + int(weight.shape[0])
+    full_w = (wo - 1) * sw + int(weight.shape[1])
+    n = tf.shape(dy)[0]
+    shape = tf.stack([n, full_h, full_w, c // groups])
+    strides = [1, sh, sw, 1]
+    if groups == 1:
+        full = tf.nn.conv2d_transpose(dy, weight, shape, strides, "VALID")
+    else:  # one transposed convolution per group, as conv2d does
+        full = tf.concat([tf.nn.conv2d_transpose(dyi, wi, shape, strides, "VALID") for dyi, wi in
+                          zip(tf.split(dy, groups, axis=3), tf.split(weight, groups, axis=3))],
+                         axis=3)
+    (top, _), (left, _) = a["padding"]
+    missing_h, missing_w = max(0, top + h - full_h), max(0, left + w - full_w)
+    if missing_h or missing_w:
+        full = tf.pad(full, [[0, 0], [0, missing_h], [0, missing_w], [0, 0]])
+    return full[:, top:top + h, left:left + w, :]
+
+
+def dense_input_grad(dy, weight):
+    """dy W on the last axis (W canonical (out, in), the forward dense layer's)."""
+    if dy.shape.rank == 2:
+        return tf.matmul(dy, weight)
+    flat = tf.matmul(tf.reshape(dy, [-1, int(dy.shape[-1])]), weight)
+    return tf.reshape(flat, tf.concat([tf.shape(dy)[:-1], [int(weight.shape[1])]], axis=0))
+
+
+def relu_grad(dy, x):
+    return dy * tf.cast(x > 0, dy.dtype)
+
+
+def channel_layernorm_input_grad(dy, x, gamma, a, channel_axis):
+    """(g - mean g - x_hat mean(g x_hat)) / sigma, g = gamma dy, means over each example."""
+    axes = list(range(1, x.shape.rank))
+    mean, var = tf.nn.moments(x, axes=axes, keepdims=True)
+    inv = tf.math.rsqrt(var + a["eps"])
+    xhat = (x - mean) * inv
+    g = dy * tf.reshape(gamma, _channel_shape(x, channel_axis))
+    return inv * (g - tf.reduce_mean(g, axis=axes, keepdims=True)
+                  - xhat * tf.reduce_mean(g * xhat, axis=axes, keepdims=True))

@@ -34,18 +34,36 @@ class SpecModule(nn.Module):
                 owner.register_parameter(suffix, nn.Parameter(value))
             else:
                 owner.register_buffer(suffix, value)
-        last_use = {}
-        for node in graph.nodes.values():
-            for i in node.inputs:
-                last_use[i] = node.name
-        self._plan = []
-        for node in graph.nodes.values():
-            params = [(suffix,) + self._locate(full) for suffix, full in graph.param_names(node).items()]
-            done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
-                    and i != graph.output]
-            fn = getattr(ops, node.op + "_inplace" if self._may_overwrite(graph, node, done)
-                         else node.op)
-            self._plan.append((node.name, fn, node.inputs, params, node.attrs, done))
+        self._plans = {}
+        self._plan = self.plan((graph.output,))
+
+    def plan(self, outputs, given=()):
+        """The nodes that ``outputs`` need from the ``given`` values (default: the graph's
+        inputs), in order, each with the values that die after it; cached, since a training
+        program asks for its objectives' values at every update."""
+        outputs, given = tuple(outputs), frozenset(given)
+        if (outputs, given) not in self._plans:
+            graph = self.graph
+            needed = set(outputs)
+            for node in reversed(list(graph.nodes.values())):
+                if node.name in needed and node.name not in given:
+                    needed.update(node.inputs)
+            nodes = [n for n in graph.nodes.values() if n.name in needed and n.name not in given]
+            last_use = {}
+            for node in nodes:
+                for i in node.inputs:
+                    last_use[i] = node.name
+            plan = []
+            for node in nodes:
+                params = [(suffix,) + self._locate(full)
+                          for suffix, full in graph.param_names(node).items()]
+                done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
+                        and i not in outputs]
+                fn = getattr(ops, node.op + "_inplace" if self._may_overwrite(graph, node, done)
+                             else node.op)
+                plan.append((node.name, fn, node.inputs, params, node.attrs, done))
+            self._plans[(outputs, given)] = plan
+        return self._plans[(outputs, given)]
 
     # Ops whose output autograd never keeps for their own backward pass: a consumer may
     # overwrite it once nothing else reads it.
@@ -79,12 +97,20 @@ class SpecModule(nn.Module):
 
     def forward(self, *inputs):
         values = dict(zip(self.input_names, inputs))
-        for name, fn, input_names, params, attrs, done in self._plan:
+        return self.run(self._plan, values)[self.graph.output]
+
+    def values(self, inputs, outputs):
+        """{output: tensor} for graph values ``outputs`` from the named ``inputs``."""
+        given = [k for k in inputs if k in self.graph.nodes]
+        return self.run(self.plan(outputs, given), dict(inputs))
+
+    def run(self, plan, values):
+        for name, fn, input_names, params, attrs, done in plan:
             p = {suffix: getattr(module, attr) for suffix, module, attr in params}
             values[name] = fn([values[i] for i in input_names], p, attrs, self.training)
             for i in done:
                 del values[i]
-        return values[self.graph.output]
+        return values
 
 
 class Model(BackendModel):
@@ -152,6 +178,9 @@ class Model(BackendModel):
         if self.channels_last:
             self.native = self.native.to(memory_format=torch.channels_last)
         self._trainable = [self.native.tensor(n) for n in self.trainable_names()]
+        if self.program is not None:
+            self._build_program()
+            return
         self.optimizer = optimizers.make(self._trainable, self.hparams,
                                          fused=self.device.startswith("cuda"))
         # The logits die in the loss; unless their op keeps them for its own backward pass, the
@@ -161,6 +190,89 @@ class Model(BackendModel):
         if self.hparams["execution"] == "compiled":
             self._forward_loss = torch.compile(self._loss)
 
+    # -- training programs -------------------------------------------------------------------
+    RUNS_PROGRAMS = True
+
+    def _build_program(self):
+        """One optimizer per parameter group and one objective function per phase."""
+        program = self.program
+        owner = program.assignment(self.spec)
+        fused = self.device.startswith("cuda")
+        self._group_params = OrderedDict(
+            (g, [self.native.tensor(n) for n, o in owner.items() if o == g]) for g in program.groups)
+        self._optimizers = OrderedDict(
+            (g, optimizers.make_group(self._group_params[g], spec["optimizer"], fused=fused))
+            for g, spec in program.groups.items())
+        # Parameters a phase does not update are constants while it runs, so autograd records
+        # nothing for them (the generator's forward inside a critic update keeps no activations,
+        # as a hand-written loop's ``.detach()`` does).
+        self._frozen = [[p for g, params in self._group_params.items() if g != phase["update"]
+                         for p in params] for phase in program.phases]
+        self._objectives = []
+        for phase in program.phases:
+            fn = self._objective_function(phase["objective"])
+            if self.hparams["execution"] == "compiled":
+                fn = torch.compile(fn)
+            self._objectives.append(fn)
+
+    def _objective_function(self, objective):
+        program = self.program
+        terms = [(program.losses[name], weight) for name, weight in program.objectives[objective]]
+        outputs = tuple(dict.fromkeys(v for loss, _ in terms for v in loss["inputs"].values()))
+
+        def evaluate(inputs):
+            values = self.native.values(inputs, outputs)
+            total = None
+            for loss, weight in terms:
+                value = ops.loss(loss["kind"], {r: values[v] for r, v in loss["inputs"].items()},
+                                 loss["attrs"])
+                total = weight * value if total is None else total + weight * value
+            return total
+        return evaluate
+
+    def _update(self, phase_index, native, lr):
+        phase = self.program.phases[phase_index]
+        group = self.program.groups[phase["update"]]
+        params, optimizer = self._group_params[phase["update"]], self._optimizers[phase["update"]]
+        if not self.native.training:
+            self.native.train()
+        optimizers.set_learning_rate(optimizer, lr)
+        optimizer.zero_grad(set_to_none=True)
+        with self._device_flags(), _constants(self._frozen[phase_index]):
+            with self._autocast():
+                loss = self._objectives[phase_index](native)
+            loss.backward(inputs=params)
+            _zero_unreached(params)
+            optimizers.clip_gradients(params, group["clip"])
+            optimizer.step()
+            for hook in phase["hooks"]:
+                optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
+        return loss.detach()
+
+    def _program_gradients(self, prepared):
+        statistics = {n: t.clone() for n, t in self.native.named_buffers()}
+        self.native.train()
+        losses, grads, seen = OrderedDict(), OrderedDict(), set()
+        names = self.program.assignment(self.spec)
+        for phase_index, native in prepared.native:
+            if phase_index in seen:
+                continue
+            seen.add(phase_index)
+            phase = self.program.phases[phase_index]
+            params = self._group_params[phase["update"]]
+            with self._device_flags(), _constants(self._frozen[phase_index]):
+                with self._autocast():
+                    loss = self._objectives[phase_index](native)
+                values = torch.autograd.grad(loss, params, allow_unused=True)
+            group_names = [n for n, g in names.items() if g == phase["update"]]
+            for n, p, g in zip(group_names, params, values):
+                grads[n] = (torch.zeros_like(p) if g is None else g).detach().float().cpu().numpy()
+            losses[phase["objective"]] = loss.item()
+        with torch.no_grad():
+            for n, t in self.native.named_buffers():
+                t.copy_(statistics[n])
+        return losses, grads
+
     def _prepare(self, batch):
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
@@ -169,7 +281,8 @@ class Model(BackendModel):
             if self.channels_last and t.dim() == 4:
                 t = t.contiguous(memory_format=torch.channels_last)
             return t
-        return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs)
+        return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs
+                           if name in batch)
 
     def _features(self, prepared):
         return [prepared.native[n] for n in self.native.input_names]
@@ -195,6 +308,7 @@ class Model(BackendModel):
             with self._autocast():
                 loss = self._loss_of(prepared)
             loss.backward()
+            _zero_unreached(self._trainable)
             self.optimizer.step()
         return loss.detach()
 
@@ -213,7 +327,8 @@ class Model(BackendModel):
     def _predict(self, prepared):
         self.native.eval()
         with torch.no_grad(), self._device_flags(), self._autocast():
-            return self.native(*self._features(prepared)).float().cpu().numpy()
+            output = self.spec.output
+            return self.native.values(prepared.native, (output,))[output].float().cpu().numpy()
 
     def _loss_and_gradients(self, prepared):
         statistics = {n: t.clone() for n, t in self.native.named_buffers()}
@@ -224,6 +339,7 @@ class Model(BackendModel):
             with self._autocast():
                 loss = self._loss_of(prepared)
             loss.backward()
+        _zero_unreached(self._trainable)
         grads = OrderedDict((n, t.grad.detach().float().cpu().numpy().copy())
                             for n, t in zip(self.trainable_names(), self._trainable))
         for t in self._trainable:
@@ -258,25 +374,37 @@ class Model(BackendModel):
         casts), measured rather than left as a remainder.
         """
         state = _unique_storages(self.native.state_dict().values())
-        batch = _unique_storages(prepared.native.values())
+        updates = [prepared.native] if self.program is None else [n for _, n in prepared.native]
+        batch = _unique_storages(t for native in updates for t in native.values())
         parameters = {id(t) for t in self._trainable}
-        saved, weight_copies = {}, {}
+        per_update = [{} for _ in updates]  # a program's updates run one after another
+        current, weight_copies = [per_update[0]], {}
 
         def pack(tensor):
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
             if ptr not in state and ptr not in batch:
-                kept = weight_copies if _is_weight_copy(tensor, parameters) else saved
+                kept = weight_copies if _is_weight_copy(tensor, parameters) else current[0]
                 kept[ptr] = storage.nbytes()
             return tensor
 
+        @contextlib.contextmanager
+        def update(index):
+            current[0] = per_update[index]
+            yield
+
         def step():
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-                self.train_step(prepared)
+                if self.program is None:
+                    self.train_step(prepared)
+                else:
+                    self._program_step(prepared, sync=True, around_update=update)
 
         cuda = self.device.startswith("cuda")
         trace = cuda_memory.memory_trace(step, self.device) if cuda else step()
-        slots = [v for s in self.optimizer.state.values() for v in s.values()
+        saved = max(per_update, key=lambda kept: sum(kept.values()))
+        optimizers_held = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        slots = [v for o in optimizers_held for s in o.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0]
         grads = [t.grad for t in self._trainable if t.grad is not None]
         optimizer_state = _unique_storages(slots)
@@ -297,6 +425,27 @@ class Model(BackendModel):
             measured["at_peak"] = cuda_memory.peak_attribution(trace, claims)
             measured["peak"] = trace["max_memory_allocated"]
         return measured
+
+
+@contextlib.contextmanager
+def _constants(params):
+    """``params`` do not require gradients inside the block."""
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def _zero_unreached(params):
+    """A parameter the loss does not reach (behind a stop_gradient) has a zero gradient, as in
+    every other framework, so weight decay and momentum still update it: PyTorch would leave
+    its gradient None and skip it."""
+    for t in params:
+        if t.grad is None:
+            t.grad = torch.zeros_like(t)
 
 
 def _unique_storages(tensors):

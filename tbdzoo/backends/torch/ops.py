@@ -27,8 +27,9 @@ def conv2d(inputs, p, a, training):
 
 def batchnorm(inputs, p, a, training):
     # PyTorch's running-statistics update is the spec's: new-batch weight, unbiased variance.
-    return F.batch_norm(inputs[0], p["running_mean"], p["running_var"], p["gamma"], p["beta"],
-                        training, a["momentum"], a["eps"])
+    # Without running statistics the batch's own normalise in inference too.
+    return F.batch_norm(inputs[0], p.get("running_mean"), p.get("running_var"), p["gamma"],
+                        p["beta"], training or not a["track_running_stats"], a["momentum"], a["eps"])
 
 
 def relu(inputs, p, a, training):
@@ -168,3 +169,108 @@ def softmax_cross_entropy(logits, labels, loss, overwrite_logits=False):
                                label_smoothing=loss["label_smoothing"])
     return smoothed_cross_entropy(flat_logits, flat_labels, ignore, loss["label_smoothing"],
                                   overwrite_logits=overwrite_logits)
+
+
+
+def concat(inputs, p, a, training):
+    return torch.cat(inputs, dim=a["axis"] + 1)
+
+
+def tanh(inputs, p, a, training):
+    return torch.tanh(inputs[0])
+
+
+def upsample_nearest(inputs, p, a, training):
+    return F.interpolate(inputs[0], scale_factor=a["factor"], mode="nearest")
+
+
+def reshape(inputs, p, a, training):
+    x, = inputs
+    return x.reshape((x.shape[0],) + tuple(a["shape"]))
+
+
+def channel_layernorm(inputs, p, a, training):
+    """One mean and (biased) variance per example over (C, H, W); affine per channel."""
+    x, = inputs
+    y = F.layer_norm(x, x.shape[1:], eps=a["eps"])
+    return y * p["gamma"][:, None, None] + p["beta"][:, None, None]
+
+
+def lerp(inputs, p, a, training):
+    x, y, t = inputs
+    t = t.reshape((t.shape[0],) + (1,) * (x.dim() - 1))
+    return t * x + (1 - t) * y
+
+
+def scale(inputs, p, a, training):
+    return inputs[0] * a["factor"]
+
+
+def stop_gradient(inputs, p, a, training):
+    return inputs[0].detach()
+
+
+def ones_like(inputs, p, a, training):
+    return torch.ones_like(inputs[0])
+
+
+def conv2d_input_grad(inputs, p, a, training):
+    """A transposed convolution of dy with the forward kernel. With symmetric padding it is
+    PyTorch's own (its output padding restores the rows the stride left unread); otherwise one
+    without padding, cut by the forward padding (rows past its end come back as zeros)."""
+    dy, = inputs
+    _, h, w = a["input_shape"]
+    (top, bottom), (left, right) = a["padding"]
+    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+    (kh, kw), (ho, wo) = a["kernel"], dy.shape[2:]
+    extra = (h - ((ho - 1) * sh - 2 * top + dh * (kh - 1) + 1),
+             w - ((wo - 1) * sw - 2 * left + dw * (kw - 1) + 1))
+    if top == bottom and left == right and 0 <= extra[0] < max(sh, dh) and 0 <= extra[1] < max(sw, dw):
+        return F.conv_transpose2d(dy, p["weight"], None, a["stride"], (top, left), extra,
+                                  a["groups"], a["dilation"])
+    full = F.conv_transpose2d(dy, p["weight"], None, a["stride"], 0, 0, a["groups"], a["dilation"])
+    full = F.pad(full, (0, max(0, left + w - full.shape[3]), 0, max(0, top + h - full.shape[2])))
+    return full[:, :, top:top + h, left:left + w]
+
+
+def dense_input_grad(inputs, p, a, training):
+    return torch.matmul(inputs[0], p["weight"])
+
+
+def relu_grad(inputs, p, a, training):
+    dy, x = inputs
+    return dy * (x > 0).to(dy.dtype)
+
+
+def channel_layernorm_input_grad(inputs, p, a, training):
+    """PyTorch's own layer-norm backward kernel (which autograd differentiates again) on
+    gamma_c dy: the closed form of the spec, without keeping its intermediates."""
+    dy, x = inputs
+    dtype = torch.promote_types(dy.dtype, x.dtype)  # under autocast the two may differ
+    x, shape = x.to(dtype), list(x.shape[1:])
+    _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
+    g = (dy * p["gamma"][:, None, None]).to(dtype)
+    return torch.ops.aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
+                                                     [True, False, False])[0]
+
+
+# -- loss kinds (tbdzoo/spec/losses.py) ---------------------------------------------------------
+def loss(kind, inputs, attrs):
+    return _LOSSES[kind](inputs, attrs)
+
+
+def _softmax_cross_entropy_loss(inputs, attrs):
+    return softmax_cross_entropy(inputs["logits"], inputs["labels"], attrs)
+
+
+def _mean_loss(inputs, attrs):
+    return inputs["x"].float().mean()
+
+
+def _norm_penalty_loss(inputs, attrs):
+    x = inputs["x"].float()
+    return ((x.flatten(1).norm(dim=1) - attrs["target"]) ** 2).mean()
+
+
+_LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
+           "norm_penalty": _norm_penalty_loss}

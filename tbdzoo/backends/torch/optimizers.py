@@ -19,3 +19,78 @@ def make(params, hp, fused=False):
 def set_learning_rate(optimizer, lr):
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def make_group(params, spec, fused=False):
+    """The optimizer of a program's parameter group (docs/optimizers.md)."""
+    kind = spec["kind"]
+    if kind == "rmsprop":
+        return RMSProp(params, lr=spec["lr"], alpha=spec["alpha"], eps=spec["eps"],
+                       momentum=spec["momentum"], centered=spec["centered"],
+                       weight_decay=spec["weight_decay"])
+    hp = dict(spec, optimizer=kind)
+    hp.setdefault("nesterov", False)
+    return make(params, hp, fused=fused)
+
+
+class RMSProp(torch.optim.Optimizer):
+    """RMSProp with epsilon inside the root and the learning rate inside the momentum buffer,
+    as TensorFlow and Keras define it (docs/optimizers.md); PyTorch's RMSprop puts both
+    outside. Multi-tensor (foreach) arithmetic, no host synchronisation."""
+
+    def __init__(self, params, lr, alpha, eps, momentum, centered, weight_decay):
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, momentum=momentum, centered=centered,
+                        weight_decay=weight_decay)
+        super(RMSProp, self).__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if group["weight_decay"]:
+                grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+            state = [self.state[p] for p in params]
+            for s, p in zip(state, params):
+                if not s:
+                    s["square_avg"] = torch.zeros_like(p)
+                    s["momentum_buffer"] = torch.zeros_like(p)
+                    if group["centered"]:
+                        s["grad_avg"] = torch.zeros_like(p)
+            square = [s["square_avg"] for s in state]
+            alpha = group["alpha"]
+            torch._foreach_mul_(square, alpha)
+            torch._foreach_addcmul_(square, grads, grads, value=1 - alpha)
+            if group["centered"]:
+                average = [s["grad_avg"] for s in state]
+                torch._foreach_mul_(average, alpha)
+                torch._foreach_add_(average, grads, alpha=1 - alpha)
+                denom = torch._foreach_addcmul(square, average, average, value=-1)
+            else:
+                denom = torch._foreach_mul(square, 1.0)
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_sqrt_(denom)
+            buffers = [s["momentum_buffer"] for s in state]
+            torch._foreach_mul_(buffers, group["momentum"])
+            torch._foreach_addcdiv_(buffers, grads, denom, value=group["lr"])
+            torch._foreach_sub_(params, buffers)
+
+
+def clip_gradients(params, clip):
+    """Global-norm or element-wise clipping of a group's gradients (docs/optimizers.md)."""
+    if clip is None:
+        return
+    grads = [p for p in params if p.grad is not None]
+    if clip["kind"] == "global_norm":
+        torch.nn.utils.clip_grad_norm_(grads, clip["value"], foreach=True)
+    else:
+        torch.nn.utils.clip_grad_value_(grads, clip["value"], foreach=True)
+
+
+@torch.no_grad()
+def clip_weights(params, value):
+    """The original WGAN's hook: every weight of the group into [-value, value]."""
+    for p in params:
+        p.clamp_(-value, value)

@@ -1,0 +1,185 @@
+"""Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture").
+
+Parameter for parameter the architecture of torchvision's ``inception_v3`` with its auxiliary
+head (27,161,264 trainable parameters at 1,000 classes), under torchvision's names
+(``Mixed_5b.branch5x5_2.conv.weight``), so a reader can map them at a glance. Each convolution
+is followed by BatchNorm (eps 1e-3, no bias before it) and ReLU.
+
+Every value below has its source next to it: [P] the paper (arXiv 1512.00567, sections 7-8),
+[TV] torchvision's model, [S] TF-slim's ``inception_v3_arg_scope``.
+"""
+from ..datasets import synthetic
+from ..spec import Graph
+from ..spec.program import Program, optimizer_of, schedule_of
+from .constraints import boolean, integer, number
+from .registry import register_model
+
+IMAGENET_TRAIN_IMAGES = 1281167
+
+PAPER = {
+    "image_size": 299,              # [P] 299 x 299 receptive field
+    "num_classes": 1000,
+    "width_divisor": 1,             # every channel count divided by this (1: the paper's widths)
+    "bn_eps": 1e-3,                 # [TV][S]
+    "bn_momentum": 0.1,             # [TV] PyTorch's default: new-batch weight 0.1
+    "dropout": 0.5,                 # [TV] before the classifier (TF-slim keeps 0.8, i.e. 0.2)
+    "aux_weight": 0.4,              # [S] auxiliary loss weight
+    "label_smoothing": 0.1,         # [P] section 7
+    # Average pools inside the blocks are 3 x 3, stride 1, pad 1. Frameworks disagree on whether
+    # the pad cells count in the mean (PyTorch and MXNet: yes; TF 'same' and CNTK: no); this is
+    # torchvision's rule, stated so that every backend follows it.
+    "pool_count_include_pad": True,
+    "batch_size": 32,               # [P] section 8: 50 replicas x batch 32
+    "optimizer": "rmsprop",         # [P] RMSProp, decay 0.9, epsilon 1.0
+    "lr": 0.045, "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": False,
+    "weight_decay": 4e-5,           # [S] not stated in [P]
+    "grad_clip_norm": 2.0,          # [P] section 8: "gradient clipping with threshold 2.0"
+    "lr_schedule": "exponential",   # [P] x0.94 every two epochs (staircase)
+    "lr_decay": 0.94, "decay_epochs": 2,
+    "train_examples": IMAGENET_TRAIN_IMAGES,   # steps_per_epoch = ceil(train_examples / batch)
+}
+
+# The auxiliary head needs the 17 x 17 grid, which only a 299-pixel input gives, so the tiny
+# config keeps the input and every layer and divides each channel count by 16 instead.
+TINY = dict(PAPER, width_divisor=16, num_classes=10, batch_size=2, train_examples=200)
+
+# The auxiliary head's 5 x 5 pool and 5 x 5 convolution need the 17 x 17 grid: 299 pixels.
+RULES = {
+    "image_size": integer(299), "num_classes": integer(2), "width_divisor": integer(1),
+    "bn_eps": number(0.0, open_low=True), "bn_momentum": number(0.0, 1.0),
+    "aux_weight": number(0.0), "pool_count_include_pad": boolean(),
+}
+
+
+def _batch(hp, batch_size, seed):
+    return synthetic.image_classification(batch_size, 3, hp["image_size"], hp["num_classes"], seed)
+
+
+class _Builder(object):
+    def __init__(self, g, hp):
+        self.g, self.hp = g, hp
+
+    def conv(self, name, x, filters, kernel, stride=1, padding=0):
+        """torchvision's BasicConv2d: convolution without bias, BatchNorm, ReLU."""
+        g = self.g
+        filters = max(1, filters // self.hp["width_divisor"])
+        if isinstance(padding, tuple) and all(isinstance(p, int) for p in padding):
+            padding = ((padding[0], padding[0]), (padding[1], padding[1]))
+        x = g.add(name + ".conv", "conv2d", x, filters=filters, kernel=kernel, stride=stride,
+                  padding=padding)
+        x = g.add(name + ".bn", "batchnorm", x, eps=self.hp["bn_eps"], momentum=self.hp["bn_momentum"])
+        return g.add(name + ".relu", "relu", x)
+
+    def avgpool(self, name, x):
+        return self.g.add(name, "avgpool2d", x, kernel=3, stride=1, padding=1,
+                          count_include_pad=self.hp["pool_count_include_pad"])
+
+    def cat(self, name, branches):
+        return self.g.add(name, "concat", branches, axis=0)
+
+    def block_a(self, p, x, pool_features):
+        b1 = self.conv(p + "branch1x1", x, 64, 1)
+        b5 = self.conv(p + "branch5x5_1", x, 48, 1)
+        b5 = self.conv(p + "branch5x5_2", b5, 64, 5, padding=2)
+        b3 = self.conv(p + "branch3x3dbl_1", x, 64, 1)
+        b3 = self.conv(p + "branch3x3dbl_2", b3, 96, 3, padding=1)
+        b3 = self.conv(p + "branch3x3dbl_3", b3, 96, 3, padding=1)
+        bp = self.conv(p + "branch_pool", self.avgpool(p + "pool", x), pool_features, 1)
+        return self.cat(p + "concat", [b1, b5, b3, bp])
+
+    def block_b(self, p, x):
+        b3 = self.conv(p + "branch3x3", x, 384, 3, stride=2)
+        bd = self.conv(p + "branch3x3dbl_1", x, 64, 1)
+        bd = self.conv(p + "branch3x3dbl_2", bd, 96, 3, padding=1)
+        bd = self.conv(p + "branch3x3dbl_3", bd, 96, 3, stride=2)
+        bp = self.g.add(p + "pool", "maxpool2d", x, kernel=3, stride=2)
+        return self.cat(p + "concat", [b3, bd, bp])
+
+    def block_c(self, p, x, c7):
+        b1 = self.conv(p + "branch1x1", x, 192, 1)
+        b7 = self.conv(p + "branch7x7_1", x, c7, 1)
+        b7 = self.conv(p + "branch7x7_2", b7, c7, (1, 7), padding=(0, 3))
+        b7 = self.conv(p + "branch7x7_3", b7, 192, (7, 1), padding=(3, 0))
+        bd = self.conv(p + "branch7x7dbl_1", x, c7, 1)
+        bd = self.conv(p + "branch7x7dbl_2", bd, c7, (7, 1), padding=(3, 0))
+        bd = self.conv(p + "branch7x7dbl_3", bd, c7, (1, 7), padding=(0, 3))
+        bd = self.conv(p + "branch7x7dbl_4", bd, c7, (7, 1), padding=(3, 0))
+        bd = self.conv(p + "branch7x7dbl_5", bd, 192, (1, 7), padding=(0, 3))
+        bp = self.conv(p + "branch_pool", self.avgpool(p + "pool", x), 192, 1)
+        return self.cat(p + "concat", [b1, b7, bd, bp])
+
+    def block_d(self, p, x):
+        b3 = self.conv(p + "branch3x3_1", x, 192, 1)
+        b3 = self.conv(p + "branch3x3_2", b3, 320, 3, stride=2)
+        b7 = self.conv(p + "branch7x7x3_1", x, 192, 1)
+        b7 = self.conv(p + "branch7x7x3_2", b7, 192, (1, 7), padding=(0, 3))
+        b7 = self.conv(p + "branch7x7x3_3", b7, 192, (7, 1), padding=(3, 0))
+        b7 = self.conv(p + "branch7x7x3_4", b7, 192, 3, stride=2)
+        bp = self.g.add(p + "pool", "maxpool2d", x, kernel=3, stride=2)
+        return self.cat(p + "concat", [b3, b7, bp])
+
+    def block_e(self, p, x):
+        b1 = self.conv(p + "branch1x1", x, 320, 1)
+        b3 = self.conv(p + "branch3x3_1", x, 384, 1)
+        b3 = self.cat(p + "branch3x3_cat", [
+            self.conv(p + "branch3x3_2a", b3, 384, (1, 3), padding=(0, 1)),
+            self.conv(p + "branch3x3_2b", b3, 384, (3, 1), padding=(1, 0))])
+        bd = self.conv(p + "branch3x3dbl_1", x, 448, 1)
+        bd = self.conv(p + "branch3x3dbl_2", bd, 384, 3, padding=1)
+        bd = self.cat(p + "branch3x3dbl_cat", [
+            self.conv(p + "branch3x3dbl_3a", bd, 384, (1, 3), padding=(0, 1)),
+            self.conv(p + "branch3x3dbl_3b", bd, 384, (3, 1), padding=(1, 0))])
+        bp = self.conv(p + "branch_pool", self.avgpool(p + "pool", x), 192, 1)
+        return self.cat(p + "concat", [b1, b3, bd, bp])
+
+    def aux(self, p, x):
+        """The auxiliary classifier on the 17 x 17 grid (training only: its loss is weighted)."""
+        g = self.g
+        x = g.add(p + "pool", "avgpool2d", x, kernel=5, stride=3)
+        x = self.conv(p + "conv0", x, 128, 1)
+        x = self.conv(p + "conv1", x, 768, 5)
+        x = g.add(p + "avgpool", "global_avgpool", x)
+        return g.add(p + "fc", "dense", x, units=self.hp["num_classes"])
+
+
+@register_model("inception_v3", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
+                unit="images/s", items=lambda hp, batch: len(batch["labels"]), synthetic_batch=_batch,
+                rules=RULES)
+def build(hp):
+    g = Graph("inception_v3")
+    size = hp["image_size"]
+    x = g.input("images", (3, size, size))
+    g.input("labels", (), dtype="int32", role="target")
+    b = _Builder(g, hp)
+    x = b.conv("Conv2d_1a_3x3", x, 32, 3, stride=2)
+    x = b.conv("Conv2d_2a_3x3", x, 32, 3)
+    x = b.conv("Conv2d_2b_3x3", x, 64, 3, padding=1)
+    x = g.add("maxpool1", "maxpool2d", x, kernel=3, stride=2)
+    x = b.conv("Conv2d_3b_1x1", x, 80, 1)
+    x = b.conv("Conv2d_4a_3x3", x, 192, 3)
+    x = g.add("maxpool2", "maxpool2d", x, kernel=3, stride=2)
+    x = b.block_a("Mixed_5b.", x, 32)
+    x = b.block_a("Mixed_5c.", x, 64)
+    x = b.block_a("Mixed_5d.", x, 64)
+    x = b.block_b("Mixed_6a.", x)
+    for name, c7 in (("Mixed_6b.", 128), ("Mixed_6c.", 160), ("Mixed_6d.", 160), ("Mixed_6e.", 192)):
+        x = b.block_c(name, x, c7)
+    aux = b.aux("AuxLogits.", x)
+    x = b.block_d("Mixed_7a.", x)
+    x = b.block_e("Mixed_7b.", x)
+    x = b.block_e("Mixed_7c.", x)
+    x = g.add("avgpool", "global_avgpool", x)
+    x = g.add("dropout", "dropout", x, rate=hp["dropout"])
+    logits = g.add("fc", "dense", x, units=hp["num_classes"])
+    g.set_output(logits)
+
+    p = Program()
+    smoothing = {"label_smoothing": hp["label_smoothing"], "ignore_index": None}
+    p.loss("main", "softmax_cross_entropy", logits=logits, labels="labels", **smoothing)
+    p.loss("aux", "softmax_cross_entropy", logits=aux, labels="labels", **smoothing)
+    p.objective("total", [("main", 1.0), ("aux", hp["aux_weight"])])
+    p.group("all", "*", optimizer_of(hp), schedule_of(hp),
+            clip={"kind": "global_norm", "value": hp["grad_clip_norm"]} if hp["grad_clip_norm"] else None)
+    p.phase("train", "total", "all")
+    g.set_program(p)
+    return g
