@@ -13,6 +13,7 @@ Every block reads one set of Gluon Parameters, created once by the model:
 
 Each block walks only the nodes its outputs need and binds only the parameters they read.
 """
+import warnings
 from collections import OrderedDict
 
 import mxnet as mx
@@ -176,6 +177,18 @@ class ObjectiveBlock(_GraphBlock):
         reached = self.plan.depending_on(group)
         self.constant = frozenset(node.name for node, _, _, _ in self.plan.steps
                                   if node.name not in reached)
+
+    def forward(self, *args):
+        """The first call builds the cached graph, where Gluon warns that the running
+        statistics are read by no computation: here they are updated from the moments this
+        block returns, which is intended, so that one warning is silenced."""
+        if getattr(self, "_cache_built", False):
+            return super(ObjectiveBlock, self).forward(*args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Parameter .* is not used by any computation")
+            out = super(ObjectiveBlock, self).forward(*args)
+        self._cache_built = True
+        return out
 
     def hybrid_forward(self, F, *inputs, **params):
         params = {n: F.BlockGrad(v) if n in self.frozen else v for n, v in params.items()}
