@@ -11,23 +11,12 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import schedules
+from ..spec.graph import values_read
+from ..spec.program import objective_values
 
-
-def values_read(graph, names):
-    """Every node and input that ``names`` depend on (themselves included)."""
-    needed = set(names)
-    for node in reversed(list(graph.nodes.values())):
-        if node.name in needed:
-            needed.update(node.inputs)
-    return needed
-
-
-def objective_values(program, objective):
-    """The graph values an objective's losses read."""
-    out = []
-    for loss, _ in program.objectives[objective]:
-        out.extend(program.losses[loss]["inputs"].values())
-    return out
+__all__ = ["values_read", "objective_values", "inputs_of_phase", "updates", "rows_per_input",
+           "split_step_batch", "learning_rate", "check_schedules", "step_result",
+           "stacked_synthetic"]
 
 
 def inputs_of_phase(graph, program, phase):

@@ -24,10 +24,11 @@ def forward_per_example(graph):
     per_node = graph.flops()
     if graph.program is None:
         return sum(per_node.values())
-    from ..backends import programs
+    from ..spec.graph import values_read
+    from ..spec.program import objective_values
     total = 0
     for phase in graph.program.phases:
-        read = programs.values_read(graph, programs.objective_values(graph.program, phase["objective"]))
+        read = values_read(graph, objective_values(graph.program, phase["objective"]))
         total += phase["repeat"] * sum(f for name, f in per_node.items() if name in read)
     return total
 

@@ -64,11 +64,12 @@ def feature_map_elements(graph, batch_size):
     if graph.program is None:
         loss = graph.loss["logits"] if graph.loss else None
         return _saved_elements(graph, batch_size, list(graph.nodes.values()), [loss] if loss else [])
-    from ..backends import programs
+    from ..spec.graph import values_read
+    from ..spec.program import objective_values
     counts = []
     for phase in graph.program.phases:
-        values = programs.objective_values(graph.program, phase["objective"])
-        read = programs.values_read(graph, values)
+        values = objective_values(graph.program, phase["objective"])
+        read = values_read(graph, values)
         nodes = [n for n in graph.nodes.values() if n.name in read]
         counts.append(_saved_elements(graph, batch_size, nodes, [v for v in values if v in graph.nodes]))
     return max(counts)

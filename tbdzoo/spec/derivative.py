@@ -10,6 +10,8 @@ does that transformation, once for every backend. Valid Python 3.6.
 """
 from collections import OrderedDict
 
+from .graph import values_read
+
 
 def _on_path(graph, source, target):
     """Nodes that depend on ``source`` and that ``target`` depends on, in graph order."""
@@ -19,10 +21,7 @@ def _on_path(graph, source, target):
             downstream.add(node.name)
     if target not in downstream:
         raise ValueError("{!r} does not depend on {!r}".format(target, source))
-    upstream = {target}
-    for node in reversed(list(graph.nodes.values())):
-        if node.name in upstream:
-            upstream.update(node.inputs)
+    upstream = values_read(graph, [target])
     return [n for n in graph.nodes.values()
             if n.name != source and n.name in downstream and n.name in upstream]
 

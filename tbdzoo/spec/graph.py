@@ -220,6 +220,15 @@ class Graph(object):
         return "\n".join(lines)
 
 
+def values_read(graph, names):
+    """Every node and input that ``names`` depend on (themselves included)."""
+    needed = set(names)
+    for node in reversed(list(graph.nodes.values())):
+        if node.name in needed:
+            needed.update(node.inputs)
+    return needed
+
+
 def _jsonable(x):
     if isinstance(x, dict):
         return OrderedDict((k, _jsonable(v)) for k, v in sorted(x.items()))

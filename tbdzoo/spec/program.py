@@ -218,6 +218,14 @@ class Program(object):
         return p
 
 
+def objective_values(program, objective):
+    """The graph values an objective's losses read."""
+    out = []
+    for loss, _ in program.objectives[objective]:
+        out.extend(program.losses[loss]["inputs"].values())
+    return out
+
+
 def optimizer_of(hp):
     """The optimizer entry of a group from a model's flat hyperparameters."""
     kind = hp["optimizer"]
