@@ -221,10 +221,13 @@ def test_where_the_high_water_mark_cannot_be_reset_the_peak_says_so(monkeypatch)
 def test_resident_high_water_mark_resets_on_linux():
     if not os.path.exists("/proc/self/clear_refs"):
         pytest.skip("no /proc/self/clear_refs on this system")
-    held = bytearray(64 * 2 ** 20)
+    import mmap
+    # fresh pages from the kernel, released on close: a bytearray may reuse heap pages that an
+    # earlier test in this process left resident, and then raises no high-water mark
+    held = mmap.mmap(-1, 64 * 2 ** 20)
     for i in range(0, len(held), 4096):
         held[i] = 1
-    del held
+    held.close()
     before = resident.high_water_bytes()
     assert resident.reset_high_water()
     assert resident.high_water_bytes() < before - 32 * 2 ** 20
