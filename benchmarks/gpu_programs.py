@@ -13,7 +13,9 @@ The hand-written contenders are what a PyTorch user writes instead:
 - **WGAN-GP**: ``gan_64x64``'s residual generator and critic as ``nn.Module``s, one generator
   update then five critic updates, the penalty by ``torch.autograd.grad(create_graph=True)``,
   Adam (1e-4, betas 0 and 0.9) for each network, generated images detached in the critic's
-  updates. tbdzoo writes the penalty's input gradient as nodes (docs/programs.md) instead.
+  updates. Compiled, everything but the penalty goes through ``torch.compile``: its double
+  backward cannot (aot_autograd refuses it), so users leave it eager. tbdzoo writes the
+  penalty's input gradient as nodes (docs/programs.md) instead, and compiles all of it.
 
 Both sides get the same synthetic batches, the same precision (TF32 or bf16 autocast for the
 whole step), channels-last memory, cuDNN's autotuner, and ``torch.compile`` of their step's
@@ -36,7 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpu_handwritten import environment  # noqa: E402
+from gpu_handwritten import environment, peak_sites  # noqa: E402
 
 SHAPES = {"inception_v3": {"batch_size": 32}, "wgan": {"batch_size": 64}}
 
@@ -120,17 +122,25 @@ def handwritten_wgan(step_batch, device, precision, compiled, n_critic=5, batch=
     def generator_loss(z):
         return -d(g(z)).mean()
 
-    def critic_loss(z, x, a):
+    def generate(z):
         with torch.no_grad():
-            fake = g(z)
+            return g(z)
+
+    def scores(fake, x):
+        return d(fake).mean() - d(x).mean()
+
+    def penalty(fake, x, a):
         a = a.view(-1, 1, 1, 1)
         mixed = (a * fake + (1 - a) * x).detach().requires_grad_(True)
         (grad,) = torch.autograd.grad(d(mixed).sum(), mixed, create_graph=True)
-        penalty = ((grad.flatten(1).norm(dim=1) - 1) ** 2).mean()
-        return d(fake).mean() - d(x).mean() + 10.0 * penalty
+        return ((grad.flatten(1).norm(dim=1) - 1) ** 2).mean()
 
-    if compiled:
-        generator_loss, critic_loss = torch.compile(generator_loss), torch.compile(critic_loss)
+    if compiled:  # the penalty's double backward stays eager: aot_autograd refuses it
+        generator_loss, generate, scores = map(torch.compile, (generator_loss, generate, scores))
+
+    def critic_loss(z, x, a):
+        fake = generate(z)
+        return scores(fake, x) + 10.0 * penalty(fake, x, a)
 
     def step():
         for p in d.parameters():
@@ -200,7 +210,7 @@ def peak_bytes(step, device):
     return torch.cuda.max_memory_allocated(device)
 
 
-def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
+def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, attribute=False):
     from tbdzoo.backends.registry import build_native
     tf32 = precision in ("tf32", "bf16")
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
@@ -222,6 +232,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
     alone = {"tbdzoo": peak_bytes(ours, device) - held_bytes(modules, opts),
              "handwritten": peak_bytes(theirs, device) - held_bytes(
                  [model.native], list(model._optimizers.values()))}
+    sites = {name: peak_sites(step, device) for name, step in contenders.items()} if attribute else None
     for step in contenders.values():
         for _ in range(warmup):
             step()
@@ -245,6 +256,8 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats):
                         "peak_bytes": alone[name]}
     result["throughput_ratio"] = result["tbdzoo"]["throughput"] / result["handwritten"]["throughput"]
     result["memory_ratio"] = alone["tbdzoo"] / alone["handwritten"]
+    if sites:
+        result["peak_sites"] = sites
     del model, modules, opts, contenders, ours, theirs
     torch.cuda.empty_cache()
     return result
@@ -258,6 +271,9 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--attribute", action="store_true",
+                   help="also replay each contender's allocator trace to its peak and group the "
+                        "blocks live then by allocation site")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_programs.json"))
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -271,7 +287,7 @@ def main():
             for precision in args.precisions.split(","):
                 try:
                     cell = run_cell(model_name, precision, execution == "compiled", device,
-                                    args.warmup, args.steps, args.repeats)
+                                    args.warmup, args.steps, args.repeats, args.attribute)
                 except Exception as e:  # a failed cell is recorded, the others still run
                     cell = {"model": model_name, "precision": precision, "execution": execution,
                             "error": "{}: {}".format(type(e).__name__, e)}

@@ -78,8 +78,9 @@ def _conv2d(graph, node, dy, name):
 
 
 def _relu(graph, node, dy, name):
-    x = node.inputs[0]
-    return [(x, graph.add(name + ".dx", "relu_grad", [dy, x]))]
+    """The mask reads the ReLU's output, positive exactly where its input is: a backend whose
+    ReLU keeps its output for backward then keeps nothing more, and the input may die."""
+    return [(node.inputs[0], graph.add(name + ".dx", "relu_grad", [dy, node.name]))]
 
 
 def _add(graph, node, dy, name):

@@ -538,7 +538,8 @@ class DenseInputGrad(_InputGrad):
 
 @register
 class ReluGrad(OpDef):
-    """inputs dy and the ReLU's input x: dy where x > 0, else 0."""
+    """inputs dy and x, the ReLU's input or output (both are positive at the same places):
+    dy where x > 0, else 0."""
     name = "relu_grad"
 
     def infer_shape(self, in_shapes, a):

@@ -238,19 +238,26 @@ def dense_input_grad(inputs, p, a, training):
 
 
 def relu_grad(inputs, p, a, training):
+    """PyTorch's own ReLU backward, which keeps only x for its own backward pass: given the
+    ReLU's output, a tensor the forward ReLU keeps anyway. (A product with a mask would keep
+    the mask, a tensor of dy's size.)"""
     dy, x = inputs
-    return dy * (x > 0).to(dy.dtype)
+    if x.dtype != dy.dtype:  # under autocast the two may differ
+        return torch.where(x > 0, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
+    return torch.ops.aten.threshold_backward(dy, x, 0.0)
 
 
 def channel_layernorm_input_grad(inputs, p, a, training):
-    """PyTorch's own layer-norm backward kernel (which autograd differentiates again) on
-    gamma_c dy: the closed form of the spec, without keeping its intermediates."""
+    """PyTorch's own layer-norm backward kernel (which autograd differentiates again), with
+    gamma broadcast over (C, H, W) as its element-wise weight: the closed form of the spec,
+    keeping for backward only dy, x and one example's worth of weight."""
     dy, x = inputs
     dtype = torch.promote_types(dy.dtype, x.dtype)  # under autocast the two may differ
-    x, shape = x.to(dtype), list(x.shape[1:])
-    _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
-    g = (dy * p["gamma"][:, None, None]).to(dtype)
-    return torch.ops.aten.native_layer_norm_backward(g, x, shape, mean, rstd, None, None,
+    dy, x, shape = dy.to(dtype), x.to(dtype), list(x.shape[1:])
+    with torch.no_grad():
+        _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
+    weight = p["gamma"].to(dtype)[:, None, None].expand(shape).contiguous()
+    return torch.ops.aten.native_layer_norm_backward(dy, x, shape, mean, rstd, weight, None,
                                                      [True, False, False])[0]
 
 
