@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -109,8 +110,8 @@ class Critic(nn.Module):
         return self.output(self.blocks(self.input(x)).flatten(1))
 
 
-def handwritten_wgan(step_batch, device, precision, compiled, n_critic=5, batch=64):
-    g, d = Generator().to(device), Critic().to(device)
+def handwritten_wgan(step_batch, device, precision, compiled, n_critic=5, batch=64, dim=64):
+    g, d = Generator(dim).to(device), Critic(dim).to(device)
     g, d = g.to(memory_format=torch.channels_last), d.to(memory_format=torch.channels_last)
     opt_g = torch.optim.Adam(g.parameters(), lr=1e-4, betas=(0.0, 0.9))
     opt_d = torch.optim.Adam(d.parameters(), lr=1e-4, betas=(0.0, 0.9))
@@ -289,6 +290,7 @@ def main():
                     cell = run_cell(model_name, precision, execution == "compiled", device,
                                     args.warmup, args.steps, args.repeats, args.attribute)
                 except Exception as e:  # a failed cell is recorded, the others still run
+                    traceback.print_exc()
                     cell = {"model": model_name, "precision": precision, "execution": execution,
                             "error": "{}: {}".format(type(e).__name__, e)}
                     print(cell, flush=True)

@@ -39,16 +39,27 @@ class SpecModule(nn.Module):
 
     def plan(self, outputs, given=()):
         """The nodes that ``outputs`` need from the ``given`` values (default: the graph's
-        inputs), in order, each with the values that die after it; cached, since a training
-        program asks for its objectives' values at every update."""
+        inputs), each with the values that die after it; cached, since a training program asks
+        for its objectives' values at every update.
+
+        The nodes run output by output, each output's (not yet computed) ancestors in graph
+        order: autograd's backward pass takes the most recently recorded work first, so the
+        first output's graph is the last one it walks, when the others' saved tensors are
+        already free."""
         outputs, given = tuple(outputs), frozenset(given)
         if (outputs, given) not in self._plans:
             graph = self.graph
-            needed = set(outputs)
-            for node in reversed(list(graph.nodes.values())):
-                if node.name in needed and node.name not in given:
-                    needed.update(node.inputs)
-            nodes = [n for n in graph.nodes.values() if n.name in needed and n.name not in given]
+            order, scheduled = [], set(given)
+            for output in outputs:
+                needed = {output}
+                for node in reversed(list(graph.nodes.values())):
+                    if node.name in needed and node.name not in scheduled:
+                        needed.update(node.inputs)
+                for node in graph.nodes.values():
+                    if node.name in needed and node.name not in scheduled:
+                        order.append(node)
+                        scheduled.add(node.name)
+            nodes = order
             last_use = {}
             for node in nodes:
                 for i in node.inputs:

@@ -254,11 +254,25 @@ def channel_layernorm_input_grad(inputs, p, a, training):
     dy, x = inputs
     dtype = torch.promote_types(dy.dtype, x.dtype)  # under autocast the two may differ
     dy, x, shape = dy.to(dtype), x.to(dtype), list(x.shape[1:])
+    if torch.compiler.is_compiling():
+        return _channel_layernorm_input_grad_formula(dy, x, p["gamma"].to(dtype), a["eps"])
     with torch.no_grad():
         _, mean, rstd = torch.native_layer_norm(x, shape, None, None, a["eps"])
     weight = p["gamma"].to(dtype)[:, None, None].expand(shape).contiguous()
     return torch.ops.aten.native_layer_norm_backward(dy, x, shape, mean, rstd, weight, None,
                                                      [True, False, False])[0]
+
+
+def _channel_layernorm_input_grad_formula(dy, x, gamma, eps):
+    """The same closed form in plain tensor ops, for torch.compile: the compiler fuses them and
+    chooses what to keep for backward itself (it cannot lower the backward kernel's own
+    derivative with a weight)."""
+    dims = (1, 2, 3)
+    mean = x.mean(dim=dims, keepdim=True)
+    rstd = torch.rsqrt(x.var(dim=dims, unbiased=False, keepdim=True) + eps)
+    xhat = (x - mean) * rstd
+    g = dy * gamma[:, None, None]
+    return rstd * (g - g.mean(dim=dims, keepdim=True) - xhat * (g * xhat).mean(dim=dims, keepdim=True))
 
 
 # -- loss kinds (tbdzoo/spec/losses.py) ---------------------------------------------------------
