@@ -47,6 +47,9 @@ def test_models_share_the_common_rules():
     ("transformer", {"dropout": 1.0}, r"dropout of transformer = 1\.0 .*>= 0 and < 1"),
     ("transformer", {"heads": 3}, r"d_model 16 is not divisible by heads 3"),
     ("transformer", {"eos_id": 50}, r"pad_id, bos_id and eos_id \(0, 1, 50\) .*below vocab 50"),
+    ("wgan", {"mode": "wgan-lp"}, r"mode of wgan = 'wgan-lp' .*one of: wgan-gp, wgan"),
+    ("wgan", {"gp_weight": -1.0}, r"gp_weight of wgan = -1\.0 .*>= 0"),
+    ("inception_v3", {"image_size": 224}, r"image_size of inception_v3 = 224 .*>= 299"),
 ])
 def test_bad_values_are_refused_naming_the_value_and_what_is_allowed(name, overrides, message):
     with pytest.raises(HyperparameterError, match=message):

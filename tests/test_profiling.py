@@ -58,6 +58,34 @@ def test_analytic_weights_gradients_and_optimizer_state_match_pytorchs_tensors(n
         assert a["weights"] > a["gradients"]
 
 
+@pytest.mark.parametrize("overrides", [{}, {"mode": "wgan", "optimizer": "rmsprop"}])
+def test_memory_by_network_splits_the_wgan_totals_and_matches_pytorch(overrides):
+    """Per network, the analytic weights, gradients and optimizer state add up to the model's
+    and equal what PyTorch holds for that network; its feature maps are its own update's."""
+    pytest.importorskip("torch")
+    m = tbdzoo.build("wgan", backend="torch", config="tiny", device="cpu", **overrides)
+    prepared = _one_step(m)
+    batch = m.hparams["batch_size"]
+    analytic = memory.by_group(m.spec, batch)
+    total = memory.analytic(m.spec, m.hparams, batch, 0)
+    assert list(analytic) == ["generator", "critic"]
+    for category in ("weights", "gradients", "optimizer_state"):
+        assert sum(g[category] for g in analytic.values()) == total[category]
+    measured = m.measure_memory(prepared)["by_group"]
+    for group in analytic:
+        for category in ("weights", "gradients", "optimizer_state"):
+            assert measured[group][category] == analytic[group][category], (group, category)
+    # The critic's update runs the critic three times (real, generated, interpolated), the
+    # generator's once: the critic's update keeps more.
+    assert measured["critic"]["feature_maps"] > measured["generator"]["feature_maps"] > 0
+    assert max(g["feature_maps"] for g in analytic.values()) == total["feature_maps"]
+
+
+def test_memory_by_network_is_absent_for_one_network():
+    model_def = tbdzoo.models.get_model("inception_v3")
+    assert memory.by_group(model_def.build_graph(model_def.hparams("tiny")), 2) is None
+
+
 @pytest.mark.parametrize("backend", ["tensorflow", "mxnet"])
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("resnet50", {"momentum": 0.0}),
                                             ("transformer", {})])

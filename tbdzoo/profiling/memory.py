@@ -64,15 +64,69 @@ def feature_map_elements(graph, batch_size):
     if graph.program is None:
         loss = graph.loss["logits"] if graph.loss else None
         return _saved_elements(graph, batch_size, list(graph.nodes.values()), [loss] if loss else [])
+    return max(_update_elements(graph, phase, batch_size) for phase in graph.program.phases)
+
+
+def _update_elements(graph, phase, batch_size):
+    """Elements one update of ``phase`` keeps for backward: the nodes its objective reads."""
     from ..spec.graph import values_read
     from ..spec.program import objective_values
-    counts = []
-    for phase in graph.program.phases:
-        values = objective_values(graph.program, phase["objective"])
-        read = values_read(graph, values)
-        nodes = [n for n in graph.nodes.values() if n.name in read]
-        counts.append(_saved_elements(graph, batch_size, nodes, [v for v in values if v in graph.nodes]))
-    return max(counts)
+    values = objective_values(graph.program, phase["objective"])
+    read = values_read(graph, values)
+    nodes = [n for n in graph.nodes.values() if n.name in read]
+    return _saved_elements(graph, batch_size, nodes, [v for v in values if v in graph.nodes])
+
+
+def by_group(graph, batch_size, precision="fp32"):
+    """Per network of a training program that trains several (a GAN's generator and critic):
+    the weights, gradients and optimizer state of its parameter group, and the feature maps of
+    its own update (the largest, where several phases update it). None for one group."""
+    program = graph.program
+    if program is None or len(program.groups) < 2:
+        return None
+    owner = program.assignment(graph)
+    params = graph.params()
+    out = OrderedDict()
+    for group, spec in program.groups.items():
+        elements = sum(params[n].size for n, g in owner.items() if g == group)
+        state = sum(p.size for p in params.values() if not p.trainable
+                    and _group_of(program, p.owner) == group)
+        optimizer = dict(spec["optimizer"])
+        optimizer["optimizer"] = optimizer.pop("kind")
+        updates = [_update_elements(graph, phase, batch_size) for phase in program.phases
+                   if phase["update"] == group]
+        out[group] = OrderedDict([
+            ("weights", (elements + state) * 4), ("gradients", elements * 4),
+            ("optimizer_state", optimizer_slots(optimizer) * elements * 4),
+            ("feature_maps", max(updates) * BYTES[precision] if updates else 0)])
+    return out
+
+
+def _group_of(program, node_name):
+    """The group whose prefixes own ``node_name`` (else the '*' group): where a network's
+    non-trainable state (BatchNorm statistics) belongs."""
+    wildcard = None
+    for group, spec in program.groups.items():
+        for prefix in spec["include"]:
+            if prefix == "*":
+                wildcard = group
+            elif node_name == prefix or node_name.startswith(prefix + "."):
+                return group
+    return wildcard
+
+
+def merge_by_group(analytic_groups, measured_groups=None):
+    """{group: {category: {bytes, source}}}: measured figures win over analytic ones."""
+    if analytic_groups is None:
+        return None
+    measured_groups = measured_groups or {}
+    out = OrderedDict()
+    for group, categories in analytic_groups.items():
+        measured = measured_groups.get(group, {})
+        out[group] = OrderedDict(
+            (k, _entry(measured[k], "measured") if measured.get(k) is not None else _entry(v, "analytic"))
+            for k, v in categories.items())
+    return out
 
 
 def _saved_elements(graph, batch_size, nodes, loss_inputs):

@@ -65,6 +65,7 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
         steady = _growth(resident_bytes(), before_build)  # what stays resident between steps
     measured = dict(model.measure_memory(prepared) or {})
     peak = measured.pop("peak", None)  # at_peak, when present, stays for breakdown()
+    measured_groups = measured.pop("by_group", None)
     peak_scope = "step" if peak is not None else None
     if peak is None and before_build is not None:
         peak, peak_scope = _growth(window.peak(), before_build), window.scope
@@ -86,6 +87,8 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
         ("flops", flops_mod.summary(model.spec, batch_size, timing["step_time"]["median"],
                                     (gpu_info or {}).get("name"), precision, peak_flops)),
         ("memory", memory_mod.breakdown(analytic, measured, peak, steady, peak_scope)),
+        ("memory_by_network", memory_mod.merge_by_group(
+            memory_mod.by_group(model.spec, batch_size, precision), measured_groups)),
         ("losses", timing["losses"]),
         ("env", fingerprint(model.framework, model.framework_version(), gpu_info)),
         ("command", command or " ".join(sys.argv)),

@@ -267,6 +267,27 @@ def memory_table(records):
     return Table(headers, rows, numeric=headers[3:])
 
 
+NETWORK_CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps")
+
+
+def network_memory_table(records):
+    """One row per network of a run that trains several (a GAN's generator and critic): its
+    parameters' weights, gradients and optimizer state, and what its own update keeps."""
+    headers = (["Model", "Backend", "Config", "Batch", "Network"]
+               + [c.replace("_", " ") for c in NETWORK_CATEGORIES])
+    rows = []
+    for r in records:
+        for network, categories in (r.get("memory_by_network") or {}).items():
+            cells = []
+            for c in NETWORK_CATEGORIES:
+                entry = categories.get(c) or {}
+                size = number(entry.get("bytes"))
+                cells.append(DASH if size is None else "{} ({})".format(fmt_bytes(size), entry.get("source")))
+            rows.append([text(r.get("model")), text(r.get("backend")), text(r.get("config")),
+                         text(r.get("batch_size")), text(network)] + cells)
+    return Table(headers, rows, numeric=[headers[3]] + headers[5:])
+
+
 def memory_findings(records):
     """One sentence per run: its largest memory category and that category's share, which is
     how TBD's finding (feature maps dominate training memory) shows up in the data."""
@@ -331,6 +352,7 @@ def build_context(entries, sources):
         "results": results_table([e.record for e in ok]),
         "memory": memory_table([e.record for e in ok]),
         "memory_findings": memory_findings([e.record for e in ok]),
+        "network_memory": network_memory_table([e.record for e in ok]),
         "failures": failures_table([e.record for e in failed]),
         "provenance": provenance(ok),
     }
@@ -358,6 +380,10 @@ MEMORY_LEGEND = ("Each category: size (share of the sum of categories, source). 
                  "steps beyond the model's tensors (libraries, thread pools, caches), workspace "
                  "is the measured peak minus every other category, never below 0. Weights are "
                  "the whole model state, BatchNorm running statistics included.")
+NETWORK_NOTE = ("Runs that train several networks (a GAN's generator and critic), each by its "
+                "own updates: its parameters' weights, gradients and optimizer state, and the "
+                "feature maps its own update keeps (the networks' updates run one after another, "
+                "so the run's feature maps are the larger of these).")
 READING_NOTE = ("Protocol (docs/profiling.md): warm-up steps are excluded (compilation and "
                 "autotuning happen there, the first step is reported apart); then timed steps "
                 "with the device synchronised, repeated; step time is the median over repeats "
@@ -380,8 +406,10 @@ def render_markdown(ctx, figures):
         out += ["## {}".format(title), "", "![{}]({})".format(title, name), "", caption, ""]
     out += ["## Memory", "", md_escape(MEMORY_LEGEND), ""]
     out += ["- " + md_escape(line) for line in ctx["memory_findings"]] + [""]
-    out += [md_table(ctx["memory"]),
-            "## Failures", "", md_table(ctx["failures"]), "## Protocol and environment", ""]
+    out += [md_table(ctx["memory"])]
+    if ctx["network_memory"].rows:
+        out += ["### Memory by network", "", md_escape(NETWORK_NOTE), "", md_table(ctx["network_memory"])]
+    out += ["## Failures", "", md_table(ctx["failures"]), "## Protocol and environment", ""]
     for line, pairs in ctx["provenance"]:
         out.append("- " + md_escape(line))
         out += ["  - {}: {}".format(md_escape(k), md_escape(v)) for k, v in pairs]
@@ -438,6 +466,11 @@ config, batch, precision); the newest was used:</p>
 <p class="note">{{ memory_legend }}</p>
 <ul>{% for line in memory_findings %}<li>{{ line }}</li>{% endfor %}</ul>
 {{ table(memory, kind="wrap") }}
+{% if network_memory.rows %}
+<h3 id="memory-by-network">Memory by network</h3>
+<p class="note">{{ network_note }}</p>
+{{ table(network_memory, kind="wrap") }}
+{% endif %}
 <h2 id="failures">Failures</h2>
 {{ table(failures, message_class="msg") }}
 <h2 id="provenance">Protocol and environment</h2>
@@ -469,7 +502,7 @@ def render_html(ctx, figures):
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(TABLE_MACRO + HTML_TEMPLATE)
     return template.render(figures=figures, reading_note=READING_NOTE,
-                           memory_legend=MEMORY_LEGEND, **ctx)
+                           memory_legend=MEMORY_LEGEND, network_note=NETWORK_NOTE, **ctx)
 
 
 def write_report(records_or_paths, out_dir):

@@ -429,6 +429,9 @@ class Model(BackendModel):
             "weight_copies": sum(weight_copies.values()),
             "peak": None,
         }
+        if self.program is not None and len(self.program.groups) > 1:
+            measured["by_group"] = self._memory_by_group(
+                [phase for phase, _ in prepared.native], per_update)
         if cuda:
             claims = OrderedDict([("weights", state), ("optimizer_state", optimizer_state),
                                   ("input_batch", batch), ("gradients", gradients),
@@ -436,6 +439,23 @@ class Model(BackendModel):
             measured["at_peak"] = cuda_memory.peak_attribution(trace, claims)
             measured["peak"] = trace["max_memory_allocated"]
         return measured
+
+
+    def _memory_by_group(self, update_phases, saved_per_update):
+        """Measured per network: its parameters, their gradients, its optimizer's slots, and
+        the largest set of storages one of its updates saved for backward."""
+        out = OrderedDict()
+        for group, params in self._group_params.items():
+            slots = [v for s in self._optimizers[group].state.values() for v in s.values()
+                     if torch.is_tensor(v) and v.dim() > 0]
+            saved = [sum(kept.values()) for phase, kept in zip(update_phases, saved_per_update)
+                     if self.program.phases[phase]["update"] == group]
+            out[group] = {
+                "weights": sum(_unique_storages(params).values()),
+                "gradients": sum(_unique_storages(p.grad for p in params if p.grad is not None).values()),
+                "optimizer_state": sum(_unique_storages(slots).values()),
+                "feature_maps": max(saved) if saved else 0}
+        return out
 
 
 @contextlib.contextmanager
