@@ -171,17 +171,14 @@ def build(hp):
     p = Program()
     p.loss("fake_score", "mean", x=fake_score)
     p.loss("real_score", "mean", x=real_score)
-    critic_terms = []
+    critic_terms = [("fake_score", 1.0), ("real_score", -1.0)]
     if hp["mode"] == "wgan-gp":
         alpha = g.input("alpha", (1,))
         mixed = g.add("interpolates", "lerp", [fake, real, alpha])
         mixed_score = nets.critic("critic@mixed", mixed, owner="critic")
         grad = input_gradient(g, mixed_score, mixed, "penalty")
         p.loss("gradient_penalty", "norm_penalty", x=grad, target=1.0)
-        # First: a backend that evaluates the terms in order keeps the penalty's large backward
-        # graph for last, when the two plain critic passes have freed what they saved.
         critic_terms.append(("gradient_penalty", hp["gp_weight"]))
-    critic_terms += [("fake_score", 1.0), ("real_score", -1.0)]
     p.objective("generator", [("fake_score", -1.0)])
     p.objective("critic", critic_terms)
     optimizer = _optimizer(hp)

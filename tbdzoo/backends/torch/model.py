@@ -8,6 +8,7 @@ from torch import nn
 
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
+from ...spec.graph import values_read
 from ..base import BackendModel
 from . import ops, optimizers
 
@@ -45,7 +46,7 @@ class SpecModule(nn.Module):
         The nodes run output by output, each output's (not yet computed) ancestors in graph
         order: autograd's backward pass takes the most recently recorded work first, so the
         first output's graph is the last one it walks, when the others' saved tensors are
-        already free."""
+        already free. Objectives put their largest term first (``_largest_first``)."""
         outputs, given = tuple(outputs), frozenset(given)
         if (outputs, given) not in self._plans:
             graph = self.graph
@@ -229,7 +230,8 @@ class Model(BackendModel):
     def _objective_function(self, objective):
         program = self.program
         terms = [(program.losses[name], weight) for name, weight in program.objectives[objective]]
-        outputs = tuple(dict.fromkeys(v for loss, _ in terms for v in loss["inputs"].values()))
+        outputs = _largest_first(self.spec, dict.fromkeys(
+            v for loss, _ in terms for v in loss["inputs"].values()))
 
         def evaluate(inputs):
             values = self.native.values(inputs, outputs)
@@ -456,6 +458,15 @@ class Model(BackendModel):
                 "optimizer_state": sum(_unique_storages(slots).values()),
                 "feature_maps": max(saved) if saved else 0}
         return out
+
+
+def _largest_first(graph, outputs):
+    """``outputs`` ordered by how much of the graph each reads, most first (stable). Run in
+    that order, the largest term's backward pass comes last, after the smaller terms have
+    freed what they saved: WGAN-GP's penalty, whose backward differentiates the critic's input
+    gradient, then the two plain critic passes (as a hand-written loop computes them)."""
+    sizes = {o: len(values_read(graph, [o])) for o in outputs}
+    return tuple(sorted(outputs, key=lambda o: -sizes[o]))
 
 
 @contextlib.contextmanager
