@@ -243,6 +243,7 @@ class Model(BackendModel):
                 loss = self._objectives[phase_index](native)
             loss.backward(inputs=params)
             _zero_unreached(params)
+            self._reduce_gradients(params)
             optimizers.clip_gradients(params, group["clip"])
             optimizer.step()
             for hook in phase["hooks"]:

@@ -1,0 +1,139 @@
+"""PyTorch's engine for data-parallel training (docs/distributed.md): DistributedDataParallel
+for single-loss models, torch.distributed's bucketed all-reduce of each phase's gradients for
+training programs; gloo on the CPU, NCCL on CUDA."""
+import contextlib
+import datetime
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ...errors import UnsupportedOptionError
+from . import ops
+from .model import Model
+
+ENGINE = "DistributedDataParallel"
+BUCKET_BYTES = 25 * 2 ** 20  # DDP's default bucket size, also used for training programs
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)  # the launcher's timeouts act first
+
+
+# -- launch side ---------------------------------------------------------------------------------
+def communication(node):
+    return "nccl" if node.device == "cuda" else "gloo"
+
+
+def check(node):
+    if node.bn_mode != "replica":
+        raise UnsupportedOptionError(
+            "--bn-mode {!r} is not available on backend torch: tbdzoo's BatchNorm is a "
+            "functional op, which SyncBatchNorm cannot replace (and SyncBatchNorm refuses CPU "
+            "tensors); use --bn-mode replica".format(node.bn_mode))
+
+
+def rank_environment(world):
+    """torchrun's variables: the c10d store on node 0 at the master address."""
+    node = world.node
+    env = {"MASTER_ADDR": node.master_addr, "MASTER_PORT": node.master_port, "RANK": world.rank,
+           "WORLD_SIZE": world.size, "LOCAL_RANK": world.local_rank,
+           "LOCAL_WORLD_SIZE": node.nproc, "GROUP_RANK": node.node_rank}
+    if node.interface:
+        env["GLOO_SOCKET_IFNAME"] = node.interface
+        env["NCCL_SOCKET_IFNAME"] = node.interface
+    return env
+
+
+def helpers(node):
+    return []
+
+
+def rank_launcher(node, argv):
+    return None
+
+
+# -- rank side -----------------------------------------------------------------------------------
+def init(world):
+    if world.node.device == "cuda":
+        torch.cuda.set_device(world.local_rank)
+    dist.init_process_group(communication(world.node), init_method="env://", rank=world.rank,
+                            world_size=world.size, timeout=COLLECTIVE_TIMEOUT)
+    return world
+
+
+def finalize(world):
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def model_class():
+    return DistributedModel
+
+
+def _weighted_all_reduce(world, bucket):
+    """DDP's comm hook: this rank's gradient times w_r, summed over ranks (the plain hook
+    divides by the world size, which is w_r for equal shards)."""
+    tensor = bucket.buffer()
+    tensor.mul_(world.gradient_weight)
+    future = dist.all_reduce(tensor, async_op=True).get_future()
+    return future.then(lambda f: f.value()[0])
+
+
+def all_reduce_gradients(params, weight, bucket_bytes=BUCKET_BYTES):
+    """sum_r w_r g_r into every ``param.grad``, in flattened buckets of ``bucket_bytes``."""
+    bucket, size = [], 0
+    for p in params:
+        bucket.append(p)
+        size += p.grad.numel() * p.grad.element_size()
+        if size >= bucket_bytes:
+            _reduce_bucket(bucket, weight)
+            bucket, size = [], 0
+    if bucket:
+        _reduce_bucket(bucket, weight)
+
+
+def _reduce_bucket(params, weight):
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    flat.mul_(weight)
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
+class DistributedModel(Model):
+    """The PyTorch model as one replica of ``world``."""
+
+    def __init__(self, model_def, hparams, seed=0, device=None, world=None):
+        self.world = world
+        self.communicate = True
+        self._ddp = None
+        Model.__init__(self, model_def, hparams, seed, device=device)
+
+    def _build(self, weights):
+        Model._build(self, weights)
+        if self.program is not None:
+            return  # a phase's gradients are reduced in _reduce_gradients
+        cuda = self.device.startswith("cuda")
+        self._ddp = DistributedDataParallel(
+            self.native, device_ids=[torch.device(self.device).index] if cuda else None,
+            broadcast_buffers=True, bucket_cap_mb=BUCKET_BYTES / 2 ** 20)
+        self._ddp.register_comm_hook(self.world, _weighted_all_reduce)
+
+    def _loss(self, *tensors):
+        """The single-process loss with the forward pass through DDP, whose hooks reduce the
+        gradients during backward."""
+        features, labels = tensors[:-1], tensors[-1]
+        logits = self._ddp(*features)
+        return ops.softmax_cross_entropy(logits, labels, self.spec.loss,
+                                         overwrite_logits=self._loss_may_overwrite_logits)
+
+    def _train_step_async(self, prepared, lr):
+        no_sync = self._ddp.no_sync() if not self.communicate else contextlib.nullcontext()
+        with no_sync:
+            return Model._train_step_async(self, prepared, lr)
+
+    def _reduce_gradients(self, params):
+        if self.communicate:
+            all_reduce_gradients(params, self.world.gradient_weight)
+        return params
