@@ -106,17 +106,17 @@ def run_profile(job, model, status):
 
 
 def run_train(job, model, status):
-    """``steps`` steps on the shard; this rank's losses and gradient weight, and rank 0's
-    weights after them."""
+    """``steps`` steps on the shard; this rank's losses, gradient weight and weights after
+    them (``weights_path`` with {rank} in it)."""
     batch = model.prepare_batch(global_batch(job, model)[0])
     losses = []
     for i in range(job["steps"]):
         losses.append(model.train_step(batch))
         status.write(event="step", step=i + 1)
     out = {"losses": losses, "gradient_weight": model.world.gradient_weight}
-    if model.world.rank == 0 and job.get("weights_path"):
+    if job.get("weights_path"):
         from ..weights import save_arrays
-        save_arrays(job["weights_path"], model.get_weights())
+        save_arrays(job["weights_path"].format(rank=model.world.rank), model.get_weights())
     return out
 
 

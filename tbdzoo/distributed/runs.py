@@ -88,22 +88,25 @@ def train(model, backend, nproc=2, global_batch=None, steps=3, config="paper", s
           step_timeout=launch.STEP_TIMEOUT, **overrides):
     """``steps`` data-parallel steps at ``global_batch`` (default: the config's batch x
     nproc); returns {"losses": the global loss of each step (sum_r w_r loss_r), "weights":
-    rank 0's weights after them, "ranks": each rank's own losses and weight}."""
+    rank 0's weights after them, "ranks": each rank's own losses, gradient weight w_r and
+    weights}."""
     from ..weights import load_arrays
     node = _node(backend, nproc, 1, 0, None, None, None, bn_mode, device)
     per_replica, global_size, _ = _sizes(model, config, overrides, None, global_batch, nproc)
     overrides.pop("batch_size", None)
     folder = tempfile.mkdtemp(prefix="tbdzoo-train-")
     try:
-        weights_path = os.path.join(folder, "weights.npz")
+        weights_path = os.path.join(folder, "weights-{rank}.npz")
         job = launch.make_job(model, backend, node, "train", per_replica, global_size, config,
                               seed, overrides, steps=steps, rank_timeout=rank_timeout,
                               step_timeout=step_timeout, weights_path=weights_path)
         results = launch.start(job).wait()
         ranks = [results[str(r)] for r in range(nproc)]
+        for r, result in enumerate(ranks):
+            result["weights"] = load_arrays(weights_path.format(rank=r))
         losses = [_weighted([r["losses"][i] for r in ranks], [r["gradient_weight"] for r in ranks])
                   for i in range(steps)]
-        return {"losses": losses, "weights": load_arrays(weights_path), "ranks": ranks}
+        return {"losses": losses, "weights": ranks[0]["weights"], "ranks": ranks}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
