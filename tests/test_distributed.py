@@ -149,12 +149,14 @@ def test_batchnorm_statistics_are_per_replica(backend):
     assert_weights_close(got["weights"], stats)
 
 
-def test_a_training_program_reduces_each_phase_before_clipping():
+@pytest.mark.parametrize("backend", ["torch", "tensorflow"])
+def test_a_training_program_reduces_each_phase_before_clipping(backend):
     """WGAN-GP (a generator phase, then five critic phases, each on its own group): the first
     step's objectives are the shards' weighted mean, and every rank holds the same weights
     after two steps, which only a reduction of every phase's gradients gives."""
-    m, shards, weights, results = per_shard_reference("torch", "wgan")
-    got = distributed.train("wgan", "torch", nproc=2, global_batch=GLOBAL_BATCH, steps=2,
+    require_framework(backend)
+    m, shards, weights, results = per_shard_reference(backend, "wgan")
+    got = distributed.train("wgan", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=2,
                             config="tiny", **FAST)
     first = got["losses"][0]
     # the generator's objective is its first update's: one loss_and_gradients evaluates it
