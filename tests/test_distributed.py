@@ -257,3 +257,17 @@ def test_a_hung_rank_ends_the_run_within_the_rank_timeout():
         run.wait(timeout=120)
     assert time.time() - start < 4.0 + 30
     assert_nothing_left(run, list(pids.values()))
+
+
+def test_the_report_draws_scaling_from_records_of_several_processes(tmp_path):
+    from tbdzoo.profiling import plots
+
+    def record(world, throughput):
+        return {"model": "resnet50", "backend": "torch", "precision": "fp32",
+                "throughput": {"value": throughput},
+                "distributed": {"world_size": world, "per_replica_batch": 32, "scaling": "weak"}}
+    records = [record(1, 100.0), record(2, 190.0), record(4, 360.0)]
+    colors = plots.backend_colors({"torch"})
+    assert plots.plot_scaling(records, colors, str(tmp_path), "scaling.png")
+    assert os.path.getsize(str(tmp_path / "scaling.png")) > 1000
+    assert plots.plot_scaling(records[:1], colors, str(tmp_path), "none.png") is None
