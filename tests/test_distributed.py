@@ -271,3 +271,19 @@ def test_the_report_draws_scaling_from_records_of_several_processes(tmp_path):
     assert plots.plot_scaling(records, colors, str(tmp_path), "scaling.png")
     assert os.path.getsize(str(tmp_path / "scaling.png")) > 1000
     assert plots.plot_scaling(records[:1], colors, str(tmp_path), "none.png") is None
+
+
+def test_the_command_line_takes_the_placement_flags():
+    from tbdzoo.cli import _distributed, parser, world_options
+    args = parser().parse_args(["run", "resnet50", "--backend", "torch", "--nproc", "2",
+                                "--nnodes", "2", "--node-rank", "1", "--master", "h0:29500",
+                                "--hosts", "h0,h1", "--global-batch", "64", "--bn-mode", "replica",
+                                "--baseline"])
+    assert _distributed(args)
+    world = world_options(args)
+    assert (world["nproc"], world["nnodes"], world["node_rank"], world["master"], world["hosts"],
+            world["global_batch"]) == (2, 2, 1, "h0:29500", ["h0", "h1"], 64)
+    plain = parser().parse_args(["run", "resnet50", "--backend", "torch"])
+    assert not _distributed(plain)
+    with pytest.raises(DistributedError, match="HOST:PORT"):
+        distributed.run("resnet50", "torch", nproc=2, master="nohost", device="cpu")
