@@ -287,3 +287,22 @@ def test_the_command_line_takes_the_placement_flags():
     assert not _distributed(plain)
     with pytest.raises(DistributedError, match="HOST:PORT"):
         distributed.run("resnet50", "torch", nproc=2, master="nohost", device="cpu")
+
+
+def test_two_nodes_meet_at_the_master_address(tmp_path):
+    """--nnodes 2 on one host: each node's agent starts its own rank, rank = node x nproc +
+    local rank, and they train together through node 0's address."""
+    port = launch.free_port_block(4)
+    runs = []
+    for node_rank in range(2):
+        node = Node("torch", nproc=1, nnodes=2, node_rank=node_rank, master_addr="127.0.0.1",
+                    master_port=port, interface="lo")
+        job = launch.make_job("transformer", "torch", node, "train", 2, 4, config="tiny",
+                              steps=2, weights_path=str(tmp_path / "w-{rank}.npz"), **FAST)
+        runs.append(launch.start(job))
+    results = [run.wait(timeout=300) for run in runs]
+    assert [sorted(r) for r in results] == [["0"], ["1"]]
+    from tbdzoo.weights import load_arrays
+    a, b = load_arrays(str(tmp_path / "w-0.npz")), load_arrays(str(tmp_path / "w-1.npz"))
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)

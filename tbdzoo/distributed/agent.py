@@ -138,6 +138,7 @@ class Agent(object):
         self.slots = [Slot(self.dir, i) for i in range(self.node.nproc)]
         self.helpers = []   # (Helper, Popen)
         self.launcher = None
+        self.parent = os.getppid()  # the launcher: when it is gone, nobody waits for the run
         self.rank_timeout = float(self.job["rank_timeout"])
         self.step_timeout = float(self.job["step_timeout"])
 
@@ -197,6 +198,8 @@ class Agent(object):
             message = self._hang(now)
             if message:
                 return message
+            if os.getppid() != self.parent:
+                return "the launcher (pid {}) ended before the run did".format(self.parent)
 
     def _blame_exit(self):
         """The failed rank that caused the others to fail: one killed by a signal, else the
