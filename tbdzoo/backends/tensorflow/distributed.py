@@ -61,6 +61,12 @@ def init(world):
 
 
 def finalize(world):
+    """A barrier (a one-number all-reduce) first: worker 0 runs the coordination service the
+    others need until they are done."""
+    if _STRATEGY:
+        strategy = _STRATEGY[-1]
+        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)),
+                        axis=None)
     del _STRATEGY[:]
 
 

@@ -60,7 +60,9 @@ def init(world):
 
 
 def finalize(world):
+    """A barrier first: no rank leaves while a peer still needs it."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
