@@ -150,6 +150,19 @@ def test_batchnorm_statistics_are_per_replica(backend):
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
+def test_synchronised_batchnorm_trains_like_one_process(backend):
+    """ResNet-50 with --bn-mode sync: statistics over the global batch, so two steps of two
+    ranks are one process's at the global batch, running statistics included."""
+    require_framework(backend)
+    expected, weights, _ = reference(backend, "resnet50", 2, GLOBAL_BATCH)
+    got = distributed.train("resnet50", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=2,
+                            config="tiny", bn_mode="sync", **FAST)
+    np.testing.assert_allclose(got["losses"], expected, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert_weights_close(got["weights"], weights)
+    assert_weights_close(got["ranks"][1]["weights"], weights)
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorflow"])
 def test_a_training_program_reduces_each_phase_before_clipping(backend):
     """WGAN-GP (a generator phase, then five critic phases, each on its own group): the first
     step's objectives are the shards' weighted mean, and every rank holds the same weights
@@ -186,9 +199,9 @@ def test_a_refused_option_is_a_failed_record_and_earlier_records_stay(tmp_path):
     out = str(tmp_path / "runs.jsonl")
     suite.append_record(out, {"schema": "tbdzoo.run/1", "status": "ok", "model": "earlier"})
     records = suite.run_distributed("transformer", "torch", config="tiny",
-                                    world=dict(nproc=2, bn_mode="sync"), device="cpu")
+                                    world=dict(nproc=2, global_batch=5), device="cpu")
     assert records[-1]["status"] == "error"
-    assert "--bn-mode 'sync' is not available on backend torch" in records[-1]["error"]
+    assert "--global-batch 5 does not divide among 2 processes" in records[-1]["error"]
     suite.append_record(out, records[-1])
     with open(out) as f:
         lines = [json.loads(line) for line in f]

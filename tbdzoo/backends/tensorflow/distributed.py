@@ -1,14 +1,15 @@
 """TensorFlow's engine for data-parallel training (docs/distributed.md):
 MultiWorkerMirroredStrategy configured by TF_CONFIG, ring collectives on the CPU and NCCL on
 GPUs, driving tbdzoo's own compiled step (Keras' fit is broken under this strategy in
-TensorFlow 2.21). Gradients are all-reduced in the replica context before clipping."""
+TensorFlow 2.21). Gradients are all-reduced in the replica context before clipping; BatchNorm
+per replica, or synchronised over the global batch (--bn-mode sync)."""
 import functools
 import json
 
 import tensorflow as tf
 
-from ...errors import UnsupportedOptionError
-from .model import Model
+from . import ops
+from .model import NHWC, Model, _to
 
 ENGINE = "MultiWorkerMirroredStrategy"
 _STRATEGY = []  # the one strategy of this process, made by init() before any TensorFlow op
@@ -20,11 +21,7 @@ def communication(node):
 
 
 def check(node):
-    if node.bn_mode != "replica":
-        raise UnsupportedOptionError(
-            "--bn-mode {!r} is not available on backend tensorflow: tbdzoo's BatchNorm computes "
-            "its own moments, which are not all-reduced yet; use --bn-mode replica"
-            .format(node.bn_mode))
+    """Both BatchNorm modes run here (world.BN_MODES)."""
 
 
 def worker_address(node, rank):
@@ -74,6 +71,46 @@ def model_class():
     return DistributedModel
 
 
+def _sync_moments(x, context):
+    """Per-channel mean and biased variance of an NHWC ``x`` over every replica's batch, in
+    two passes, and the global count; the replica context's all-reduce is differentiable."""
+    count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), x.dtype)
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                               tf.concat([tf.reduce_sum(x, [0, 1, 2]), count[None]], 0))
+    n = total[-1]
+    mean = total[:-1] / n
+    squares = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                 tf.reduce_sum(tf.square(x - mean), [0, 1, 2]))
+    return mean, squares / n, n
+
+
+def _sync_batchnorm_nhwc(x, gamma, beta, running_mean, running_var, a, training, update):
+    context = tf.distribute.get_replica_context()
+    if (not training and running_mean is not None) or context is None:
+        return ops.batchnorm(x, gamma, beta, running_mean, running_var, a, training, update)
+    mean, var, n = _sync_moments(x, context)
+    if update and running_mean is not None:
+        m = a["momentum"]
+        running_mean.assign((1.0 - m) * running_mean + m * tf.stop_gradient(mean))
+        running_var.assign((1.0 - m) * running_var + m * tf.stop_gradient(var * n / (n - 1.0)))
+    return (x - mean) * (gamma * tf.math.rsqrt(var + a["eps"])) + beta
+
+
+def sync_batchnorm(args, p, a, training, update):
+    """SpecModel's batchnorm adapter with the global batch's statistics (--bn-mode sync)."""
+    stats = (p["gamma"], p["beta"], p.get("running_mean"), p.get("running_var"), a, training,
+             update)
+    tensor = args[0][0]
+    if tensor.shape.rank == 4:
+        return _sync_batchnorm_nhwc(_to(args[0], NHWC), *stats)
+    rank = tensor.shape.rank  # channels are canonical axis 1: as SpecModel's own adapter
+    moved = tf.transpose(tensor, [0] + list(range(2, rank)) + [1]) if rank > 2 else tensor
+    shape = tf.shape(moved)
+    y = _sync_batchnorm_nhwc(tf.reshape(moved, [shape[0], 1, -1, int(tensor.shape[1])]), *stats)
+    y = tf.reshape(y, shape)
+    return tf.transpose(y, [0, rank - 1] + list(range(1, rank - 1))) if rank > 2 else y
+
+
 class DistributedModel(Model):
     """The TensorFlow model as one replica of ``world``: variables made in the strategy's
     scope, every step run by ``strategy.run`` in a compiled function, and gradients summed
@@ -89,6 +126,8 @@ class DistributedModel(Model):
     def _build(self, weights):
         with self.strategy.scope():
             Model._build(self, weights)
+        if self.world.bn_mode == "sync":  # before any step is traced
+            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm)
         # this rank's w_r, read by the compiled step; a plain variable: it differs per rank
         self._weight = tf.Variable(self.world.gradient_weight, trainable=False, dtype=tf.float32)
         if self.program is None:

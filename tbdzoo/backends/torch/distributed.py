@@ -1,6 +1,7 @@
 """PyTorch's engine for data-parallel training (docs/distributed.md): DistributedDataParallel
 for single-loss models, torch.distributed's bucketed all-reduce of each phase's gradients for
-training programs; gloo on the CPU, NCCL on CUDA."""
+training programs; gloo on the CPU, NCCL on CUDA. BatchNorm per replica, or synchronised over
+the global batch (--bn-mode sync)."""
 import contextlib
 import datetime
 
@@ -8,7 +9,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ...errors import UnsupportedOptionError
 from . import ops
 from .model import Model
 
@@ -23,11 +23,7 @@ def communication(node):
 
 
 def check(node):
-    if node.bn_mode != "replica":
-        raise UnsupportedOptionError(
-            "--bn-mode {!r} is not available on backend torch: tbdzoo's BatchNorm is a "
-            "functional op, which SyncBatchNorm cannot replace (and SyncBatchNorm refuses CPU "
-            "tensors); use --bn-mode replica".format(node.bn_mode))
+    """Both BatchNorm modes run here (world.BN_MODES)."""
 
 
 def rank_environment(world):
@@ -103,6 +99,40 @@ def _reduce_bucket(params, weight):
         offset += n
 
 
+def _global_moments(x, dims):
+    """Per-channel mean and biased variance of ``x`` over every rank's batch, in two passes
+    (the mean, then the mean squared deviation from it), and the global count. The
+    all-reduces are differentiable: their backward sums the ranks' gradients."""
+    from torch.distributed.nn.functional import all_reduce
+    count = torch.tensor(float(x.numel() // x.shape[1]), device=x.device, dtype=x.dtype)
+    sums = all_reduce(torch.cat([x.sum(dims), count.view(1)]))
+    n = sums[-1]
+    mean = sums[:-1] / n
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    squares = all_reduce((x - mean.view(shape)).square().sum(dims))
+    return mean, squares / n, n
+
+
+def sync_batchnorm(inputs, p, a, training):
+    """BatchNorm whose training statistics are the global batch's (--bn-mode sync); the
+    running statistics move by the spec's rule with the global unbiased variance, the same on
+    every rank. Inference is the single-process op."""
+    x = inputs[0]
+    if not training and a["track_running_stats"]:
+        return ops.batchnorm(inputs, p, a, training)
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    mean, var, n = _global_moments(x.float(), dims)
+    if training and p.get("running_mean") is not None:
+        with torch.no_grad():
+            m = a["momentum"]
+            p["running_mean"].mul_(1 - m).add_(m * mean.detach())
+            p["running_var"].mul_(1 - m).add_(m * var.detach() * n / (n - 1))
+    scale = p["gamma"] * torch.rsqrt(var + a["eps"])
+    y = (x - mean.view(shape)) * scale.view(shape) + p["beta"].view(shape)
+    return y.to(x.dtype)
+
+
 class DistributedModel(Model):
     """The PyTorch model as one replica of ``world``."""
 
@@ -114,6 +144,10 @@ class DistributedModel(Model):
 
     def _build(self, weights):
         Model._build(self, weights)
+        if self.world.bn_mode == "sync":
+            self.native.op_overrides = {"batchnorm": sync_batchnorm}
+            self.native._plans.clear()  # replan with the override
+            self.native._plan = self.native.plan((self.spec.output,))
         if self.program is not None:
             return  # a phase's gradients are reduced in _reduce_gradients
         cuda = self.device.startswith("cuda")
