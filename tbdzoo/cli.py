@@ -198,7 +198,7 @@ def results_table(records, args):
                           "[red]{}[/red]".format(r["status"]), "", "", "", "")
             continue
         peak = r["memory"]["peak"]["bytes"]
-        table.add_row(r["model"], r["backend"], str(r["batch_size"]),
+        table.add_row(r["model"], r["backend"], batch_cell(r),
                       "{:,.1f} {}".format(r["throughput"]["value"], r["throughput"]["unit"]),
                       "{:.0f}".format(1000 * r["step_time"]["median"]),
                       "{:.1%}".format(r["step_time"]["cv"]), "{:.1f}".format(r["first_step_s"]),
@@ -207,6 +207,14 @@ def results_table(records, args):
 
 
 # -- data-parallel runs (docs/distributed.md) ------------------------------------------------
+def batch_cell(record):
+    """The batch, and for a data-parallel run its split: '64 (2 x 32)'."""
+    d = record.get("distributed")
+    if not d:
+        return str(record["batch_size"])
+    return "{} ({} x {})".format(record["batch_size"], d["world_size"], d["per_replica_batch"])
+
+
 def _distributed(args):
     return getattr(args, "nproc", 1) > 1 or getattr(args, "nnodes", 1) > 1 or \
         getattr(args, "global_batch", None) is not None or getattr(args, "baseline", False)
