@@ -3,6 +3,8 @@
   tbd list
   tbd run MODEL --backend B [--config C] [--batch-size N] [--steps 20 --warmup 5 --repeats 3] -o FILE
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
+  tbd run MODEL --backend B --nproc N [--nnodes M --node-rank K --master HOST:PORT]
+          [--global-batch B] [--bn-mode replica|sync] [--baseline]   data-parallel
   tbd bench [-o FILE]                the suite: every model x every ready backend
   tbd report FILE... -o DIR          DIR/index.html with plots, plus DIR/report.md
 
@@ -85,12 +87,35 @@ class Runner(object):
             self.progress.update(task, completed=done, total=total, stage="step {}/{}".format(done, total))
 
         a = self.args
+        if _distributed(a):
+            return self._run_distributed(model, backend, batch_size, overrides, task)
         record = suite.run_one(
             model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
             warmup=a.warmup, steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
             peak_flops=a.peak_tflops * 1e12 if a.peak_tflops else None,
             memory_cap=getattr(a, "memory_cap", None), progress=on_step,
             status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]))
+        return self._finished(record, task)
+
+    def _run_distributed(self, model, backend, batch_size, overrides, task):
+        from . import suite
+        a = self.args
+        self.progress.update(task, stage="{} process(es) x {} node(s)".format(a.nproc, a.nnodes))
+        records = suite.run_distributed(
+            model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
+            world=world_options(a), baseline=a.baseline, warmup=a.warmup, steps=a.steps,
+            repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
+            command=" ".join(["tbd"] + sys.argv[1:]))
+        for record in records:
+            self._finished(record, task)
+        if not records:  # a node without rank 0: its ranks finished, rank 0's node records
+            self.progress.update(task, stage="done (rank 0 records on node 0)")
+            return {"status": "ok"}
+        return records[-1]
+
+    def _finished(self, record, task):
+        from . import suite
+        a = self.args
         self.records.append(record)
         if a.output:
             suite.append_record(a.output, record)
@@ -173,12 +198,55 @@ def results_table(records, args):
                           "[red]{}[/red]".format(r["status"]), "", "", "", "")
             continue
         peak = r["memory"]["peak"]["bytes"]
-        table.add_row(r["model"], r["backend"], str(r["batch_size"]),
+        table.add_row(r["model"], r["backend"], batch_cell(r),
                       "{:,.1f} {}".format(r["throughput"]["value"], r["throughput"]["unit"]),
                       "{:.0f}".format(1000 * r["step_time"]["median"]),
                       "{:.1%}".format(r["step_time"]["cv"]), "{:.1f}".format(r["first_step_s"]),
                       "{:.2f} GiB".format(peak / 2 ** 30) if peak else "")
     return table
+
+
+# -- data-parallel runs (docs/distributed.md) ------------------------------------------------
+def batch_cell(record):
+    """The batch, and for a data-parallel run its split: '64 (2 x 32)'."""
+    d = record.get("distributed")
+    if not d:
+        return str(record["batch_size"])
+    return "{} ({} x {})".format(record["batch_size"], d["world_size"], d["per_replica_batch"])
+
+
+def _distributed(args):
+    return getattr(args, "nproc", 1) > 1 or getattr(args, "nnodes", 1) > 1 or \
+        getattr(args, "global_batch", None) is not None or getattr(args, "baseline", False)
+
+
+def world_options(args):
+    return {"nproc": args.nproc, "nnodes": args.nnodes, "node_rank": args.node_rank,
+            "master": args.master, "hosts": args.hosts, "interface": args.interface,
+            "global_batch": args.global_batch, "bn_mode": args.bn_mode,
+            "rank_timeout": args.rank_timeout, "step_timeout": args.step_timeout}
+
+
+def _distributed_flags(p):
+    from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
+    from .distributed.world import BN_MODES
+    g = p.add_argument_group("data-parallel training (docs/distributed.md)")
+    g.add_argument("--nproc", type=_positive, default=1, help="processes on this host (default 1)")
+    g.add_argument("--nnodes", type=_positive, default=1, help="hosts (default 1)")
+    g.add_argument("--node-rank", type=int, default=0, help="this host's place, 0..nnodes-1")
+    g.add_argument("--master", metavar="HOST:PORT", help="node 0's address (several hosts)")
+    g.add_argument("--hosts", type=_names, help="every host in node-rank order (TensorFlow, CNTK)")
+    g.add_argument("--interface", help="network interface of the collectives (default: lo on one host)")
+    g.add_argument("--global-batch", type=_positive,
+                   help="fix the global batch (strong scaling); default: nproc x nnodes x the batch size")
+    g.add_argument("--bn-mode", choices=BN_MODES, default="replica",
+                   help="BatchNorm statistics per replica or synchronised (default: replica)")
+    g.add_argument("--baseline", action="store_true",
+                   help="also run one process first, for speedup and scaling efficiency")
+    g.add_argument("--rank-timeout", type=float, default=RANK_TIMEOUT,
+                   help="seconds without a rank's heartbeat before it counts as hung (default %(default)s)")
+    g.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT,
+                   help="seconds without any rank finishing a step (default %(default)s)")
 
 
 # -- hyperparameters -------------------------------------------------------------------------
@@ -313,6 +381,7 @@ def parser():
     run.add_argument("--backend", required=True)
     run.add_argument("--batch-size", type=_positive, help="default: the config's")
     _measuring(run, 5, 20, 3)
+    _distributed_flags(run)
 
     sweep = sub.add_parser("sweep", help="one model on one backend over batch sizes, until OOM")
     sweep.add_argument("model")
@@ -320,6 +389,7 @@ def parser():
     sweep.add_argument("--batch-sizes", type=_sizes, required=True, help="e.g. 8,16,32,64")
     sweep.add_argument("--memory-cap", type=_bytes, help="stop a run whose resident memory passes this (e.g. 8G)")
     _measuring(sweep, 5, 20, 3)
+    _distributed_flags(sweep)
 
     bench = sub.add_parser("bench", help="every model on every ready backend")
     bench.add_argument("--models", type=_names, help="comma-separated model names (default: all)")

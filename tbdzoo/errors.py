@@ -39,3 +39,7 @@ class HyperparameterError(TbdError, ValueError):
 
 class UnsupportedOpError(TbdError, ValueError):
     """A model uses a node type its backend does not implement."""
+
+
+class DistributedError(TbdError, RuntimeError):
+    """A data-parallel run failed: a rank or helper process died, hung or was refused."""

@@ -137,6 +137,49 @@ def run_one(model_name, backend, config="paper", batch_size=None, overrides=None
     return _with_options(record, model_name, config, overrides)
 
 
+def run_distributed(model_name, backend, config="paper", batch_size=None, overrides=None,
+                    world=None, baseline=False, **options):
+    """A data-parallel run (docs/distributed.md); ``world`` holds the keyword arguments of
+    :func:`tbdzoo.distributed.run` that place the processes (nproc, nnodes, node_rank, master,
+    hosts, interface, global_batch, bn_mode, rank_timeout, step_timeout). With ``baseline``
+    a one-process run of the same per-replica batch comes first and gives the speedup; the
+    records are returned in the order they ran (None on a node without rank 0)."""
+    from . import distributed
+    overrides = dict(overrides or {})
+    world = dict(world or {})
+    keep = ("warmup", "steps", "repeats", "seed", "device", "samplers", "command")
+    kwargs = {k: v for k, v in options.items() if k in keep}
+    records, base = [], None
+    size = batch_size or overrides.get("batch_size")
+    if baseline:
+        one = dict(world, nproc=1, nnodes=1, node_rank=0, master=None, hosts=None)
+        if world.get("global_batch"):
+            one["global_batch"] = world["global_batch"]
+        base = _distributed_record(distributed.run, model_name, backend, config, size, overrides,
+                                   dict(kwargs, **one))
+        records.append(base)
+        if base["status"] != "ok":
+            return records
+    records.append(_distributed_record(distributed.run, model_name, backend, config, size,
+                                       overrides, dict(kwargs, baseline=base, **world)))
+    return [r for r in records if r is not None]
+
+
+def _distributed_record(run, model_name, backend, config, size, overrides, kwargs):
+    try:
+        record = run(model_name, backend, config=config, batch_size=size, overrides=overrides,
+                     **kwargs)
+    except Exception as e:  # a failed run is a result, not the end of a sweep
+        message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
+        record = failed_record(model_name, backend, config, size, message, kwargs.get("command"))
+        record["distributed"] = {k: kwargs.get(k) for k in ("nproc", "nnodes", "global_batch",
+                                                             "bn_mode")}
+    if record is None:
+        return None
+    with_size = dict(overrides, **({"batch_size": size} if size else {}))
+    return _with_options(record, model_name, config, with_size)
+
+
 def _with_options(record, model_name, config, overrides):
     try:
         base = get_model(model_name).configs.get(config, {})
@@ -218,5 +261,5 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
     return records
 
 
-__all__ = ["run_one", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
+__all__ = ["run_one", "run_distributed", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
            "bench_batch_size", "on_gpu", "default_device", "ask_device"]

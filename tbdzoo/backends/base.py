@@ -272,6 +272,15 @@ class BackendModel(object):
                                          "is not available".format(self.backend, device))
         return "cpu"
 
+    # Data-parallel training (docs/distributed.md): the World this replica belongs to, set by
+    # the subclass that tbdzoo/backends/<backend>/distributed.py makes; None in one process.
+    world = None
+
+    def _reduce_gradients(self, grads):
+        """Where data-parallel training reduces gradients across replicas: after they are
+        computed, before clipping and the update. One process: nothing to reduce."""
+        return grads
+
     def _build(self, weights):
         raise NotImplementedError
 

@@ -398,6 +398,60 @@ def draw_percent_bars(ax, points, colors):
     ax.grid(axis="y", alpha=0.3)
 
 
+def world_size(record):
+    """Processes of a data-parallel run (docs/distributed.md); 1 for any other run."""
+    return dig(record, "distributed", "world_size") or 1
+
+
+def plot_scaling(records, colors, out_dir, name):
+    """Speedup against world size, one line per (backend, per-replica batch, scaling,
+    precision) of each model, with the ideal (speedup = world size) dashed; each point is
+    labelled with its scaling efficiency."""
+    records = [r for r in records if dig(r, "distributed") and number(dig(r, "throughput", "value"))]
+    lines = OrderedDict()
+    for r in sorted(records, key=world_size):
+        d = r["distributed"]
+        key = (r["model"], r["backend"], d.get("per_replica_batch"), d.get("scaling"),
+               r.get("precision"))
+        lines.setdefault(key, []).append(r)
+    points = OrderedDict()
+    for key, runs in lines.items():
+        one = [dig(r, "throughput", "value") for r in runs if world_size(r) == 1]
+        xy = []
+        for r in runs:
+            speedup = (dig(r, "throughput", "value") / one[-1] if one
+                       else number(dig(r, "distributed", "speedup")))
+            if speedup is not None:
+                xy.append((world_size(r), speedup))
+        if len(xy) > 1 or (xy and xy[-1][0] > 1):
+            points[key] = xy
+    if not points:
+        return None
+    models = list(OrderedDict.fromkeys(key[0] for key in points))
+    rows, columns = grid(len(models))
+    fig = new_figure(max(6.0, 4.6 * columns + 1.5), 3.8 * rows)
+    for ax, model in zip(axes_grid(fig, len(models)), models):
+        sizes = sorted({x for key, xy in points.items() if key[0] == model for x, _ in xy} | {1})
+        ax.plot(sizes, sizes, "--", color="grey", label="ideal")
+        for (m, backend, per_replica, scaling, precision), xy in points.items():
+            if m != model:
+                continue
+            label = "{} b={}/replica {} {}".format(backend, per_replica, scaling, precision)
+            ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", color=colors[backend],
+                    label=plain(label))
+            for x, y in xy:
+                ax.annotate("{:.0%}".format(y / x), (x, y), xytext=(0, 4),
+                            textcoords="offset points", ha="center", fontsize=8)
+        ax.set_title(plain(model), fontsize=12, fontweight="bold")
+        ax.set_xlabel("processes (world size)")
+        ax.set_ylabel("speedup over one process")
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Data-parallel scaling (labels: efficiency = speedup / processes)", fontsize=13)
+    return save(fig, out_dir, name)
+
+
 FIGURES = (
     ("throughput.png", plot_throughput, "Throughput per model and backend",
      "Training throughput in each model's own unit; over each bar its value, batch size and "
@@ -412,6 +466,9 @@ FIGURES = (
     ("utilization.png", plot_utilization, "Utilisation",
      "CPU process utilisation, NVML GPU utilisation, GPM SM and tensor activity and FLOP "
      "utilisation; a metric a run did not measure is omitted, not drawn as 0."),
+    ("scaling.png", plot_scaling, "Data-parallel scaling",
+     "Speedup of data-parallel runs over one process against the number of processes, from "
+     "records with world size > 1 (docs/distributed.md); the dashed line is ideal scaling."),
 )
 
 

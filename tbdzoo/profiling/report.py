@@ -41,7 +41,7 @@ class Entry:
     def key(self):
         r = self.record
         return (r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
-                r.get("precision"))
+                r.get("precision"), (r.get("distributed") or {}).get("world_size", 1))
 
 
 # ---------------------------------------------------------------- reading
@@ -155,8 +155,10 @@ def select(entries):
 
 
 def describe(key):
-    model, backend, config, batch, precision = key
-    return "{} on {}, config {}, batch {}, {}".format(model, backend, config, batch, precision)
+    model, backend, config, batch, precision, processes = key
+    return "{} on {}, config {}, batch {}, {}{}".format(
+        model, backend, config, batch, precision,
+        ", {} processes".format(processes) if processes != 1 else "")
 
 
 def sort_key(entry):

@@ -367,7 +367,7 @@ class Model(BackendModel):
         with tf.GradientTape() as tape:
             loss = self._loss(inputs, update_stats=True)
         grads = tape.gradient(loss, self._trainable, unconnected_gradients=_ZERO)
-        self.optimizer.apply(grads, lr)
+        self.optimizer.apply(self._reduce_gradients(grads), lr)
         return loss
 
     def _gradients(self, inputs):
@@ -429,6 +429,7 @@ class Model(BackendModel):
         phase = self.program.phases[phase_index]
         group = phase["update"]
         loss, grads = self._phase_objective_and_gradients(phase_index, inputs, True)
+        grads = self._reduce_gradients(grads)
         grads = optimizers.clip_gradients(grads, self.program.groups[group]["clip"])
         self._optimizers[group].apply(grads, lr)
         for hook in phase["hooks"]:  # clip_weights, the only hook kind

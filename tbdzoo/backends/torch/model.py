@@ -71,11 +71,15 @@ class SpecModule(nn.Module):
                           for suffix, full in graph.param_names(node).items()]
                 done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
                         and i not in outputs]
-                fn = getattr(ops, node.op + "_inplace" if self._may_overwrite(graph, node, done)
-                             else node.op)
+                fn = self.op_overrides.get(node.op) or getattr(
+                    ops, node.op + "_inplace" if self._may_overwrite(graph, node, done) else node.op)
                 plan.append((node.name, fn, node.inputs, params, node.attrs, done))
             self._plans[(outputs, given)] = plan
         return self._plans[(outputs, given)]
+
+    # {op: function} replacing ops.<op> in plans made from now on (data-parallel training's
+    # synchronised BatchNorm, tbdzoo/backends/torch/distributed.py).
+    op_overrides = {}
 
     # Ops whose output autograd never keeps for their own backward pass: a consumer may
     # overwrite it once nothing else reads it.
@@ -256,6 +260,7 @@ class Model(BackendModel):
                 loss = self._objectives[phase_index](native)
             loss.backward(inputs=params)
             _zero_unreached(params)
+            self._reduce_gradients(params)
             optimizers.clip_gradients(params, group["clip"])
             optimizer.step()
             for hook in phase["hooks"]:

@@ -1,0 +1,160 @@
+"""One rank of a data-parallel run: ``python -m tbdzoo.distributed.rank JOB.json``.
+
+Started by the node's agent (tbdzoo/distributed/agent.py) in the backend's environment with
+its ``World`` in the environment. It starts its heartbeat before anything slow, lets the
+backend's engine set itself up, builds the model as the engine's subclass, trains on its shard
+of the global batch and, on rank 0, writes the result. Valid Python 3.6 (CNTK ranks).
+"""
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
+NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
+LOCAL_RANK_VARIABLE = "TBDZOO_LOCAL_RANK_VARIABLE"  # then: the variable holding the local rank
+HEARTBEAT_SECONDS = 1.0
+
+
+class Status(object):
+    """JSON lines to the agent; a thread touches the file every second as a heartbeat."""
+
+    def __init__(self, path):
+        self.path = path
+        self._stop = threading.Event()
+        self.write(event="start", pid=os.getpid())
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+
+    def write(self, **fields):
+        fields["time"] = time.time()
+        with open(self.path, "a") as f:
+            f.write(json.dumps(fields) + "\n")
+            f.flush()
+
+    def _beat(self):
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                os.utime(self.path, None)
+            except OSError:
+                pass
+
+    def stop(self):
+        self._stop.set()
+
+
+def status_path():
+    """This rank's status file; one path per local rank when an outside launcher started it."""
+    path = os.environ[STATUS_VARIABLE]
+    if "{local_rank}" in path:
+        path = path.format(local_rank=os.environ[os.environ[LOCAL_RANK_VARIABLE]])
+    return path
+
+
+def engine_of(backend):
+    import importlib
+    return importlib.import_module("tbdzoo.backends.{}.distributed".format(backend))
+
+
+def this_world(engine):
+    from .world import Node, World
+    if os.environ.get("TBDZOO_WORLD"):
+        return World.from_environment()
+    node = Node.from_dict(json.loads(os.environ[NODE_VARIABLE]))
+    return node.world(int(os.environ[os.environ[LOCAL_RANK_VARIABLE]]))
+
+
+def build(job, world, engine):
+    from ..models import get_model
+    model_def = get_model(job["model"])
+    hparams = model_def.hparams(job["config"], **dict(job["overrides"], batch_size=job["per_replica"]))
+    return engine.model_class()(model_def, hparams, job["seed"], device=world.device, world=world)
+
+
+def global_batch(job, model):
+    """The same global batch on every rank (the same seed), and this rank's part of it."""
+    from .world import gradient_weight, shard
+    full = model.synthetic_batch(seed=job["data_seed"], batch_size=job["global_batch"])
+    world = model.world
+    model.world.gradient_weight = gradient_weight(model.spec, full, world.rank, world.size)
+    return shard(model.spec, full, world.rank, world.size), model.model_def.items(model.hparams, full)
+
+
+def run_profile(job, model, status):
+    """Every rank runs the same protocol (collectives must match); rank 0 keeps the record."""
+    from ..profiling.profile import profile
+    batch, items = global_batch(job, model)
+    p = job["protocol"]
+    record = profile(model, steps=p["steps"], warmup=p["warmup"], repeats=p["repeats"],
+                     batch=batch, samplers=p.get("samplers", True), command=job.get("command"),
+                     progress=lambda done, total: status.write(event="step", step=done))
+    prepared = model.prepare_batch(batch)
+    model.communicate = False  # the same steps with no gradient reduction: exposed communication
+    try:
+        model.train_step(prepared)  # untimed: a compiled step without the reduction is traced here
+        model.synchronize()
+        start = time.perf_counter()
+        for i in range(p["steps"]):
+            model.train_step(prepared, sync=(i == p["steps"] - 1))
+            status.write(event="step", step="local {}".format(i + 1))
+        model.synchronize()
+        local = (time.perf_counter() - start) / p["steps"]
+    finally:
+        model.communicate = True
+    return {"record": record, "step_time_local": local, "global_items": items}
+
+
+def run_train(job, model, status):
+    """``steps`` steps on the shard; this rank's losses, gradient weight and weights after
+    them (``weights_path`` with {rank} in it)."""
+    batch = model.prepare_batch(global_batch(job, model)[0])
+    losses = []
+    for i in range(job["steps"]):
+        losses.append(model.train_step(batch))
+        status.write(event="step", step=i + 1)
+    out = {"losses": losses, "gradient_weight": model.world.gradient_weight}
+    if job.get("weights_path"):
+        from ..weights import save_arrays
+        save_arrays(job["weights_path"].format(rank=model.world.rank), model.get_weights())
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        job = json.load(f)
+    os.environ.setdefault("OMP_NUM_THREADS", str(job.get("threads_per_rank", 1)))
+    status = Status(status_path())
+    try:
+        engine = engine_of(job["backend"])
+        world = this_world(engine)
+        world = engine.init(world)
+        status.write(event="init", rank=world.rank)
+        model = build(job, world, engine)
+        status.write(event="built", rank=world.rank)
+        result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
+        result.update(rank=world.rank, engine=engine.ENGINE,
+                      communication=engine.communication(world.node))
+        path = os.path.join(job["dir"], "result-{}.json".format(world.rank))
+        with open(path + ".part", "w") as f:
+            json.dump(result, f)
+        os.rename(path + ".part", path)
+        status.write(event="done", rank=world.rank)
+        model.close()
+        engine.finalize(world)
+    except BaseException as e:
+        status.write(event="error", error="{}: {}".format(type(e).__name__, e))
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # a framework's threads must not keep a failed rank alive
+    finally:
+        status.stop()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # some engines' threads (gloo, MPI) hold the interpreter at exit
+
+
+if __name__ == "__main__":
+    main()
