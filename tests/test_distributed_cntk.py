@@ -76,6 +76,27 @@ def test_batchnorm_statistics_are_per_replica():
     assert_weights_close(got["weights"], stats)
 
 
+def test_a_training_program_reduces_each_phase_before_clipping():
+    """WGAN-GP (a generator phase, then five critic phases, each its own Trainer): the first
+    generator objective is the shards' weighted mean, and both ranks hold the same weights
+    after two steps, which only a distributed learner in every phase's Trainer gives."""
+    md = get_model("wgan")
+    spec = md.build_graph(md.hparams("tiny", batch_size=GLOBAL_BATCH))
+    with build("wgan", "cntk", config="tiny", seed=0, device="cpu",
+               batch_size=GLOBAL_BATCH // 2) as m:
+        full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
+        weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
+        results = [m.loss_and_gradients(shard(spec, full, r, 2)) for r in range(2)]
+        names = m.trainable_names()
+    got = distributed.train("wgan", "cntk", nproc=2, global_batch=GLOBAL_BATCH, steps=2,
+                            config="tiny", **FAST)
+    expected = sum(w * r[0]["generator"] for w, r in zip(weights, results))
+    assert got["losses"][0]["generator"] == pytest.approx(expected, rel=LOSS_RTOL, abs=LOSS_ATOL)
+    a, b = got["ranks"][0]["weights"], got["ranks"][1]["weights"]
+    for name in names:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
 def test_synchronised_batchnorm_is_refused_by_name():
     with pytest.raises(DistributedError, match="--bn-mode sync is not available on CNTK's "
                        "data_parallel_distributed_learner.*use --bn-mode replica"):

@@ -23,6 +23,8 @@ require_framework("mxnet")
 from test_distributed import FAST, alive, wait_for_steps  # noqa: E402
 from test_distributed import test_batchnorm_statistics_are_per_replica as per_replica_check  # noqa: E402
 from test_distributed import test_two_processes_train_like_one as train_like_one_check  # noqa: E402
+from test_distributed import (  # noqa: E402
+    test_a_training_program_reduces_each_phase_before_clipping as program_check)
 
 
 def test_two_workers_train_like_one_process():
@@ -31,6 +33,10 @@ def test_two_workers_train_like_one_process():
 
 def test_batchnorm_statistics_are_per_replica():
     per_replica_check("mxnet")
+
+
+def test_a_training_program_reduces_each_phase_before_clipping():
+    program_check("mxnet")
 
 
 def test_synchronised_batchnorm_is_refused_by_name():
