@@ -113,5 +113,5 @@ class DistributedModel(Model):
             keys.append(self._keys[p.name])
             grads.append(g)
         # one call for every key; the engine runs it after the backward pass that wrote them
-        self.kv.pushpull(keys, grads, out=grads, priority=0)
+        self.kv.pushpull(keys, grads, out=grads)
         return params
