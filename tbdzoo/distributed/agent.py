@@ -254,7 +254,7 @@ class Agent(object):
             return ""
         lines = [l for l in text.strip().splitlines() if l.strip() and not l.startswith("---")]
         return "; {}'s output ended:\n{}".format(
-            os.path.basename(self.launcher.args[0]), "\n".join(lines[-8:])) if lines else ""
+            os.path.basename(self.launcher.args[0]), "\n".join(lines[-4:])) if lines else ""
 
     def _hang(self, now):
         for slot in self.slots:
