@@ -78,7 +78,7 @@ def finalize(world):
     the servers, which a peer may still be leaving; the agent stops the helpers once every
     rank is done."""
     if _KVSTORE:
-        _KVSTORE[-1]._barrier()
+        _KVSTORE[-1]._barrier()  # the kvstore's only barrier in MXNet 1.9 (no public name)
 
 
 def model_class():
