@@ -9,17 +9,23 @@ cd "$(dirname "$0")/.."
 venv=.venv-cntk
 stamp="$venv/.tbdzoo-stamp"
 want="$(cat requirements/cntk.txt | sha256sum | cut -c1-16)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
 
+# Debian's OpenMPI: the library CNTK loads, and mpiexec, which starts CNTK's data-parallel
+# ranks (docs/distributed.md). Checked before the stamp: an environment built before mpiexec
+# was needed gets it too.
 libdir=/usr/lib/x86_64-linux-gnu
-if [[ ! -e $libdir/libmpi.so.40 || ! -e $libdir/libmpi_cxx.so.40 ]]; then
+missing=()
+[[ -e $libdir/libmpi.so.40 && -e $libdir/libmpi_cxx.so.40 ]] || missing+=(libopenmpi3)
+command -v mpiexec >/dev/null 2>&1 || missing+=(openmpi-bin)
+if (( ${#missing[@]} )); then
   if [[ $(id -u) -eq 0 ]]; then
-    echo "== installing Debian's libopenmpi3 (CNTK needs an MPI library)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi3 >/dev/null
+    echo "== installing Debian's ${missing[*]} (CNTK needs an MPI library; its distributed runs need mpiexec)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "make env-cntk: CNTK needs OpenMPI; run 'sudo apt-get install libopenmpi3' and retry" >&2; exit 1
+    echo "make env-cntk: CNTK needs OpenMPI; run 'sudo apt-get install ${missing[*]}' and retry" >&2; exit 1
   fi
 fi
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
 
 python=${PYTHON36:-}
 if [[ -z "$python" ]]; then

@@ -195,6 +195,13 @@ class Agent(object):
                 if process.poll() is not None:
                     return "helper process {} (pid {}) {} while the ranks were running".format(
                         helper.name, process.pid, how_it_ended(process.returncode))
+            if self.launcher is not None and self.launcher.poll() is not None:
+                time.sleep(GRACE_SECONDS)  # the ranks' exits, if any, are seen first
+                if not any(s.returncode() is None for s in self.slots):
+                    continue
+                return "the rank launcher {} (pid {}) {} before every rank finished{}".format(
+                    os.path.basename(self.launcher.args[0]), self.launcher.pid,
+                    how_it_ended(self.launcher.returncode), self._launcher_tail())
             message = self._hang(now)
             if message:
                 return message
@@ -205,7 +212,9 @@ class Agent(object):
         """The failed rank that caused the others to fail: one killed by a signal, else the
         one that reported its error first, else the first exit seen."""
         deadline = time.time() + GRACE_SECONDS
-        while time.time() < deadline and not all(s.returncode() is not None for s in self.slots):
+        while time.time() < deadline and not (
+                all(s.returncode() is not None for s in self.slots)
+                and (self.launcher is None or self.launcher.poll() is not None)):
             time.sleep(POLL_SECONDS)
         for slot in self.slots:
             slot.refresh()
@@ -219,15 +228,33 @@ class Agent(object):
             return (0 if code < 0 else 1, error["time"] if error else float("inf"), slot.exit_seen)
         culprit = min(failed, key=order)
         steps, _ = culprit.progress()
-        message = "{} {} after {} step(s)".format(culprit.describe(),
-                                                   how_it_ended(culprit.returncode()), steps)
+        # a rank an outside launcher started: that launcher holds its exit status and stderr
+        ended = how_it_ended(culprit.returncode()) if culprit.process is not None \
+            else "ended unfinished"
+        message = "{} {} after {} step(s)".format(culprit.describe(), ended, steps)
         error = culprit.last("error", "error")
         tail = culprit.stderr_tail()
         if error:
             message += ": {}".format(error)
         elif tail:
             message += "; its stderr ended:\n{}".format(tail)
+        elif culprit.process is None:
+            message += self._launcher_tail()
         return message + self._others(culprit)
+
+    def _launcher_tail(self):
+        """The last lines of the outside launcher's output (mpiexec names the rank it lost
+        and how), as a clause of an error message."""
+        try:
+            with open(os.path.join(self.dir, "launcher.err"), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 3000))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [l for l in text.strip().splitlines() if l.strip() and not l.startswith("---")]
+        return "; {}'s output ended:\n{}".format(
+            os.path.basename(self.launcher.args[0]), "\n".join(lines[-4:])) if lines else ""
 
     def _hang(self, now):
         for slot in self.slots:

@@ -52,7 +52,8 @@ class Model(BackendModel):
         self._loss = ops.softmax_cross_entropy(values[loss["logits"]], self._inputs[loss["labels"]], loss)
         self._trainable = [self._vars[n] for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
-        self._trainer = C.Trainer(self.native, (self._loss, None), [self.optimizer.learner])
+        self._trainer = C.Trainer(*self._reduce_gradients(
+            (self.native, (self._loss, None), [self.optimizer.learner])))
 
     # -- training programs ---------------------------------------------------------------------
     RUNS_PROGRAMS = True
@@ -86,8 +87,8 @@ class Model(BackendModel):
             fetched = [objective] + [v for _, pair in moments for v in pair]
             self._objectives.append(objective)
             self._moments.append(moments)
-            self._trainers.append(C.Trainer(C.combine(fetched) if moments else objective,
-                                            (objective, None), [learner]))
+            self._trainers.append(C.Trainer(*self._reduce_gradients((
+                C.combine(fetched) if moments else objective, (objective, None), [learner]))))
 
     def _update(self, phase_index, native, lr):
         phase = self.program.phases[phase_index]

@@ -281,6 +281,7 @@ class Model(BackendModel):
         group = phase["update"]
         value, stats = self._objective_backward(phase_index, native)
         self._update_statistics(self._phases[phase_index][2], stats, native["batch_size"])
+        self._reduce_gradients(self._group_params[group])
         optimizers.clip_gradients(self._group_params[group], self.program.groups[group]["clip"])
         self._optimizers[group].step(lr)
         for hook in phase["hooks"]:
@@ -333,6 +334,7 @@ class Model(BackendModel):
         """Queue one step on MXNet's engine; returns the loss NDArray without waiting."""
         loss, stats = self._forward_backward(prepared)
         self._update_statistics(self._batchnorms, stats, prepared.native["batch_size"])
+        self._reduce_gradients(self._trainable)
         self.optimizer.step(lr)
         return loss
 
