@@ -67,3 +67,28 @@ def test_a_step_updates_the_running_statistics_as_the_spec_says(cls, reference):
         scale = float(np.abs(after[name]).max())
         np.testing.assert_allclose(ours[name], after[name], rtol=0, atol=1e-3 * scale,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("scale_only", [False, True])
+def test_the_multi_array_update_computes_a_y_plus_b_x(scale_only):
+    """Over 130 arrays (three operator calls of at most 60), per-array a and b, to float32
+    rounding of the exact value, as the one-array update."""
+    from mxnet import nd
+    from tbdzoo.backends.mxnet import optimizers
+    rng = np.random.RandomState(0)
+    shapes = [tuple(rng.randint(1, 9, size=rng.randint(1, 4))) for _ in range(130)]
+    a = rng.uniform(0.5, 1.0, len(shapes))
+    b = np.zeros(len(shapes)) if scale_only else rng.uniform(-2.0, 2.0, len(shapes))
+    before = [rng.randn(*s).astype(np.float32) for s in shapes]
+    xs = [rng.randn(*s).astype(np.float32) for s in shapes]
+    ys = [nd.array(y) for y in before]
+    optimizers.AxpbyAll(a, b, len(shapes), ys[0].context)(ys, [nd.array(x) for x in xs])
+    for i, (y, y0, x) in enumerate(zip(ys, before, xs)):
+        exact = a[i] * y0.astype(np.float64) + b[i] * x
+        np.testing.assert_allclose(y.asnumpy(), exact, rtol=1e-6, atol=1e-6, err_msg=str(i))
+
+
+def test_the_multi_array_update_refuses_mixed_scaling():
+    from tbdzoo.backends.mxnet import optimizers
+    with pytest.raises(ValueError, match="zero for every array or for none"):
+        optimizers.AxpbyAll(1.0, [0.0, 1.0], 2, None)

@@ -335,12 +335,27 @@ class Model(BackendModel):
         return outputs[0], outputs[1:]
 
     def _update_statistics(self, batchnorms, stats, batch_size):
-        """running = (1 - m) running + m batch, with the unbiased variance (spec semantics)."""
-        for i, (running_mean, running_var, m, per_example) in enumerate(batchnorms):
-            n = batch_size * per_example  # values per channel
-            optimizers.axpby(running_mean.data(), stats[2 * i], 1.0 - m, m)
-            optimizers.axpby(running_var.data(), stats[2 * i + 1], 1.0 - m,
-                             m * n / max(n - 1.0, 1.0))
+        """running = (1 - m) running + m batch, with the unbiased variance (spec semantics):
+        every layer's means in one AxpbyAll, then every variance; a layer of momentum 0 keeps
+        its statistics and is left out."""
+        moving, means, variances = self._statistics_updates(batchnorms, batch_size)
+        if moving:
+            means([batchnorms[i][0].data() for i in moving], [stats[2 * i] for i in moving])
+            variances([batchnorms[i][1].data() for i in moving],
+                      [stats[2 * i + 1] for i in moving])
+
+    def _statistics_updates(self, batchnorms, batch_size):
+        """(indices of the layers that move, their two AxpbyAll), built on first use."""
+        cache = self.__dict__.setdefault("_statistics_cache", {})
+        key = (id(batchnorms), batch_size)
+        if key not in cache:
+            moving = [i for i, b in enumerate(batchnorms) if b[2] != 0]
+            m = np.array([batchnorms[i][2] for i in moving], np.float64)
+            n = batch_size * np.array([batchnorms[i][3] for i in moving], np.float64)
+            unbiased = m * n / np.maximum(n - 1.0, 1.0)  # n: values per channel
+            cache[key] = (moving, optimizers.AxpbyAll(1.0 - m, m, len(m), self.ctx),
+                          optimizers.AxpbyAll(1.0 - m, unbiased, len(m), self.ctx))
+        return cache[key]
 
     def _train_step_async(self, prepared, lr):
         """Queue one step on MXNet's engine; returns the loss NDArray without waiting."""
