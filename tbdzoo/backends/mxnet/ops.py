@@ -225,9 +225,11 @@ def _per_channel(F, v, rank):
 
 def _batch_statistics_norm(F, x, p, a, rank):
     """BatchNorm by the batch's own mean and biased variance, in training and inference alike
-    (MXNet's BatchNorm switches to the running statistics outside training); the variance in
-    two passes, which MXNet's BatchNorm does in one (E[x^2] - E[x]^2 loses digits when the mean
-    is large against the spread). Returns (y, mean, variance), the last two (1, C, 1...)."""
+    (MXNet's BatchNorm switches to the running statistics outside training). The mean, then
+    the mean squared deviation from it, each an MXNet reduction (compensated sums): ~1e-7
+    relative where MXNet's fused BatchNorm, one float32 pass per channel, is ~1e-5 on a
+    4 x 147 x 147 channel (centring its input first does not close the gap: it is the long
+    sums). Returns (y, mean, variance), the last two (1, C, 1...)."""
     axes = (0,) + tuple(range(2, rank))
     mean = F.mean(x, axis=axes, keepdims=True)
     centred = F.broadcast_sub(x, mean)

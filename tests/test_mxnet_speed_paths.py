@@ -1,0 +1,94 @@
+"""The MXNet training-program path's two batch norms, against the PyTorch reference.
+
+Programs normalise by MXNet's fused BatchNorm and update the running statistics from its batch
+moments outside the graph; ``Model.EXACT_BATCH_STATISTICS`` switches to the two-pass moments,
+which must keep every gradient of Inception-v3's tiny config at the consistency tolerance
+(docs/consistency.md) where the fused kernel's float32 sums do not.
+"""
+import numpy as np
+import pytest
+
+from conftest import require_framework
+
+require_framework("mxnet")
+require_framework("torch")
+
+from tbdzoo import consistency  # noqa: E402
+from tbdzoo.backends.mxnet import Model  # noqa: E402
+from tbdzoo.backends.registry import build_native  # noqa: E402
+from tbdzoo.models.registry import get_model  # noqa: E402
+
+
+class ExactModel(Model):
+    EXACT_BATCH_STATISTICS = True
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Tiny Inception-v3 on PyTorch: weights, batch, gradients, and the weights and running
+    statistics after one step."""
+    model = build_native("inception_v3", "torch", config="tiny", device="cpu", dropout=0.0)
+    weights, batch = model.get_weights(), model.synthetic_batch(seed=0)
+    _, grads = model.loss_and_gradients(batch)
+    model.train_step(batch)
+    return weights, batch, grads, model.get_weights()
+
+
+def _mxnet(cls, weights):
+    model_def = get_model("inception_v3")
+    model = cls(model_def, model_def.hparams("tiny", dropout=0.0), seed=1)
+    model.set_weights(weights)
+    return model
+
+
+def test_exact_statistics_keep_every_gradient_at_the_consistency_tolerance(reference):
+    weights, batch, expected, _ = reference
+    _, grads = _mxnet(ExactModel, weights).loss_and_gradients(batch)
+    floor = consistency.TOLERANCES["gradients"]["min_cosine"]
+    worst = min((consistency.cosine(np.asarray(grads[n], np.float64),
+                                    np.asarray(g, np.float64)), n) for n, g in expected.items())
+    assert worst[0] > floor, worst
+
+
+@pytest.mark.parametrize("cls", [Model, ExactModel], ids=["fused", "exact"])
+def test_a_step_updates_the_running_statistics_as_the_spec_says(cls, reference):
+    """New-batch weight 0.1 and the unbiased batch variance, from either batch norm's moments.
+    The batch moments themselves differ by up to 2e-4 of a layer's largest (the fused kernel's
+    sums, compounded over the layers before); a biased variance would move the auxiliary
+    head's last layer, two values per channel, by a factor of two."""
+    weights, batch, _, after = reference
+    model = _mxnet(cls, weights)
+    model.train_step(batch)
+    ours = model.get_weights()
+    names = [n for n in after if n.endswith(("running_mean", "running_var"))]
+    assert len(names) == 2 * 94 + 2 * 2  # every batch norm of the trunk and the auxiliary head
+    for name in names:
+        assert not np.array_equal(after[name], weights[name]), name
+        scale = float(np.abs(after[name]).max())
+        np.testing.assert_allclose(ours[name], after[name], rtol=0, atol=1e-3 * scale,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("scale_only", [False, True])
+def test_the_multi_array_update_computes_a_y_plus_b_x(scale_only):
+    """Over 130 arrays (three operator calls of at most 60), per-array a and b, to float32
+    rounding of the exact value, as the one-array update."""
+    from mxnet import nd
+    from tbdzoo.backends.mxnet import optimizers
+    rng = np.random.RandomState(0)
+    shapes = [tuple(rng.randint(1, 9, size=rng.randint(1, 4))) for _ in range(130)]
+    a = rng.uniform(0.5, 1.0, len(shapes))
+    b = np.zeros(len(shapes)) if scale_only else rng.uniform(-2.0, 2.0, len(shapes))
+    before = [rng.randn(*s).astype(np.float32) for s in shapes]
+    xs = [rng.randn(*s).astype(np.float32) for s in shapes]
+    ys = [nd.array(y) for y in before]
+    optimizers.AxpbyAll(a, b, len(shapes), ys[0].context)(ys, [nd.array(x) for x in xs])
+    for i, (y, y0, x) in enumerate(zip(ys, before, xs)):
+        exact = a[i] * y0.astype(np.float64) + b[i] * x
+        np.testing.assert_allclose(y.asnumpy(), exact, rtol=1e-6, atol=1e-6, err_msg=str(i))
+
+
+def test_the_multi_array_update_refuses_mixed_scaling():
+    from tbdzoo.backends.mxnet import optimizers
+    with pytest.raises(ValueError, match="zero for every array or for none"):
+        optimizers.AxpbyAll(1.0, [0.0, 1.0], 2, None)
