@@ -49,10 +49,11 @@ def check_against_reference(name, config, seed, **overrides):
     return failures
 
 
-# Seed 1, not 0: at seed 0 one input of the generator's res4.relu1 lies 5e-7 (relative) from
-# zero, inside float32 rounding, so the two frameworks' ReLU masks differ in that element and
-# every gradient upstream of it moves by 5e-4, which is rounding, not a difference in the
-# model; the float64 reference sides with either backend by chance.
+# Seed 1, not 0: at seed 0 an input of the generator's res4.relu1 lies within float32 rounding
+# of zero, so PyTorch's and MXNet's ReLU masks differ in that element, and every generator
+# gradient upstream of it (res1 to res3, the input dense layer) moves by up to 5e-4 of its
+# largest entry with cosines still 1.000000: rounding, not a difference in the model. Seeds 1
+# and 2 pass. (Both WGAN configs share the generator and its seed-0 batch, so both miss at seed 0.)
 @pytest.mark.parametrize("config", ["tiny", "tiny_original"])
 def test_wgan_matches_the_reference(config):
     assert check_against_reference("wgan", config, seed=1) == []

@@ -64,10 +64,7 @@ def test_wgan_gp_matches_the_reference_penalty_included():
 
 
 def test_original_wgan_matches_the_reference():
-    """Seed 1: at seed 0 a ReLU of the critic on generated images sits within float32 rounding
-    of zero, so a perturbation of 1e-6 in the images moves a critic bias gradient by 4e-4 in
-    float64 PyTorch itself; no float32 implementation can match it there."""
-    failures, _, _ = _consistency_failures("wgan", "tiny_original", seed=1, execution="eager")
+    failures, _, _ = _consistency_failures("wgan", "tiny_original", execution="eager")
     assert failures == []
 
 
