@@ -49,10 +49,11 @@ def check_against_reference(name, config, seed, **overrides):
     return failures
 
 
-# Seed 1, not 0: at seed 0 one input of the generator's res4.relu1 lies 5e-7 (relative) from
-# zero, inside float32 rounding, so the two frameworks' ReLU masks differ in that element and
-# every gradient upstream of it moves by 5e-4, which is rounding, not a difference in the
-# model; the float64 reference sides with either backend by chance.
+# Seed 1, not 0: at seed 0 an input of the generator's res4.relu1 lies within float32 rounding
+# of zero, so PyTorch's and MXNet's ReLU masks differ in that element, and every generator
+# gradient upstream of it (res1 to res3, the input dense layer) moves by up to 5e-4 of its
+# largest entry with cosines still 1.000000: rounding, not a difference in the model. Seeds 1
+# and 2 pass. (Both WGAN configs share the generator and its seed-0 batch, so both miss at seed 0.)
 @pytest.mark.parametrize("config", ["tiny", "tiny_original"])
 def test_wgan_matches_the_reference(config):
     assert check_against_reference("wgan", config, seed=1) == []
@@ -148,30 +149,29 @@ def _parameter(values):
 
 @pytest.mark.parametrize("centered", [False, True])
 def test_rmsprop_and_clipping_follow_the_documented_formulas(centered):
-    """Three steps by hand (docs/optimizers.md): clipping before coupled weight decay, eps
-    inside the root, lr inside the momentum buffer; centred: the mean gradient's square off."""
+    """Three steps against the float64 reference of docs/optimizers.md: clipping before coupled
+    weight decay, eps inside the root, lr inside the momentum buffer, a changing rate."""
+    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.backends.mxnet import optimizers  # first: it lets MXNet import under NumPy 1.24+
     from mxnet import nd
-    from tbdzoo.backends.mxnet import optimizers
-    p = _parameter([1.0, -2.0, 3.0])
-    opt = optimizers.RMSProp([p], alpha=0.9, eps=1.0, momentum=0.9, centered=centered,
-                             weight_decay=0.01)
-    w, v, a, b = np.array([1.0, -2.0, 3.0]), 0.0, 0.0, 0.0
-    for lr, grad in ((0.1, [3.0, 4.0, 0.0]), (0.05, [1.0, 1.0, 1.0]), (0.1, [-2.0, 0.0, 5.0])):
-        g = np.asarray(grad)
-        g = g * min(1.0, 2.0 / (np.sqrt((g ** 2).sum()) + 1e-6)) + 0.01 * w
-        v = 0.9 * v + 0.1 * g ** 2
-        a = 0.9 * a + 0.1 * g
-        b = 0.9 * b + lr * g / np.sqrt((v - a ** 2 if centered else v) + 1.0)
-        w = w - b
+    spec = {"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": centered,
+            "weight_decay": 0.01}
+    clip = {"kind": "global_norm", "value": 2.0}
+    start, grads = [1.0, -2.0, 3.0], ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0])
+    rates = (0.1, 0.05, 0.1)
+    p = _parameter(start)
+    opt = optimizers.RMSProp([p], **{k: v for k, v in spec.items() if k != "kind"})
+    for lr, grad in zip(rates, grads):
         p.grad()[:] = nd.array(grad)
-        optimizers.clip_gradients([p], {"kind": "global_norm", "value": 2.0})
+        optimizers.clip_gradients([p], clip)
         opt.step(lr)
-    np.testing.assert_allclose(p.data().asnumpy(), w, rtol=1e-5)
+    expected = reference_trajectory(spec, start, grads, rates, clip)[-1]
+    np.testing.assert_allclose(p.data().asnumpy(), expected, rtol=1e-5)
 
 
 def test_value_clipping_and_weight_clipping():
-    from mxnet import nd
     from tbdzoo.backends.mxnet import optimizers
+    from mxnet import nd
     p = _parameter([0.5, -0.02, 0.003])
     p.grad()[:] = nd.array([3.0, -0.5, 0.1])
     optimizers.clip_gradients([p], {"kind": "value", "value": 0.2})

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tbdzoo.backends import programs  # noqa: E402
+from tbdzoo.backends.common.optimizers import reference_trajectory  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 
 
@@ -47,21 +48,20 @@ def test_inception_v3_matches_torchvision_loss_gradients_and_rmsprop_step():
 
 
 def test_rmsprop_follows_the_documented_formula():
-    """One tensor, three steps, by hand (docs/optimizers.md): eps inside the root, lr inside
-    the momentum buffer, coupled weight decay, global-norm clipping before it."""
+    """One tensor, three steps, against the float64 reference of docs/optimizers.md: eps inside
+    the root, lr inside the momentum buffer, coupled weight decay, global-norm clipping first."""
     from tbdzoo.backends.torch.optimizers import RMSProp, clip_gradients
+    spec = {"kind": "rmsprop", "lr": 0.1, "alpha": 0.9, "eps": 1.0, "momentum": 0.9,
+            "centered": False, "weight_decay": 0.01}
+    clip = {"kind": "global_norm", "value": 2.0}
+    grads = ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0])
     w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
-    opt = RMSProp([w], lr=0.1, alpha=0.9, eps=1.0, momentum=0.9, centered=False, weight_decay=0.01)
-    expected, v, b = w.detach().numpy().astype(np.float64), 0.0, 0.0
-    for grad in ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0]):
-        g = np.asarray(grad)
-        g = g * min(1.0, 2.0 / (np.sqrt((g ** 2).sum()) + 1e-6)) + 0.01 * expected
-        v = 0.9 * v + 0.1 * g ** 2
-        b = 0.9 * b + 0.1 * g / np.sqrt(v + 1.0)
-        expected = expected - b
+    opt = RMSProp([w], **{k: v for k, v in spec.items() if k != "kind"})
+    for grad in grads:
         w.grad = torch.tensor(grad)
-        clip_gradients([w], {"kind": "global_norm", "value": 2.0})
+        clip_gradients([w], clip)
         opt.step()
+    expected = reference_trajectory(spec, [1.0, -2.0, 3.0], grads, [0.1] * 3, clip)[-1]
     np.testing.assert_allclose(w.detach().numpy(), expected, rtol=1e-6)
 
 

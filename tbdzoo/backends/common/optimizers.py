@@ -4,6 +4,9 @@
   sgd:  g += wd * w;  buf = momentum * buf + g;  w -= lr * buf   (nesterov: g + momentum * buf)
   adam: g += wd * w;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
         w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),  t = steps this optimizer took
+  rmsprop (training programs' groups only): g += wd * w;  v = alpha v + (1 - alpha) g^2;
+        centred: a = alpha a + (1 - alpha) g, d = v - a^2, else d = v;
+        b = momentum b + lr g / sqrt(d + eps);  w -= b
 
 Frameworks' own optimizers differ (docs/backends.md says how), so backends feed fused update
 kernels the arguments below, which make each kernel's documented formula equal these.
@@ -19,7 +22,12 @@ DEFINITIONS = OrderedDict([
     ("adam", ("beta1", "beta2", "eps", "weight_decay")),
 ])
 NAMES = tuple(DEFINITIONS)
-_BOOLEAN = ("nesterov",)
+# Optimizers that only a training program's parameter groups use (every backend implements them
+# in its program code, docs/programs.md); the reference below computes them too.
+GROUP_DEFINITIONS = OrderedDict([
+    ("rmsprop", ("alpha", "eps", "momentum", "centered", "weight_decay")),
+])
+_BOOLEAN = ("nesterov", "centered")
 
 
 def check(hparams):
@@ -68,11 +76,18 @@ def adam_kernel_arguments(lr, beta1, beta2, eps, t):
 class ReferenceOptimizer(object):
     """The formulas above in float64 NumPy, for one array: what tests hold every backend to.
     Written out plainly, apart from the argument transforms the backends use, so a mistake in
-    one of those cannot hide in both."""
+    one of those cannot hide in both. ``hparams``: a model's flat hyperparameters (the name
+    under ``optimizer``) or a program group's optimizer entry (the name under ``kind``)."""
 
     def __init__(self, hparams):
-        self.name = check(hparams)
-        self.hp = hyperparameters(hparams)
+        name = hparams["kind"] if "kind" in hparams else hparams["optimizer"]
+        if name in GROUP_DEFINITIONS:
+            self.name = name
+            self.hp = OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
+                                  for k in GROUP_DEFINITIONS[name])
+        else:
+            self.name = check(dict(hparams, optimizer=name))
+            self.hp = hyperparameters(dict(hparams, optimizer=name))
         self.t = 0
         self.state = {}
 
@@ -87,6 +102,8 @@ class ReferenceOptimizer(object):
             buf = hp["momentum"] * self.state.get("buf", 0.0) + g
             self.state["buf"] = buf
             return w - lr * (g + hp["momentum"] * buf if hp["nesterov"] else buf)
+        if self.name == "rmsprop":
+            return w - self._rmsprop_buffer(g, lr)
         b1, b2 = hp["beta1"], hp["beta2"]
         m = b1 * self.state.get("m", 0.0) + (1.0 - b1) * g
         v = b2 * self.state.get("v", 0.0) + (1.0 - b2) * g * g
@@ -94,11 +111,38 @@ class ReferenceOptimizer(object):
         m_hat, v_hat = m / (1.0 - b1 ** self.t), v / (1.0 - b2 ** self.t)
         return w - lr * m_hat / (np.sqrt(v_hat) + hp["eps"])
 
+    def _rmsprop_buffer(self, g, lr):
+        """RMSProp's momentum buffer after this step: epsilon inside the root, the learning rate
+        inside the buffer (docs/optimizers.md)."""
+        hp, alpha = self.hp, self.hp["alpha"]
+        v = alpha * self.state.get("v", 0.0) + (1.0 - alpha) * g * g
+        self.state["v"] = v
+        if hp["centered"]:
+            a = alpha * self.state.get("a", 0.0) + (1.0 - alpha) * g
+            self.state["a"] = a
+            v = v - a * a
+        b = hp["momentum"] * self.state.get("b", 0.0) + lr * g / np.sqrt(v + hp["eps"])
+        self.state["b"] = b
+        return b
 
-def reference_trajectory(hparams, weight, grads, rates):
-    """The weights after each step of the reference optimizer, one gradient and rate a step."""
+
+def reference_clip(grads, clip):
+    """A group's gradients after its clipping (docs/optimizers.md), in float64: ``global_norm``
+    scales all by min(1, c / (norm + 1e-6)), ``value`` clips each element to [-c, c]."""
+    grads = [np.asarray(g, np.float64) for g in grads]
+    if clip is None:
+        return grads
+    if clip["kind"] == "global_norm":
+        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads))
+        return [g * min(1.0, clip["value"] / (norm + 1e-6)) for g in grads]
+    return [np.clip(g, -clip["value"], clip["value"]) for g in grads]
+
+
+def reference_trajectory(hparams, weight, grads, rates, clip=None):
+    """The weights after each step of the reference optimizer, one gradient and rate a step,
+    each gradient clipped by ``clip`` first."""
     optimizer, out = ReferenceOptimizer(hparams), []
     for grad, lr in zip(grads, rates):
-        weight = optimizer.step(weight, grad, lr)
+        weight = optimizer.step(weight, reference_clip([grad], clip)[0], lr)
         out.append(weight)
     return out
