@@ -230,6 +230,8 @@ def run_backend(model_name, backend, batch_size, warmup, steps, repeats):
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].append(timed(steppers[name][1], steps))
+        print("{} repeat {}: {}".format(backend, r + 1, ", ".join(
+            "{} {:.2f} s".format(n, t[-1]) for n, t in times.items())), file=sys.stderr, flush=True)
     native = statistics.median(times["native"])
     rows = []
     for name in names:
@@ -238,7 +240,11 @@ def run_backend(model_name, backend, batch_size, warmup, steps, repeats):
                      "model": MODELS[model_name]["native"][backend][0] if name == "native" else name,
                      "variant": steppers[name][0], "batch_size": batch_size,
                      "step_s_median": median, "step_s": times[name],
-                     "images_per_s": batch_size / median, "ratio_to_native": native / median})
+                     "images_per_s": batch_size / median, "ratio_to_native": native / median,
+                     # the same repeat's native time over this one's, then the median: a drift
+                     # that lasts a repeat cancels
+                     "ratio_to_native_paired": statistics.median(
+                         a / b for a, b in zip(times["native"], times[name]))})
     return rows
 
 
@@ -265,16 +271,17 @@ def main(argv=None, default_model=None):
     for backend in BACKENDS:
         print("timing {} ...".format(backend), file=sys.stderr, flush=True)
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--backend", backend] + knobs,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                              stdout=subprocess.PIPE, universal_newlines=True)
         if proc.returncode != 0:
-            print("{} failed:\n{}".format(backend, proc.stderr[-3000:]), file=sys.stderr)
+            print("{} failed (its error is above)".format(backend), file=sys.stderr)
             continue
         rows += json.loads(proc.stdout.strip().splitlines()[-1])
-    print("{:<11} {:<38} {:>8} {:>10} {:>9}".format("backend", "model", "variant", "images/s",
-                                                     "vs native"))
+    print("{:<11} {:<38} {:>8} {:>10} {:>9} {:>8}".format("backend", "model", "variant",
+                                                           "images/s", "vs native", "paired"))
     for r in rows:
-        print("{:<11} {:<38} {:>8} {:>10.2f} {:>8.3f}x".format(
-            r["backend"], r["model"], r["variant"], r["images_per_s"], r["ratio_to_native"]))
+        print("{:<11} {:<38} {:>8} {:>10.2f} {:>8.3f}x {:>7.3f}x".format(
+            r["backend"], r["model"], r["variant"], r["images_per_s"], r["ratio_to_native"],
+            r["ratio_to_native_paired"]))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"command": " ".join([os.path.relpath(__file__)] + knobs),
