@@ -46,18 +46,22 @@ def test_inception_v3_matches_torchvision_loss_gradients_and_rmsprop_step():
         np.testing.assert_allclose(g / scale, expected / scale, atol=2e-4, err_msg=name)
 
 
-def test_rmsprop_follows_the_documented_formula():
+@pytest.mark.parametrize("centered", [False, True])
+def test_rmsprop_follows_the_documented_formula(centered):
     """One tensor, three steps, by hand (docs/optimizers.md): eps inside the root, lr inside
-    the momentum buffer, coupled weight decay, global-norm clipping before it."""
+    the momentum buffer, coupled weight decay, global-norm clipping before it; centred, the
+    root is of the variance (the mean square less the squared mean gradient)."""
     from tbdzoo.backends.torch.optimizers import RMSProp, clip_gradients
     w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
-    opt = RMSProp([w], lr=0.1, alpha=0.9, eps=1.0, momentum=0.9, centered=False, weight_decay=0.01)
-    expected, v, b = w.detach().numpy().astype(np.float64), 0.0, 0.0
+    opt = RMSProp([w], lr=0.1, alpha=0.9, eps=1.0, momentum=0.9, centered=centered,
+                  weight_decay=0.01)
+    expected, v, a, b = w.detach().numpy().astype(np.float64), 0.0, 0.0, 0.0
     for grad in ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0]):
         g = np.asarray(grad)
         g = g * min(1.0, 2.0 / (np.sqrt((g ** 2).sum()) + 1e-6)) + 0.01 * expected
         v = 0.9 * v + 0.1 * g ** 2
-        b = 0.9 * b + 0.1 * g / np.sqrt(v + 1.0)
+        a = 0.9 * a + 0.1 * g
+        b = 0.9 * b + 0.1 * g / np.sqrt((v - a ** 2 if centered else v) + 1.0)
         expected = expected - b
         w.grad = torch.tensor(grad)
         clip_gradients([w], {"kind": "global_norm", "value": 2.0})
