@@ -47,12 +47,14 @@ def test_inception_v3_matches_torchvision_loss_gradients_and_rmsprop_step():
         np.testing.assert_allclose(g / scale, expected / scale, atol=2e-4, err_msg=name)
 
 
-def test_rmsprop_follows_the_documented_formula():
+@pytest.mark.parametrize("centered", [False, True])
+def test_rmsprop_follows_the_documented_formula(centered):
     """One tensor, three steps, against the float64 reference of docs/optimizers.md: eps inside
-    the root, lr inside the momentum buffer, coupled weight decay, global-norm clipping first."""
+    the root, lr inside the momentum buffer, coupled weight decay, global-norm clipping first;
+    centred, the root is of the variance (the mean square less the squared mean gradient)."""
     from tbdzoo.backends.torch.optimizers import RMSProp, clip_gradients
     spec = {"kind": "rmsprop", "lr": 0.1, "alpha": 0.9, "eps": 1.0, "momentum": 0.9,
-            "centered": False, "weight_decay": 0.01}
+            "centered": centered, "weight_decay": 0.01}
     clip = {"kind": "global_norm", "value": 2.0}
     grads = ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0])
     w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)

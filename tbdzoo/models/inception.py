@@ -1,7 +1,8 @@
 """Inception-v3 (Szegedy et al. 2016, "Rethinking the Inception Architecture").
 
 Parameter for parameter the architecture of torchvision's ``inception_v3`` with its auxiliary
-head (27,161,264 trainable parameters at 1,000 classes), under torchvision's names
+head (27,161,264 trainable parameters at 1,000 classes; ``aux_head=False`` drops the head and
+its loss, 23,834,568, the architecture of Keras' and Gluon's models), under torchvision's names
 (``Mixed_5b.branch5x5_2.conv.weight``), so a reader can map them at a glance. Each convolution
 is followed by BatchNorm (eps 1e-3, no bias before it) and ReLU.
 
@@ -23,6 +24,9 @@ PAPER = {
     "bn_eps": 1e-3,                 # [TV][S]
     "bn_momentum": 0.1,             # [TV] PyTorch's default: new-batch weight 0.1
     "dropout": 0.5,                 # [TV] before the classifier (TF-slim keeps 0.8, i.e. 0.2)
+    # The auxiliary classifier on the 17 x 17 grid and its loss [P][TV]. False drops both, the
+    # architecture of keras.applications.InceptionV3 and the Gluon model zoo's inception_v3.
+    "aux_head": True,
     "aux_weight": 0.4,              # [S] auxiliary loss weight
     "label_smoothing": 0.1,         # [P] section 7
     # Average pools inside the blocks are 3 x 3, stride 1, pad 1. Frameworks disagree on whether
@@ -47,7 +51,7 @@ TINY = dict(PAPER, width_divisor=16, num_classes=10, batch_size=2, train_example
 RULES = {
     "image_size": integer(299), "num_classes": integer(2), "width_divisor": integer(1),
     "bn_eps": number(0.0, open_low=True), "bn_momentum": number(0.0, 1.0),
-    "aux_weight": number(0.0), "pool_count_include_pad": boolean(),
+    "aux_head": boolean(), "aux_weight": number(0.0), "pool_count_include_pad": boolean(),
 }
 
 
@@ -164,7 +168,7 @@ def build(hp):
     x = b.block_b("Mixed_6a.", x)
     for name, c7 in (("Mixed_6b.", 128), ("Mixed_6c.", 160), ("Mixed_6d.", 160), ("Mixed_6e.", 192)):
         x = b.block_c(name, x, c7)
-    aux = b.aux("AuxLogits.", x)
+    aux = b.aux("AuxLogits.", x) if hp["aux_head"] else None
     x = b.block_d("Mixed_7a.", x)
     x = b.block_e("Mixed_7b.", x)
     x = b.block_e("Mixed_7c.", x)
@@ -176,8 +180,11 @@ def build(hp):
     p = Program()
     smoothing = {"label_smoothing": hp["label_smoothing"], "ignore_index": None}
     p.loss("main", "softmax_cross_entropy", logits=logits, labels="labels", **smoothing)
-    p.loss("aux", "softmax_cross_entropy", logits=aux, labels="labels", **smoothing)
-    p.objective("total", [("main", 1.0), ("aux", hp["aux_weight"])])
+    terms = [("main", 1.0)]
+    if aux is not None:
+        p.loss("aux", "softmax_cross_entropy", logits=aux, labels="labels", **smoothing)
+        terms.append(("aux", hp["aux_weight"]))
+    p.objective("total", terms)
     p.group("all", "*", optimizer_of(hp), schedule_of(hp),
             clip={"kind": "global_norm", "value": hp["grad_clip_norm"]} if hp["grad_clip_norm"] else None)
     p.phase("train", "total", "all")

@@ -68,9 +68,9 @@ class RMSProp(torch.optim.Optimizer):
                 torch._foreach_mul_(average, alpha)
                 torch._foreach_add_(average, grads, alpha=1 - alpha)
                 denom = torch._foreach_addcmul(square, average, average, value=-1)
-            else:
-                denom = torch._foreach_mul(square, 1.0)
-            torch._foreach_add_(denom, group["eps"])
+                torch._foreach_add_(denom, group["eps"])
+            else:  # one pass over the state: a copy with eps added
+                denom = torch._foreach_add(square, group["eps"])
             torch._foreach_sqrt_(denom)
             buffers = [s["momentum_buffer"] for s in state]
             torch._foreach_mul_(buffers, group["momentum"])
