@@ -34,7 +34,9 @@ def test_wgan_matches_the_reference(config):
     """Both objectives' values, the gradients of each group (the penalty's second-order terms
     through the spec's input-gradient nodes included) and both trajectories; the original
     WGAN's critic is clipped after each update."""
-    weights, batch, record = consistency.reference("wgan", config)
+    # Seed 1, as on every backend: at seed 0 generator ReLU inputs sit within float32 rounding
+    # of zero, and CNTK's sums put one on the other side (docs/consistency.md).
+    weights, batch, record = consistency.reference("wgan", config, seed=1)
     assert {"loss/generator", "loss/critic", "trajectory/generator",
             "trajectory/critic"} <= set(record)
     assert consistency.compare(record, cntk_protocol("wgan", config, weights, batch)) == []

@@ -49,7 +49,8 @@ def check_against_reference(name, config, seed, **overrides):
     return failures
 
 
-# Seed 1, not 0: at seed 0 an input of the generator's res4.relu1 lies within float32 rounding
+# Seed 1, as on every backend (docs/consistency.md), not 0: at seed 0 an input of the
+# generator's res4.relu1 lies within float32 rounding
 # of zero, so PyTorch's and MXNet's ReLU masks differ in that element, and every generator
 # gradient upstream of it (res1 to res3, the input dense layer) moves by up to 5e-4 of its
 # largest entry with cosines still 1.000000: rounding, not a difference in the model. Seeds 1
