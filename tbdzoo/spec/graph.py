@@ -95,9 +95,9 @@ class Graph(object):
         in_dtypes = [self.dtype_of(i) for i in inputs]
         try:
             shape = definition.infer_shape(in_shapes, attrs)
+            dtype = definition.out_dtype(in_dtypes, attrs)
         except (ValueError, AssertionError, IndexError) as e:
             raise ValueError("node {!r} ({}): {}".format(name, op, e))
-        dtype = definition.out_dtype(in_dtypes, attrs)
         self.nodes[name] = Node(name, op, inputs, attrs, shape, dtype)
         self._params = None
         return name
