@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..base import BackendModel
+from ..common import sequences
 from ..programs import values_read
 from . import ops, optimizers
 
@@ -492,7 +493,10 @@ class Model(BackendModel):
     # -- the BackendModel contract -------------------------------------------------------------
     def _prepare(self, batch):
         """Tensors keyed by input name, for the inputs ``batch`` holds (an update of a training
-        program reads only some); image features transposed to NHWC here, once."""
+        program reads only some); image features transposed to NHWC here, once. Lengths and
+        CTC labels are checked first (common/sequences.py): TensorFlow's kernels would clamp
+        some bad lengths silently and fail on others with a message naming no input."""
+        sequences.check_batch(self.spec, batch)
         out = OrderedDict()
         for name, inp in self.spec.inputs.items():
             if name not in batch:
