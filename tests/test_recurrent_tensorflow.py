@@ -175,3 +175,15 @@ def test_a_batch_ctc_cannot_score_is_refused_naming_the_example(change, message)
     with pytest.raises(ValueError, match="example [01]") as error:
         model.loss_and_gradients(batch)
     assert message in str(error.value)
+
+
+def test_an_xla_compiled_step_gives_the_same_ctc_loss_and_gradients():
+    """XLA has no CTCLoss kernel: the compiled step takes tf.nn.ctc_loss's dense form."""
+    model, weights, batch = _with_weights("ctc")
+    compiled = build_native("probe/ctc", "tensorflow", config="tiny", execution="compiled")
+    compiled.set_weights(weights)
+    (loss, grads), (xla_loss, xla_grads) = [m.loss_and_gradients(batch)
+                                            for m in (model, compiled)]
+    np.testing.assert_allclose(xla_loss, loss, rtol=1e-5)
+    for name, g in grads.items():
+        np.testing.assert_allclose(xla_grads[name], g, rtol=1e-4, atol=1e-6, err_msg=name)

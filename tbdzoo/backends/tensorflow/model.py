@@ -382,6 +382,7 @@ class Model(BackendModel):
         self.native = SpecModel(self.spec, weights, fused_batchnorm=self.program is None)
         self._trainable = [self.native.variable(n) for n in self.trainable_names()]
         execution = self.hparams["execution"]
+        self._xla = bool((EXECUTION[execution] or {}).get("jit_compile"))
         self._predict_fn = _compiled(self._infer, execution)
         if self.program is not None:
             self._build_program(execution)
@@ -445,7 +446,7 @@ class Model(BackendModel):
                                      outputs=outputs)
         total = None
         for loss, weight in terms:
-            value = weight * _loss_value(loss, values)
+            value = weight * _loss_value(loss, values, self._xla)
             total = value if total is None else total + value
         return total
 
@@ -555,8 +556,9 @@ class Model(BackendModel):
                 "optimizer_state": sum(size(v) for v in slots)}
 
 
-def _loss_value(loss, values):
-    """One loss term of a program (tbdzoo/spec/losses.py) from the graph's (tensor, layout)."""
+def _loss_value(loss, values, xla=False):
+    """One loss term of a program (tbdzoo/spec/losses.py) from the graph's (tensor, layout);
+    ``xla``: the step is XLA-compiled (only some TensorFlow kernels compile)."""
     kind, attrs = loss["kind"], loss["attrs"]
     if kind == "softmax_cross_entropy":
         x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
@@ -569,5 +571,5 @@ def _loss_value(loss, values):
         return ops.norm_penalty(x["x"], attrs["target"])
     if kind == "ctc":
         return ops.ctc_loss(_to(values[loss["inputs"]["logits"]], CANONICAL), x["labels"],
-                            x["input_lengths"], x["label_lengths"])
+                            x["input_lengths"], x["label_lengths"], xla)
     raise ValueError("loss kind {!r} has no TensorFlow implementation".format(kind))
