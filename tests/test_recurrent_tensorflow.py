@@ -162,19 +162,19 @@ def test_sequence_batchnorm_running_statistics_use_valid_positions_only():
 
 
 @pytest.mark.parametrize("change, message", [
+    (lambda b: b["x_lengths"].__setitem__(1, 0), r"example 1 has length 0 .*outside \[1, 9\]"),
     (lambda b: (b["x_lengths"].__setitem__(1, 1), b["labels"].__setitem__(1, [1, 2, 0]),
                 b["labels_lengths"].__setitem__(1, 2)),
-     "2 labels need 2 frames (one per label and a blank between repeats) but input_length is 1"),
-    (lambda b: b["labels"].__setitem__((0, 0), 5), "label id 5 is outside [1, 5)"),
-    (lambda b: b["labels_lengths"].__setitem__(0, 4), "label_length 4 is outside [0, 3]"),
+     r"example 1: 2 labels need 2 frames .* but input_length is 1"),
+    (lambda b: b["labels"].__setitem__((0, 0), 5), r"example 0: label id 5 is outside \[1, 5\)"),
+    (lambda b: b["labels_lengths"].__setitem__(0, 4), r"example 0 .*4.* outside \[[01], 3\]"),
 ])
 def test_a_batch_ctc_cannot_score_is_refused_naming_the_example(change, message):
     model = _build("ctc")
     batch = {k: np.array(v) for k, v in model.synthetic_batch(seed=1).items()}
     change(batch)
-    with pytest.raises(ValueError, match="example [01]") as error:
+    with pytest.raises(ValueError, match=message):
         model.loss_and_gradients(batch)
-    assert message in str(error.value)
 
 
 def test_an_xla_compiled_step_gives_the_same_ctc_loss_and_gradients():
