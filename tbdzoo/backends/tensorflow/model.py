@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..base import BackendModel
+from ..common import sequences
 from ..programs import values_read
 from . import ops, optimizers
 
@@ -134,7 +135,7 @@ _NHWC_OPS = ("conv2d", "maxpool2d", "avgpool2d", "upsample_nearest", "conv2d_inp
 _NHWC_IMAGE_OPS = ("batchnorm", "channel_layernorm", "channel_layernorm_input_grad")
 # Element-wise ops (and concat, which maps its axis): NHWC when an input is.
 _PASS_THROUGH_OPS = ("relu", "dropout", "add", "tanh", "scale", "stop_gradient", "ones_like",
-                     "relu_grad", "lerp", "concat")
+                     "relu_grad", "lerp", "concat", "clipped_relu")
 
 
 def value_layouts(graph):
@@ -306,6 +307,37 @@ def _channel_layernorm_input_grad(args, p, a, training, update):
     return ops.channel_layernorm_input_grad(dy, x, p["gamma"], a, axis)
 
 
+# -- recurrent models: sequences are canonical (N, T, D), lengths (N,) int32 ---------------------
+def _lstm(args, p, a, training, update):
+    return ops.lstm(_to(args[0], CANONICAL), args[1][0], p, a)
+
+
+def _gru(args, p, a, training, update):
+    return ops.gru(_to(args[0], CANONICAL), args[1][0], p, a)
+
+
+def _additive_attention(args, p, a, training, update):
+    return ops.additive_attention(_to(args[0], CANONICAL), _to(args[1], CANONICAL), args[2][0], p)
+
+
+def _sequence_batchnorm(args, p, a, training, update):
+    return ops.sequence_batchnorm(_to(args[0], CANONICAL), args[1][0], p["gamma"], p["beta"],
+                                  p.get("running_mean"), p.get("running_var"), a, training,
+                                  update)
+
+
+def _clipped_relu(args, p, a, training, update):
+    return ops.clipped_relu(args[0][0], a)
+
+
+def _transpose(args, p, a, training, update):
+    return ops.transpose(_to(args[0], CANONICAL), a)
+
+
+def _lengths_after_conv(args, p, a, training, update):
+    return ops.lengths_after_conv(args[0][0], a)
+
+
 _RUN = {
     "conv2d": _conv2d, "batchnorm": _batchnorm, "relu": _relu, "add": _add,
     "maxpool2d": _maxpool2d, "avgpool2d": _avgpool2d, "global_avgpool": _global_avgpool,
@@ -317,6 +349,9 @@ _RUN = {
     "stop_gradient": _stop_gradient, "ones_like": _ones_like,
     "conv2d_input_grad": _conv2d_input_grad, "dense_input_grad": _dense_input_grad,
     "relu_grad": _relu_grad, "channel_layernorm_input_grad": _channel_layernorm_input_grad,
+    "lstm": _lstm, "gru": _gru, "additive_attention": _additive_attention,
+    "sequence_batchnorm": _sequence_batchnorm, "clipped_relu": _clipped_relu,
+    "transpose": _transpose, "lengths_after_conv": _lengths_after_conv,
 }
 
 
@@ -347,6 +382,7 @@ class Model(BackendModel):
         self.native = SpecModel(self.spec, weights, fused_batchnorm=self.program is None)
         self._trainable = [self.native.variable(n) for n in self.trainable_names()]
         execution = self.hparams["execution"]
+        self._xla = bool((EXECUTION[execution] or {}).get("jit_compile"))
         self._predict_fn = _compiled(self._infer, execution)
         if self.program is not None:
             self._build_program(execution)
@@ -410,7 +446,7 @@ class Model(BackendModel):
                                      outputs=outputs)
         total = None
         for loss, weight in terms:
-            value = weight * _loss_value(loss, values)
+            value = weight * _loss_value(loss, values, self._xla)
             total = value if total is None else total + value
         return total
 
@@ -458,7 +494,10 @@ class Model(BackendModel):
     # -- the BackendModel contract -------------------------------------------------------------
     def _prepare(self, batch):
         """Tensors keyed by input name, for the inputs ``batch`` holds (an update of a training
-        program reads only some); image features transposed to NHWC here, once."""
+        program reads only some); image features transposed to NHWC here, once. Lengths and
+        CTC labels are checked first (common/sequences.py): TensorFlow's kernels would clamp
+        some bad lengths silently and fail on others with a message naming no input."""
+        sequences.check_batch(self.spec, batch)
         out = OrderedDict()
         for name, inp in self.spec.inputs.items():
             if name not in batch:
@@ -517,8 +556,9 @@ class Model(BackendModel):
                 "optimizer_state": sum(size(v) for v in slots)}
 
 
-def _loss_value(loss, values):
-    """One loss term of a program (tbdzoo/spec/losses.py) from the graph's (tensor, layout)."""
+def _loss_value(loss, values, xla=False):
+    """One loss term of a program (tbdzoo/spec/losses.py) from the graph's (tensor, layout);
+    ``xla``: the step is XLA-compiled (only some TensorFlow kernels compile)."""
     kind, attrs = loss["kind"], loss["attrs"]
     if kind == "softmax_cross_entropy":
         x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
@@ -529,4 +569,7 @@ def _loss_value(loss, values):
         return ops.mean_loss(x["x"])
     if kind == "norm_penalty":
         return ops.norm_penalty(x["x"], attrs["target"])
+    if kind == "ctc":
+        return ops.ctc_loss(_to(values[loss["inputs"]["logits"]], CANONICAL), x["labels"],
+                            x["input_lengths"], x["label_lengths"], xla)
     raise ValueError("loss kind {!r} has no TensorFlow implementation".format(kind))
