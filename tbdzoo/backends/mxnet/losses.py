@@ -22,5 +22,10 @@ def _norm_penalty(F, inputs, attrs):
     return F.mean(F.square(norms - attrs["target"]))
 
 
+def _ctc(F, inputs, attrs):
+    return ops.ctc(F, inputs["logits"], inputs["labels"], inputs["input_lengths"],
+                   inputs["label_lengths"])
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy, "mean": _mean,
-           "norm_penalty": _norm_penalty}
+           "norm_penalty": _norm_penalty, "ctc": _ctc}

@@ -12,6 +12,7 @@ import math
 
 from ...spec.tables import sinusoid_table
 from ..common import attention, pooling
+from . import recurrent
 
 
 class GraphContext(object):
@@ -358,3 +359,88 @@ def channel_layernorm_input_grad(F, inputs, p, a, ctx):
     inner = F.broadcast_sub(g, F.mean(g, axis=axes, keepdims=True))
     inner = inner - F.broadcast_mul(xhat, F.mean(g * xhat, axis=axes, keepdims=True))
     return F.broadcast_mul(inner, inv)
+
+
+# -- ops of the recurrent models (Seq2Seq, Deep Speech 2) -----------------------------------------
+# Sequences are (N, T, D) and lengths float32 (N,) (exact for any length below 2^24).
+
+def lstm(F, inputs, p, a, ctx):
+    """MXNet's fused RNN operator (oneDNN on the CPU); lengths handled as recurrent.py says."""
+    return recurrent.run(F, "lstm", inputs[0], inputs[1], p, a)
+
+
+def gru(F, inputs, p, a, ctx):
+    """MXNet's fused RNN operator (oneDNN on the CPU); lengths handled as recurrent.py says."""
+    return recurrent.run(F, "gru", inputs[0], inputs[1], p, a)
+
+
+def _valid(F, lengths, steps):
+    """(N, steps) 1.0 where the step is before the example's length, else 0.0."""
+    return F.broadcast_lesser(F.reshape(F.arange(steps), shape=(1, -1)),
+                              F.reshape(lengths, shape=(-1, 1)))
+
+
+def additive_attention(F, inputs, p, a, ctx):
+    """Bahdanau scores as one broadcast add, tanh and a matrix-vector product per (t, s)."""
+    query, memory, lengths = inputs
+    units, steps = a["units"], ctx.in_shapes[1][0]
+    queries = F.expand_dims(_linear(F, query, p["w_query"], None, units), axis=2)   # (N, T, 1, A)
+    keys = F.expand_dims(_linear(F, memory, p["w_memory"], None, units), axis=1)    # (N, 1, S, A)
+    hidden = F.tanh(F.broadcast_add(queries, keys))                                 # (N, T, S, A)
+    scores = F.reshape(F.dot(hidden, p["v"]), shape=(0, 0, 0))                      # (N, T, S)
+    valid = F.expand_dims(_valid(F, lengths, steps), axis=1)                        # (N, 1, S)
+    # set (not add) the masked logits, as multi_head_attention does
+    scores = F.broadcast_add(F.broadcast_mul(scores, valid), (1.0 - valid) * attention.MASKED_LOGIT)
+    return F.batch_dot(F.softmax(scores, axis=-1), memory)
+
+
+def sequence_batchnorm(F, inputs, p, a, ctx):
+    """Statistics over the batch's valid steps (two passes: mean, then mean squared deviation),
+    padding 0. In a train block (``ctx.exact_bn_stats``) the batch mean and the UNBIASED
+    variance go to ``ctx.bn_stats`` for the exact running update (the count of valid steps is
+    data, so the correction is made here); elsewhere the running statistics normalise."""
+    x, lengths = inputs
+    steps = ctx.in_shapes[0][0]
+    valid = F.expand_dims(_valid(F, lengths, steps), axis=2)                        # (N, T, 1)
+    batch_statistics = ctx.exact_bn_stats or not a["track_running_stats"]
+    if batch_statistics:
+        count = F.sum(valid)
+        mean = F.broadcast_div(F.sum(F.broadcast_mul(x, valid), axis=(0, 1)), count)
+        centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
+        variance = F.broadcast_div(F.sum(F.broadcast_mul(F.square(centred), valid), axis=(0, 1)),
+                                   count)
+        if a["track_running_stats"]:
+            unbiased = F.broadcast_mul(variance, count / F.maximum(count - 1.0, 1.0))
+            ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(unbiased)))
+    else:
+        mean, variance = p["running_mean"], p["running_var"]
+        centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
+    scale = F.reshape(p["gamma"] * F.rsqrt(variance + a["eps"]), shape=(1, 1, -1))
+    y = F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape(p["beta"], shape=(1, 1, -1)))
+    return F.broadcast_mul(y, valid)
+
+
+def clipped_relu(F, inputs, p, a, ctx):
+    """relu(x) inside the ceiling, the ceiling above it: MXNet's clip passes the gradient at
+    both ends, the spec does not (at exactly 0 or the ceiling it is 0)."""
+    x, c = inputs[0], a["ceiling"]
+    return F.Activation(x, act_type="relu") * (x < c) + c * (x >= c)
+
+
+def transpose(F, inputs, p, a, ctx):
+    return F.transpose(inputs[0], axes=(0,) + tuple(i + 1 for i in a["perm"]))
+
+
+def lengths_after_conv(F, inputs, p, a, ctx):
+    """The spec's formula on float32 lengths (exact integers); no gradient."""
+    (before, after), k = a["padding"], a["kernel"]
+    out = F.floor((inputs[0] + (before + after - a["dilation"] * (k - 1) - 1)) / a["stride"]) + 1
+    return F.BlockGrad(F.maximum(out, 1.0))
+
+
+def ctc(F, logits, labels, input_lengths, label_lengths):
+    """MXNet's CTC (warp-ctc's algorithm: it applies the softmax itself) with the blank first;
+    per-example costs averaged over the batch, the spec's reduction."""
+    costs = F.ctc_loss(F.swapaxes(logits, dim1=0, dim2=1), labels, input_lengths, label_lengths,
+                       use_data_lengths=True, use_label_lengths=True, blank_label="first")
+    return F.mean(costs)
