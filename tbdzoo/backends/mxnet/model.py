@@ -25,6 +25,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 
 from ..base import BackendModel
+from ..common import sequences
 from ..programs import objective_values, values_read
 from . import losses, ops, optimizers
 
@@ -205,8 +206,10 @@ class ObjectiveBlock(_StatisticsBlock):
                                       self.exact_statistics, self.constant)
         total = None
         for loss, weight in self.terms:
-            value = weight * losses.evaluate(F, loss["kind"], OrderedDict(
-                (role, values[v]) for role, v in loss["inputs"].items()), loss["attrs"])
+            roles = loss["inputs"].items()
+            value = weight * losses.evaluate(
+                F, loss["kind"], OrderedDict((role, values[v]) for role, v in roles),
+                loss["attrs"], dict((role, self.plan.graph.shape_of(v)) for role, v in roles))
             total = value if total is None else total + value
         return [total] + [s for pair in stats for s in pair]
 
@@ -329,7 +332,10 @@ class Model(BackendModel):
     # -- steps -------------------------------------------------------------------------------
     def _prepare(self, batch):
         """Every input given as a float32 NDArray (token ids and labels are exact in float32);
-        a training program's update or a prediction may give only the inputs it reads."""
+        a training program's update or a prediction may give only the inputs it reads.
+        Lengths and CTC labels are checked first: MXNet's CTC scores an unalignable example 0
+        without a word."""
+        sequences.check_batch(self.spec, batch)
         arrays = OrderedDict((name, nd.array(np.asarray(batch[name], np.float32), ctx=self.ctx,
                                              dtype="float32"))
                              for name in self.spec.inputs if name in batch)

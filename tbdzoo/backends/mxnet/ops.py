@@ -438,9 +438,13 @@ def lengths_after_conv(F, inputs, p, a, ctx):
     return F.BlockGrad(F.maximum(out, 1.0))
 
 
-def ctc(F, logits, labels, input_lengths, label_lengths):
+def ctc(F, logits, labels, input_lengths, label_lengths, frames, max_labels):
     """MXNet's CTC (warp-ctc's algorithm: it applies the softmax itself) with the blank first;
-    per-example costs averaged over the batch, the spec's reduction."""
+    per-example costs averaged over the batch, the spec's reduction. MXNet refuses labels
+    longer than the ``frames``; columns past them are padding (each label needs a frame), so
+    they are cut."""
+    if max_labels > frames:
+        labels = F.slice_axis(labels, axis=1, begin=0, end=frames)
     costs = F.ctc_loss(F.swapaxes(logits, dim1=0, dim2=1), labels, input_lengths, label_lengths,
                        use_data_lengths=True, use_label_lengths=True, blank_label="first")
     return F.mean(costs)
