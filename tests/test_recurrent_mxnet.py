@@ -246,3 +246,30 @@ def test_an_unalignable_ctc_example_is_refused_before_mxnet_scores_it_zero():
     batch["x_lengths"] = np.array([3, 2, 3], np.int32)  # labels 1 1 2 need 4 frames
     with pytest.raises(ValueError, match="example 0: 3 labels need 4 frames"):
         model.loss_and_gradients(batch)
+
+
+def test_sequence_batchnorm_in_a_plain_gluon_loop_follows_the_autograd_mode():
+    """The native block: batch statistics of the valid steps under autograd.record(), running
+    ones outside it, as MXNet's BatchNorm; training moves the running statistics MXNet's way
+    (biased variance), as batchnorm does in a user's loop."""
+    model, _ = _models("sequence_batchnorm")
+    batch = model.synthetic_batch()
+    features = [nd.array(batch[n].astype(np.float32)) for n in ("x", "x_lengths")]
+    node = model.spec.nodes["bn"]
+    weights = model.get_weights()
+    valid = batch["x"][ref.valid_positions(LENGTHS, T)]
+    with autograd.record():
+        trained = model.native(*features)
+    trained.backward()  # MXNet moves running statistics in the backward pass
+    assert trained.shape == (len(LENGTHS), CLASSES)
+    params = {k[len("bn."):]: v for k, v in weights.items() if k.startswith("bn.")}
+    head = model.get_weights()
+    expected = ref.sequence_batchnorm(batch["x"], LENGTHS, params, node.attrs, training=True)
+    logits = expected.reshape(len(LENGTHS), -1) @ head["head.fc.weight"].T + head["head.fc.bias"]
+    np.testing.assert_allclose(trained.asnumpy(), logits, rtol=1e-5, atol=1e-5)
+    after = model.get_weights()
+    np.testing.assert_allclose(after["bn.running_mean"], 0.1 * valid.mean(axis=0), rtol=1e-5,
+                               atol=1e-7)
+    np.testing.assert_allclose(after["bn.running_var"], 0.9 + 0.1 * valid.var(axis=0), rtol=1e-5)
+    inference = ref.forward(model.spec, after, batch)[model.spec.output]
+    np.testing.assert_allclose(model.native(*features).asnumpy(), inference, rtol=1e-5, atol=1e-6)

@@ -10,6 +10,8 @@ the running statistics itself, because MXNet's update uses the biased variance).
 """
 import math
 
+import numpy as np
+
 from ...spec.tables import sinusoid_table
 from ..common import attention, pooling
 from . import recurrent
@@ -38,6 +40,8 @@ def constants_for(node, in_shapes):
     if node.op == "multi_head_attention" and a["causal"]:
         t = in_shapes[0][0]
         return {"causal_{}".format(t): attention.causal_table(t, t)}
+    if node.op == "sequence_batchnorm" and a["track_running_stats"]:
+        return {_MODE_MEAN: np.zeros(1, np.float32), _MODE_VAR: np.ones(1, np.float32)}
     if node.op == "avgpool2d" and pooling.needs_explicit_padding(a) and not a["count_include_pad"]:
         _, h, w = in_shapes[0]
         table = pooling.divisors((h, w), a["kernel"], a["stride"], a["padding"], False)
@@ -398,26 +402,63 @@ def sequence_batchnorm(F, inputs, p, a, ctx):
     """Statistics over the batch's valid steps (two passes: mean, then mean squared deviation),
     padding 0. In a train block (``ctx.exact_bn_stats``) the batch mean and the UNBIASED
     variance go to ``ctx.bn_stats`` for the exact running update (the count of valid steps is
-    data, so the correction is made here); elsewhere the running statistics normalise."""
+    data, so the correction is made here). In the native block the mode is known only when it
+    runs, as for MXNet's BatchNorm: both normalisations are computed and the training flag
+    (:func:`_training_flag`) picks one, and in training MXNet's BatchNorm moves the running
+    statistics (MXNet's way, as ``batchnorm`` in a user's Gluon loop: biased variance, during
+    the backward pass, which its zero-weighted output joins) from two rows whose mean and
+    biased variance are the valid steps' own."""
     x, lengths = inputs
-    steps = ctx.in_shapes[0][0]
-    valid = F.expand_dims(_valid(F, lengths, steps), axis=2)                        # (N, T, 1)
-    batch_statistics = ctx.exact_bn_stats or not a["track_running_stats"]
-    if batch_statistics:
-        count = F.sum(valid)
-        mean = F.broadcast_div(F.sum(F.broadcast_mul(x, valid), axis=(0, 1)), count)
-        centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
-        variance = F.broadcast_div(F.sum(F.broadcast_mul(F.square(centred), valid), axis=(0, 1)),
-                                   count)
-        if a["track_running_stats"]:
-            unbiased = F.broadcast_mul(variance, count / F.maximum(count - 1.0, 1.0))
-            ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(unbiased)))
-    else:
-        mean, variance = p["running_mean"], p["running_var"]
-        centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
+    valid = F.expand_dims(_valid(F, lengths, ctx.in_shapes[0][0]), axis=2)          # (N, T, 1)
+    if not a["track_running_stats"]:
+        return _valid_steps_norm(F, x, valid, p, a)[0]
+    if ctx.exact_bn_stats:
+        y, mean, variance, count = _valid_steps_norm(F, x, valid, p, a)
+        unbiased = F.broadcast_mul(variance, count / F.maximum(count - 1.0, 1.0))
+        ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(unbiased)))
+        return y
+    running = _affine(F, F.broadcast_sub(x, F.reshape(p["running_mean"], shape=(1, 1, -1))),
+                      p["running_var"], p, a)
+    running = F.broadcast_mul(running, valid)
+    y, mean, variance, _ = _valid_steps_norm(F, x, valid, p, a)
+    spread = F.sqrt(F.BlockGrad(variance))
+    rows = F.stack(F.BlockGrad(mean) - spread, F.BlockGrad(mean) + spread, axis=0)   # (2, D)
+    # gamma reads the node's gamma (times 0) so that autograd runs this BatchNorm's backward
+    moved = F.BatchNorm(rows, 1.0 + 0.0 * p["gamma"], F.zeros_like(spread), p["running_mean"],
+                        p["running_var"], eps=a["eps"], momentum=1.0 - a["momentum"],
+                        fix_gamma=True, use_global_stats=False, axis=1)
+    flag = F.reshape(_training_flag(F, ctx), shape=(1, 1, 1))
+    picked = F.broadcast_mul(y, flag) + F.broadcast_mul(running, 1.0 - flag)
+    return F.broadcast_add(picked, F.reshape(0.0 * F.sum(moved), shape=(1, 1, 1)))
+
+
+def _valid_steps_norm(F, x, valid, p, a):
+    """(y, mean, biased variance, count of valid steps) over the valid steps; y 0 at padding."""
+    count = F.sum(valid)
+    mean = F.broadcast_div(F.sum(F.broadcast_mul(x, valid), axis=(0, 1)), count)
+    centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
+    variance = F.broadcast_div(F.sum(F.broadcast_mul(F.square(centred), valid), axis=(0, 1)),
+                               count)
+    return F.broadcast_mul(_affine(F, centred, variance, p, a), valid), mean, variance, count
+
+
+def _affine(F, centred, variance, p, a):
     scale = F.reshape(p["gamma"] * F.rsqrt(variance + a["eps"]), shape=(1, 1, -1))
-    y = F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape(p["beta"], shape=(1, 1, -1)))
-    return F.broadcast_mul(y, valid)
+    return F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape(p["beta"], shape=(1, 1, -1)))
+
+
+_MODE_MEAN, _MODE_VAR = "training_flag_mean", "training_flag_var"
+
+
+def _training_flag(F, ctx):
+    """(1,) 1.0 in training mode, 0.0 in inference, read when the graph runs: MXNet's BatchNorm
+    on the rows (0, 2) gives (-1, 1) by their own statistics in training and (0, 2) by the
+    constant running ones (0, 1) in inference. Momentum 1 leaves those constants as they are."""
+    rows = F.reshape(F.arange(2) * 2.0, shape=(2, 1))
+    out = F.BatchNorm(rows, F.ones(shape=(1,)), F.zeros(shape=(1,)), ctx.constants[_MODE_MEAN],
+                      ctx.constants[_MODE_VAR], eps=1e-5, momentum=1.0, fix_gamma=True,
+                      use_global_stats=False, axis=1)
+    return F.reshape(F.slice_axis(out, axis=0, begin=0, end=1) < -0.5, shape=(1,))
 
 
 def clipped_relu(F, inputs, p, a, ctx):
