@@ -7,8 +7,9 @@ weight (per layer, per direction: i2h then h2h), then every bias in the same ord
 PyTorch's order (LSTM i, f, g, o; GRU r, z, n with the reset after the recurrent matmul).
 The spec's one bias per gate is the i2h bias, the h2h bias zero (GRU: [0, 0, b_hn]).
 
-Lengths: MXNet's CPU ``RNN`` accepts ``use_sequence_length`` and ignores it (only cuDNN
-implements it), so the boundary does the work. A forward direction is causal: the outputs
+Lengths: MXNet 1.9's CPU ``RNN`` accepts ``use_sequence_length`` but neither zeroes the padded
+outputs nor reverses within each length (cuDNN does both; this build has none), so the
+boundary does the work. A forward direction is causal: the outputs
 before each length are already right and padding is zeroed at the end. A backward direction
 runs as its own fused call on the input reversed within each length (``SequenceReverse``),
 its outputs reversed back; that needs one call per layer and direction in a bidirectional
