@@ -205,10 +205,12 @@ def _ctc_definition(frames, max_labels):
         g.input("x_lengths", (), "int32")
         logits = g.add("logits", "dense", "x", units=CLASSES)
         g.input("labels", (max_labels,), "int32", "target")
-        g.input("labels_lengths", (), "int32", "target")
+        # not "labels_lengths": that name would be checked as a sequence length, in [1, L],
+        # where a CTC label may be empty
+        g.input("label_lengths", (), "int32", "target")
         g.set_output(logits)
         g.set_program(single_objective(g, hp, "ctc", logits=logits, labels="labels",
-                                       input_lengths="x_lengths", label_lengths="labels_lengths"))
+                                       input_lengths="x_lengths", label_lengths="label_lengths"))
         return g
 
     def batch(hp, batch_size, seed):
@@ -217,7 +219,7 @@ def _ctc_definition(frames, max_labels):
                 "x_lengths": np.array([frames, 2, 3], np.int32),
                 "labels": np.array([[1, 1, 2] + [0] * (max_labels - 3), [3] + [0] * (max_labels - 1),
                                     [0] * max_labels], np.int32),
-                "labels_lengths": np.array([3, 1, 0], np.int32)}
+                "label_lengths": np.array([3, 1, 0], np.int32)}
     return ModelDef("ctc", "test", {"tiny": HPARAMS}, build, batch, "examples/s",
                     lambda hp, b: len(b["x"]))
 
