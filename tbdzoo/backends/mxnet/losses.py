@@ -3,24 +3,30 @@ the reduction the spec defines; ``F`` is ``mx.symbol`` or ``mx.ndarray`` as in o
 from . import ops
 
 
-def evaluate(F, kind, inputs, attrs):
-    """The loss ``kind`` of ``inputs`` (role -> value)."""
-    return _LOSSES[kind](F, inputs, attrs)
+def evaluate(F, kind, inputs, attrs, shapes):
+    """The loss ``kind`` of ``inputs`` (role -> value; ``shapes``: role -> its shape without the
+    batch axis)."""
+    return _LOSSES[kind](F, inputs, attrs, shapes)
 
 
-def _softmax_cross_entropy(F, inputs, attrs):
+def _softmax_cross_entropy(F, inputs, attrs, shapes):
     return ops.softmax_cross_entropy(F, inputs["logits"], inputs["labels"], attrs)
 
 
-def _mean(F, inputs, attrs):
+def _mean(F, inputs, attrs, shapes):
     return F.mean(inputs["x"])
 
 
-def _norm_penalty(F, inputs, attrs):
+def _norm_penalty(F, inputs, attrs, shapes):
     """mean over examples of (||x_n||_2 - target)^2, the norm over each example's elements."""
     norms = F.sqrt(F.sum(F.square(F.reshape(inputs["x"], shape=(0, -1))), axis=1))
     return F.mean(F.square(norms - attrs["target"]))
 
 
+def _ctc(F, inputs, attrs, shapes):
+    return ops.ctc(F, inputs["logits"], inputs["labels"], inputs["input_lengths"],
+                   inputs["label_lengths"], shapes["logits"][0], shapes["labels"][0])
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy, "mean": _mean,
-           "norm_penalty": _norm_penalty}
+           "norm_penalty": _norm_penalty, "ctc": _ctc}

@@ -25,6 +25,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 
 from ..base import BackendModel
+from ..common import sequences
 from ..programs import objective_values, values_read
 from . import losses, ops, optimizers
 
@@ -63,8 +64,8 @@ class _Plan(object):
             self.constants.update(ops.constants_for(node, in_shapes))
             self.parameter_names.extend(n for n in param_names.values()
                                         if n not in self.parameter_names)
-        self.batchnorms = [n for n in nodes
-                           if n.op == "batchnorm" and n.attrs["track_running_stats"]]
+        self.batchnorms = [n for n in nodes if n.op in ("batchnorm", "sequence_batchnorm")
+                           and n.attrs["track_running_stats"]]
 
     def bound_names(self):
         """Names of every Parameter the walk receives: spec parameters and constant tables."""
@@ -144,7 +145,25 @@ class SpecBlock(_GraphBlock):
         return values[self.plan.graph.output]
 
 
-class TrainBlock(_GraphBlock):
+class _StatisticsBlock(_GraphBlock):
+    """A training block: it returns batch statistics, from which the caller updates the
+    running ones."""
+
+    def forward(self, *args):
+        """The first call builds the cached graph, where Gluon warns that the running
+        statistics are read by no computation (two-pass batch norm, sequence_batchnorm): here
+        they are updated from the moments this block returns, which is intended, so that one
+        warning is silenced."""
+        if getattr(self, "_cache_built", False):
+            return super(_StatisticsBlock, self).forward(*args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Parameter .* is not used by any computation")
+            out = super(_StatisticsBlock, self).forward(*args)
+        self._cache_built = True
+        return out
+
+
+class TrainBlock(_StatisticsBlock):
     """Loss of the spec on (features..., targets...), and the batch statistics, in one graph."""
 
     def __init__(self, graph, parameters):
@@ -158,7 +177,7 @@ class TrainBlock(_GraphBlock):
         return [out] + [s for pair in stats for s in pair]
 
 
-class ObjectiveBlock(_GraphBlock):
+class ObjectiveBlock(_StatisticsBlock):
     """One phase's objective on (the inputs it reads...), and the batch statistics, in one
     graph. Trainable parameters outside the phase's group enter through BlockGrad, so the
     backward pass differentiates with respect to the group only (a generator update does not
@@ -181,26 +200,16 @@ class ObjectiveBlock(_GraphBlock):
         self.constant = frozenset(node.name for node, _, _, _ in self.plan.steps
                                   if node.name not in reached)
 
-    def forward(self, *args):
-        """The first call builds the cached graph, where Gluon warns that the running
-        statistics are read by no computation: here they are updated from the moments this
-        block returns, which is intended, so that one warning is silenced."""
-        if getattr(self, "_cache_built", False):
-            return super(ObjectiveBlock, self).forward(*args)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Parameter .* is not used by any computation")
-            out = super(ObjectiveBlock, self).forward(*args)
-        self._cache_built = True
-        return out
-
     def hybrid_forward(self, F, *inputs, **params):
         params = {n: F.BlockGrad(v) if n in self.frozen else v for n, v in params.items()}
         values, stats = self.plan.run(F, zip(self.plan.input_names, inputs), params, True,
                                       self.exact_statistics, self.constant)
         total = None
         for loss, weight in self.terms:
-            value = weight * losses.evaluate(F, loss["kind"], OrderedDict(
-                (role, values[v]) for role, v in loss["inputs"].items()), loss["attrs"])
+            roles = loss["inputs"].items()
+            value = weight * losses.evaluate(
+                F, loss["kind"], OrderedDict((role, values[v]) for role, v in roles),
+                loss["attrs"], dict((role, self.plan.graph.shape_of(v)) for role, v in roles))
             total = value if total is None else total + value
         return [total] + [s for pair in stats for s in pair]
 
@@ -245,13 +254,16 @@ class Model(BackendModel):
         self._batchnorms = self._statistics_of(self._train_block.plan)
 
     def _statistics_of(self, plan):
-        """(running mean, running var, momentum, values per channel / N) per tracked batchnorm."""
+        """(running mean, running var, momentum, values per channel / N) per tracked batchnorm;
+        None for a sequence_batchnorm, whose valid steps are data: its graph returns the
+        unbiased variance itself."""
         out = []
         for node in plan.batchnorms:
             names = self.spec.param_names(node)
+            per_example = int(np.prod(node.shape[1:])) if node.op == "batchnorm" else None
             out.append((self._parameters[names["running_mean"]],
                         self._parameters[names["running_var"]],
-                        node.attrs["momentum"], int(np.prod(node.shape[1:]))))
+                        node.attrs["momentum"], per_example))
         return out
 
     # -- training programs -------------------------------------------------------------------
@@ -320,7 +332,10 @@ class Model(BackendModel):
     # -- steps -------------------------------------------------------------------------------
     def _prepare(self, batch):
         """Every input given as a float32 NDArray (token ids and labels are exact in float32);
-        a training program's update or a prediction may give only the inputs it reads."""
+        a training program's update or a prediction may give only the inputs it reads.
+        Lengths and CTC labels are checked first: MXNet's CTC scores an unalignable example 0
+        without a word."""
+        sequences.check_batch(self.spec, batch)
         arrays = OrderedDict((name, nd.array(np.asarray(batch[name], np.float32), ctx=self.ctx,
                                              dtype="float32"))
                              for name in self.spec.inputs if name in batch)
@@ -352,8 +367,11 @@ class Model(BackendModel):
         if key not in cache:
             moving = [i for i, b in enumerate(batchnorms) if b[2] != 0]
             m = np.array([batchnorms[i][2] for i in moving], np.float64)
-            n = batch_size * np.array([batchnorms[i][3] for i in moving], np.float64)
-            unbiased = m * n / np.maximum(n - 1.0, 1.0)  # n: values per channel
+            unbiased = m.copy()  # a count of None: the variance given is already unbiased
+            for j, i in enumerate(moving):
+                if batchnorms[i][3] is not None:
+                    n = float(batch_size * batchnorms[i][3])  # values per channel
+                    unbiased[j] = m[j] * n / max(n - 1.0, 1.0)
             cache[key] = (moving, optimizers.AxpbyAll(1.0 - m, m, len(m), self.ctx),
                           optimizers.AxpbyAll(1.0 - m, unbiased, len(m), self.ctx))
         return cache[key]

@@ -10,8 +10,11 @@ the running statistics itself, because MXNet's update uses the biased variance).
 """
 import math
 
+import numpy as np
+
 from ...spec.tables import sinusoid_table
 from ..common import attention, pooling
+from . import recurrent
 
 
 class GraphContext(object):
@@ -37,6 +40,8 @@ def constants_for(node, in_shapes):
     if node.op == "multi_head_attention" and a["causal"]:
         t = in_shapes[0][0]
         return {"causal_{}".format(t): attention.causal_table(t, t)}
+    if node.op == "sequence_batchnorm" and a["track_running_stats"]:
+        return {_MODE_MEAN: np.zeros(1, np.float32), _MODE_VAR: np.ones(1, np.float32)}
     if node.op == "avgpool2d" and pooling.needs_explicit_padding(a) and not a["count_include_pad"]:
         _, h, w = in_shapes[0]
         table = pooling.divisors((h, w), a["kernel"], a["stride"], a["padding"], False)
@@ -358,3 +363,129 @@ def channel_layernorm_input_grad(F, inputs, p, a, ctx):
     inner = F.broadcast_sub(g, F.mean(g, axis=axes, keepdims=True))
     inner = inner - F.broadcast_mul(xhat, F.mean(g * xhat, axis=axes, keepdims=True))
     return F.broadcast_mul(inner, inv)
+
+
+# -- ops of the recurrent models (Seq2Seq, Deep Speech 2) -----------------------------------------
+# Sequences are (N, T, D) and lengths float32 (N,) (exact for any length below 2^24).
+
+def lstm(F, inputs, p, a, ctx):
+    """MXNet's fused RNN operator (oneDNN on the CPU); lengths handled as recurrent.py says."""
+    return recurrent.run(F, "lstm", inputs[0], inputs[1], p, a)
+
+
+def gru(F, inputs, p, a, ctx):
+    """MXNet's fused RNN operator (oneDNN on the CPU); lengths handled as recurrent.py says."""
+    return recurrent.run(F, "gru", inputs[0], inputs[1], p, a)
+
+
+def _valid(F, lengths, steps):
+    """(N, steps) 1.0 where the step is before the example's length, else 0.0."""
+    return F.broadcast_lesser(F.reshape(F.arange(steps), shape=(1, -1)),
+                              F.reshape(lengths, shape=(-1, 1)))
+
+
+def additive_attention(F, inputs, p, a, ctx):
+    """Bahdanau scores as one broadcast add, tanh and a matrix-vector product per (t, s)."""
+    query, memory, lengths = inputs
+    units, steps = a["units"], ctx.in_shapes[1][0]
+    queries = F.expand_dims(_linear(F, query, p["w_query"], None, units), axis=2)   # (N, T, 1, A)
+    keys = F.expand_dims(_linear(F, memory, p["w_memory"], None, units), axis=1)    # (N, 1, S, A)
+    hidden = F.tanh(F.broadcast_add(queries, keys))                                 # (N, T, S, A)
+    scores = F.reshape(F.dot(hidden, p["v"]), shape=(0, 0, 0))                      # (N, T, S)
+    valid = F.expand_dims(_valid(F, lengths, steps), axis=1)                        # (N, 1, S)
+    # set (not add) the masked logits, as multi_head_attention does
+    scores = F.broadcast_add(F.broadcast_mul(scores, valid), (1.0 - valid) * attention.MASKED_LOGIT)
+    return F.batch_dot(F.softmax(scores, axis=-1), memory)
+
+
+def sequence_batchnorm(F, inputs, p, a, ctx):
+    """Statistics over the batch's valid steps (two passes: mean, then mean squared deviation),
+    padding 0. In a train block (``ctx.exact_bn_stats``) the batch mean and the UNBIASED
+    variance go to ``ctx.bn_stats`` for the exact running update (the count of valid steps is
+    data, so the correction is made here). In the native block the mode is known only when it
+    runs, as for MXNet's BatchNorm: both normalisations are computed and the training flag
+    (:func:`_training_flag`) picks one, and in training MXNet's BatchNorm moves the running
+    statistics (MXNet's way, as ``batchnorm`` in a user's Gluon loop: biased variance, during
+    the backward pass, which its zero-weighted output joins) from two rows whose mean and
+    biased variance are the valid steps' own."""
+    x, lengths = inputs
+    valid = F.expand_dims(_valid(F, lengths, ctx.in_shapes[0][0]), axis=2)          # (N, T, 1)
+    if not a["track_running_stats"]:
+        return _valid_steps_norm(F, x, valid, p, a)[0]
+    if ctx.exact_bn_stats:
+        y, mean, variance, count = _valid_steps_norm(F, x, valid, p, a)
+        unbiased = F.broadcast_mul(variance, count / F.maximum(count - 1.0, 1.0))
+        ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(unbiased)))
+        return y
+    running = _affine(F, F.broadcast_sub(x, F.reshape(p["running_mean"], shape=(1, 1, -1))),
+                      p["running_var"], p, a)
+    running = F.broadcast_mul(running, valid)
+    y, mean, variance, _ = _valid_steps_norm(F, x, valid, p, a)
+    spread = F.sqrt(F.BlockGrad(variance))
+    rows = F.stack(F.BlockGrad(mean) - spread, F.BlockGrad(mean) + spread, axis=0)   # (2, D)
+    # gamma reads the node's gamma (times 0) so that autograd runs this BatchNorm's backward
+    moved = F.BatchNorm(rows, 1.0 + 0.0 * p["gamma"], F.zeros_like(spread), p["running_mean"],
+                        p["running_var"], eps=a["eps"], momentum=1.0 - a["momentum"],
+                        fix_gamma=True, use_global_stats=False, axis=1)
+    flag = F.reshape(_training_flag(F, ctx), shape=(1, 1, 1))
+    picked = F.broadcast_mul(y, flag) + F.broadcast_mul(running, 1.0 - flag)
+    return F.broadcast_add(picked, F.reshape(0.0 * F.sum(moved), shape=(1, 1, 1)))
+
+
+def _valid_steps_norm(F, x, valid, p, a):
+    """(y, mean, biased variance, count of valid steps) over the valid steps; y 0 at padding."""
+    count = F.sum(valid)
+    mean = F.broadcast_div(F.sum(F.broadcast_mul(x, valid), axis=(0, 1)), count)
+    centred = F.broadcast_sub(x, F.reshape(mean, shape=(1, 1, -1)))
+    variance = F.broadcast_div(F.sum(F.broadcast_mul(F.square(centred), valid), axis=(0, 1)),
+                               count)
+    return F.broadcast_mul(_affine(F, centred, variance, p, a), valid), mean, variance, count
+
+
+def _affine(F, centred, variance, p, a):
+    scale = F.reshape(p["gamma"] * F.rsqrt(variance + a["eps"]), shape=(1, 1, -1))
+    return F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape(p["beta"], shape=(1, 1, -1)))
+
+
+_MODE_MEAN, _MODE_VAR = "training_flag_mean", "training_flag_var"
+
+
+def _training_flag(F, ctx):
+    """(1,) 1.0 in training mode, 0.0 in inference, read when the graph runs: MXNet's BatchNorm
+    on the rows (0, 2) gives (-1, 1) by their own statistics in training and (0, 2) by the
+    constant running ones (0, 1) in inference. Momentum 1 leaves those constants as they are."""
+    rows = F.reshape(F.arange(2) * 2.0, shape=(2, 1))
+    out = F.BatchNorm(rows, F.ones(shape=(1,)), F.zeros(shape=(1,)), ctx.constants[_MODE_MEAN],
+                      ctx.constants[_MODE_VAR], eps=1e-5, momentum=1.0, fix_gamma=True,
+                      use_global_stats=False, axis=1)
+    return F.reshape(F.slice_axis(out, axis=0, begin=0, end=1) < -0.5, shape=(1,))
+
+
+def clipped_relu(F, inputs, p, a, ctx):
+    """relu(x) inside the ceiling, the ceiling above it: MXNet's clip passes the gradient at
+    both ends, the spec does not (at exactly 0 or the ceiling it is 0)."""
+    x, c = inputs[0], a["ceiling"]
+    return F.Activation(x, act_type="relu") * (x < c) + c * (x >= c)
+
+
+def transpose(F, inputs, p, a, ctx):
+    return F.transpose(inputs[0], axes=(0,) + tuple(i + 1 for i in a["perm"]))
+
+
+def lengths_after_conv(F, inputs, p, a, ctx):
+    """The spec's formula on float32 lengths (exact integers); no gradient."""
+    (before, after), k = a["padding"], a["kernel"]
+    out = F.floor((inputs[0] + (before + after - a["dilation"] * (k - 1) - 1)) / a["stride"]) + 1
+    return F.BlockGrad(F.maximum(out, 1.0))
+
+
+def ctc(F, logits, labels, input_lengths, label_lengths, frames, max_labels):
+    """MXNet's CTC (warp-ctc's algorithm: it applies the softmax itself) with the blank first;
+    per-example costs averaged over the batch, the spec's reduction. MXNet refuses labels
+    longer than the ``frames``; columns past them are padding (each label needs a frame), so
+    they are cut."""
+    if max_labels > frames:
+        labels = F.slice_axis(labels, axis=1, begin=0, end=frames)
+    costs = F.ctc_loss(F.swapaxes(logits, dim1=0, dim2=1), labels, input_lengths, label_lengths,
+                       use_data_lengths=True, use_label_lengths=True, blank_label="first")
+    return F.mean(costs)
