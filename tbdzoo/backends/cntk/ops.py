@@ -13,6 +13,7 @@ import numpy as np
 
 from ...spec.tables import sinusoid_table
 from ..common import attention, kernels, pooling
+from . import recurrent
 
 
 class Context(object):
@@ -406,6 +407,45 @@ def channel_layernorm_input_grad(inputs, p, a, ctx):
     return inv * (g - _example_mean(g) - xhat * _example_mean(g * xhat))
 
 
+# -- recurrent models (Seq2Seq, Deep Speech 2): the loops live in recurrent.py --------------------
+def lstm(inputs, p, a, ctx):
+    return recurrent.lstm(inputs, p, a)
+
+
+def gru(inputs, p, a, ctx):
+    return recurrent.gru(inputs, p, a)
+
+
+def additive_attention(inputs, p, a, ctx):
+    return recurrent.additive_attention(inputs, p, a)
+
+
+def sequence_batchnorm(inputs, p, a, ctx):
+    return recurrent.sequence_batchnorm(inputs, p, a, ctx)
+
+
+def clipped_relu(inputs, p, a, ctx):
+    """relu, then the ceiling by selection: the gradient is 1 strictly inside (0, ceiling) and
+    0 at both ends (CNTK's relu passes none at 0; the selected constant none at the ceiling)."""
+    x, = inputs
+    ceiling = C.constant(a["ceiling"], dtype=np.float32)
+    return C.element_select(C.greater_equal(x, ceiling), ceiling, C.relu(x))
+
+
+def transpose(inputs, p, a, ctx):
+    """CNTK's static axes are the example's canonical axes, so the spec's perm is CNTK's."""
+    return C.transpose(inputs[0], perm=list(a["perm"]))
+
+
+def lengths_after_conv(inputs, p, a, ctx):
+    """The spec's formula on the float lengths (exact integers below 2**24; a correctly
+    rounded quotient of integers never crosses an integer there); no gradient."""
+    before, after = a["padding"]
+    span = inputs[0] + float(before + after - a["dilation"] * (a["kernel"] - 1) - 1)
+    out = C.floor(C.element_divide(span, float(a["stride"]))) + 1.0
+    return C.stop_gradient(C.element_max(out, 1.0))
+
+
 # -- loss ------------------------------------------------------------------------------------------
 def softmax_cross_entropy(logits, labels, loss):
     """Mean over counted positions of the whole minibatch of -sum_k q_k log p_k,
@@ -453,4 +493,4 @@ def _norm_penalty_loss(inputs, attrs):
 
 
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
-           "norm_penalty": _norm_penalty_loss}
+           "norm_penalty": _norm_penalty_loss, "ctc": recurrent.ctc}
