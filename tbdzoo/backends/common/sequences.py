@@ -27,9 +27,26 @@ def resolve_lengths(graph, name, batch):
     return None if source is None else spec_ops.length_after_conv(source, node.attrs)
 
 
+def _check_range(lengths, t, where, what):
+    bad = np.flatnonzero((lengths < 1) | (lengths > t))
+    if len(bad):
+        raise ValueError(
+            "{}: example {} has length {} {}, outside [1, {}]: a sequence needs at least one "
+            "valid step and at most its padded length".format(where, bad[0], lengths[bad[0]],
+                                                               what, t))
+
+
 def check_batch(graph, batch):
-    """Raise ValueError when a lengths value leaves [1, T] of the sequence it describes, or a
-    CTC loss cannot score an example (tbdzoo/spec/losses.py check_ctc_batch)."""
+    """Raise ValueError when a lengths value leaves [1, T] of the sequence it describes (an
+    input ``<x>_lengths`` describes input ``<x>``'s first axis; a node's lengths input the
+    sequence it reads), or a CTC loss cannot score an example (tbdzoo/spec/losses.py
+    check_ctc_batch)."""
+    for inp in graph.inputs.values():  # the naming convention: <x>_lengths describes x
+        source = inp.name[:-len("_lengths")]
+        if inp.name.endswith("_lengths") and source in graph.inputs and inp.name in batch \
+                and inp.dtype == "int32" and inp.shape == () and graph.inputs[source].shape:
+            _check_range(np.asarray(batch[inp.name]), graph.inputs[source].shape[0],
+                         "input {!r}".format(inp.name), "of input {!r}".format(source))
     for node in graph.nodes.values():
         if node.op not in LENGTHS_SLOTS:
             continue
@@ -37,13 +54,9 @@ def check_batch(graph, batch):
         lengths = resolve_lengths(graph, node.inputs[slot], batch)
         if lengths is None:
             continue
-        t = graph.shape_of(node.inputs[sequence])[0]
-        bad = np.flatnonzero((lengths < 1) | (lengths > t))
-        if len(bad):
-            raise ValueError(
-                "node {!r} ({}): example {} has length {} (from {!r}), outside [1, {}]: a "
-                "sequence needs at least one valid step and at most its padded length".format(
-                    node.name, node.op, bad[0], lengths[bad[0]], node.inputs[slot], t))
+        _check_range(lengths, graph.shape_of(node.inputs[sequence])[0],
+                     "node {!r} ({})".format(node.name, node.op),
+                     "(lengths {!r})".format(node.inputs[slot]))
     program = graph.program
     for name, loss in (program.losses.items() if program is not None else ()):
         if loss["kind"] != "ctc":

@@ -298,7 +298,8 @@ def _norm_penalty_loss(inputs, attrs):
 def _ctc_loss(inputs, attrs):
     """warp-ctc's summed cost per example, averaged over the batch: PyTorch's 'sum' divided by
     N (its 'mean' would also divide each cost by its label length)."""
-    logits = inputs["logits"].float()
+    logits = inputs["logits"]  # float32 at least (bf16 logits under autocast)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, N, C)
     total = F.ctc_loss(log_probs, inputs["labels"], inputs["input_lengths"],
                        inputs["label_lengths"], blank=attrs["blank"], reduction="sum",
@@ -407,6 +408,7 @@ def sequence_batchnorm(inputs, p, a, training):
     """Statistics over the batch's valid steps only; the running update is batchnorm's
     (new-batch weight ``momentum``, variance unbiased over the n valid steps)."""
     x, lengths = inputs
+    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # statistics in fp32
     mask = valid_mask(lengths, x.shape[1], x.dtype)[:, :, None]
     if training or not a["track_running_stats"]:
         count = mask.sum()
