@@ -9,10 +9,11 @@ canonical parameter, and a CTC batch that cannot be aligned is refused with the 
 import numpy as np
 import pytest
 
+from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
 
 import numpy_reference as ref
-from conftest import random_weights, require_backend
+from conftest import random_weights, require_backend, run_in_env
 
 PROBES = ("lstm", "lstm_bidirectional_sum", "gru", "gru_bidirectional", "additive_attention",
           "sequence_batchnorm", "clipped_relu", "transpose", "ctc")
@@ -142,3 +143,33 @@ def test_ctc_refuses_a_batch_it_cannot_align(workers):
     batch["x_lengths"][0] = 6  # 3 frames after the stride-2 convolution
     with pytest.raises(Exception, match="3 labels need 5 frames"):
         model.loss_and_gradients(batch)
+
+
+_ENDS_CHECK = r"""
+import numpy as np, cntk as C
+from tbdzoo.backends.cntk import ops
+from tbdzoo.spec.ops import length_after_conv
+
+x = C.input_variable((6,), np.float32, needs_gradient=True)
+y = ops.clipped_relu([x], {}, {"ceiling": 20.0}, None)
+v = np.array([[-1.0, 0.0, 5.0, 20.0, 25.0, 19.5]], np.float32)
+np.testing.assert_array_equal(y.eval({x: v}), [[0.0, 0.0, 5.0, 20.0, 20.0, 19.5]])
+np.testing.assert_array_equal(C.reduce_sum(y).grad({x: v}), [[0, 0, 1, 0, 0, 1]])
+
+lengths = C.input_variable((), np.float32)
+values = np.array([1, 2, 20, 21, 22, 23, 24, 1000001])
+for a in ({"kernel": 11, "stride": 2, "padding": (5, 5), "dilation": 1},
+          {"kernel": 11, "stride": 3, "padding": (0, 0), "dilation": 2},
+          {"kernel": 3, "stride": 7, "padding": (2, 0), "dilation": 1}):
+    got = ops.lengths_after_conv([lengths], {}, a, None).eval({lengths: values.astype(np.float32)})
+    np.testing.assert_array_equal(got, length_after_conv(values, a))
+print("ends ok")
+"""
+
+
+def test_clipped_relu_ends_and_lengths_after_conv_in_the_cntk_interpreter():
+    """Where the probes' random inputs never land: the gradient at exactly 0 and exactly the
+    ceiling (both 0), and the lengths formula for strides that do not divide, with dilation."""
+    require_backend("cntk")
+    proc = run_in_env(environments.python_of("cntk"), ["-c", _ENDS_CHECK], timeout=300)
+    assert proc.returncode == 0 and "ends ok" in proc.stdout, proc.stdout + proc.stderr
