@@ -2,7 +2,8 @@
 
 Every input is a ``C.input_variable`` of the per-example shape with CNTK's dynamic batch axis
 and no sequence axis (sequences are padded to fixed lengths, so every shape is static; token
-ids travel as float32, exact below 2**24). Parameters are ``C.parameter`` objects created from
+ids and lengths travel as float32, exact below 2**24; the recurrent ops make sequence axes of
+their own inside the graph, ops.py). Parameters are ``C.parameter`` objects created from
 the NumPy initial values in canonical layout, which is also CNTK's layout for every op used
 here; BatchNorm running statistics are ``C.constant`` objects the BN op updates in place.
 The train step is CNTK's own ``Trainer.train_minibatch`` (forward, backward and the update in
@@ -10,7 +11,9 @@ C++), with the normalized optimizer as a universal learner.
 
 A training program gets one trainer per phase (its objective, its group's learner), BatchNorm
 from exact moments whose running statistics the model updates from each step's fetched
-moments, and an inference graph of its own for ``predict`` (docs/backends.md). Valid Python 3.6.
+moments, and an inference graph of its own for ``predict`` (docs/backends.md). A plain graph
+with ``sequence_batchnorm`` (statistics over valid steps, which CNTK's native op cannot take)
+does the same: each step fetches its moments, and ``predict`` has its own graph. Valid Python 3.6.
 """
 from collections import OrderedDict
 

@@ -4,7 +4,9 @@ Each example is a static tensor in canonical layout ((C, H, W) images, (T, D) se
 the batch is CNTK's dynamic batch axis, so canonical layouts need no conversion at all: conv
 kernels are CNTK's (out, in, kh, kw) and dense weights stay (out, in), applied with
 ``times_transpose``. Semantics follow tbdzoo/spec/ops.py and the PyTorch reference; the CNTK
-conventions that differ (docs/conventions.md) are handled where they arise. Valid Python 3.6.
+conventions that differ (docs/conventions.md) are handled where they arise. The recurrent
+ops turn each padded example into a sequence of its valid steps for CNTK's recurrence (the
+section "recurrent models" below says how and why). Valid Python 3.6.
 """
 import math
 
