@@ -2,7 +2,8 @@
 
 Every input is a ``C.input_variable`` of the per-example shape with CNTK's dynamic batch axis
 and no sequence axis (sequences are padded to fixed lengths, so every shape is static; token
-ids travel as float32, exact below 2**24). Parameters are ``C.parameter`` objects created from
+ids and lengths travel as float32, exact below 2**24; the recurrent ops make sequence axes of
+their own inside the graph, ops.py). Parameters are ``C.parameter`` objects created from
 the NumPy initial values in canonical layout, which is also CNTK's layout for every op used
 here; BatchNorm running statistics are ``C.constant`` objects the BN op updates in place.
 The train step is CNTK's own ``Trainer.train_minibatch`` (forward, backward and the update in
@@ -10,7 +11,9 @@ C++), with the normalized optimizer as a universal learner.
 
 A training program gets one trainer per phase (its objective, its group's learner), BatchNorm
 from exact moments whose running statistics the model updates from each step's fetched
-moments, and an inference graph of its own for ``predict`` (docs/backends.md). Valid Python 3.6.
+moments, and an inference graph of its own for ``predict`` (docs/backends.md). A plain graph
+with ``sequence_batchnorm`` (statistics over valid steps, which CNTK's native op cannot take)
+does the same: each step fetches its moments, and ``predict`` has its own graph. Valid Python 3.6.
 """
 from collections import OrderedDict
 
@@ -19,6 +22,7 @@ import numpy as np
 
 from .. import programs
 from ..base import BackendModel
+from ..common import sequences
 from . import ops, optimizers
 
 
@@ -52,8 +56,17 @@ class Model(BackendModel):
         self._loss = ops.softmax_cross_entropy(values[loss["logits"]], self._inputs[loss["labels"]], loss)
         self._trainable = [self._vars[n] for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
+        # Ops whose batch moments the model folds into running statistics (sequence_batchnorm)
+        # are fetched by each step; inference is then a graph of its own.
+        self._step_moments = list(self._ctx.moments.items())
+        fetched = self.native
+        if self._step_moments:
+            fetched = C.combine([self._loss] + [v for _, pair in self._step_moments for v in pair])
+            self._ctx.inference = True
+            inference = self._values_of(graph.nodes.values())
+            self.native = C.as_composite(inference[graph.output].owner)
         self._trainer = C.Trainer(*self._reduce_gradients(
-            (self.native, (self._loss, None), [self.optimizer.learner])))
+            (fetched, (self._loss, None), [self.optimizer.learner])))
 
     # -- training programs ---------------------------------------------------------------------
     RUNS_PROGRAMS = True
@@ -108,16 +121,19 @@ class Model(BackendModel):
 
     def _update_statistics(self, node, rows, mean, variance):
         """running = (1 - m) running + m batch, with the unbiased variance (the spec's rule),
-        in float32 as PyTorch updates its buffers."""
+        in float32 as PyTorch updates its buffers. sequence_batchnorm's graph gives the
+        unbiased variance over its valid steps already."""
         m = np.float32(node.attrs["momentum"])
         if m <= 0:
             return
         x_shape = self.spec.shape_of(node.inputs[0])
-        count = rows * int(np.prod(x_shape[1:]))
-        channels = x_shape[0]
+        if node.op == "sequence_batchnorm":
+            channels, correction = x_shape[-1], np.float32(1.0)
+        else:
+            count = rows * int(np.prod(x_shape[1:]))
+            channels, correction = x_shape[0], np.float32(count / max(count - 1.0, 1.0))
         batch = (np.reshape(mean, (channels,)).astype(np.float32),
-                 np.reshape(variance, (channels,)).astype(np.float32) *
-                 np.float32(count / max(count - 1.0, 1.0)))
+                 np.reshape(variance, (channels,)).astype(np.float32) * correction)
         for suffix, value in zip(("running_mean", "running_var"), batch):
             constant = self._vars[self.spec.param_names(node)[suffix]]
             constant.value = (np.float32(1.0) - m) * constant.value + m * value
@@ -175,7 +191,9 @@ class Model(BackendModel):
 
     # -- batches ----------------------------------------------------------------------------------
     def _prepare(self, batch):
-        """Only the inputs the batch holds: an update or a prediction may read a part of them."""
+        """Only the inputs the batch holds: an update or a prediction may read a part of them.
+        Lengths and CTC labels are checked first (CNTK would read a bad length as garbage)."""
+        sequences.check_batch(self.spec, batch)
         return OrderedDict((var, np.ascontiguousarray(batch[name], np.float32))
                            for name, var in self._inputs.items() if name in batch)
 
@@ -195,7 +213,13 @@ class Model(BackendModel):
     def _train_step(self, prepared, lr):
         self._set_batchnorm_counts(self._batch_size(prepared))
         self.optimizer.prepare(lr)
-        _, outputs = self._trainer.train_minibatch(prepared.native, outputs=[self._loss.output])
+        moments = self._step_moments
+        wanted = [self._loss.output] + [v.output for _, pair in moments for v in pair]
+        _, outputs = self._trainer.train_minibatch(prepared.native, outputs=wanted)
+        rows = self._batch_size(prepared)
+        for name, (mean, variance) in moments:
+            self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
+                                    outputs[variance.output])
         return float(outputs[self._loss.output])
 
     def synchronize(self):
