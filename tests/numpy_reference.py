@@ -210,6 +210,98 @@ OPS = {
 }
 
 
+# -- recurrent models ----------------------------------------------------------------------
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def valid_positions(lengths, t):
+    """(N, T) True where t < length."""
+    return np.arange(t)[None, :] < np.asarray(lengths).reshape(-1, 1)
+
+
+def lstm_step(x, h, c, p, prefix):
+    """One LSTM step on vectors: gates i, f, g, o, c' = f c + i g, h' = o tanh(c')."""
+    def gate(g):
+        return p[prefix + "w_" + g] @ x + p[prefix + "u_" + g] @ h + p[prefix + "b_" + g]
+    i, f, o = _sigmoid(gate("i")), _sigmoid(gate("f")), _sigmoid(gate("o"))
+    c = f * c + i * np.tanh(gate("g"))
+    return o * np.tanh(c), c
+
+
+def gru_step(x, h, c, p, prefix):
+    """One GRU step, reset after the recurrent matmul: n = tanh(W_n x + b_in + r (U_n h + b_hn))."""
+    r = _sigmoid(p[prefix + "w_r"] @ x + p[prefix + "u_r"] @ h + p[prefix + "b_r"])
+    z = _sigmoid(p[prefix + "w_z"] @ x + p[prefix + "u_z"] @ h + p[prefix + "b_z"])
+    n = np.tanh(p[prefix + "w_n"] @ x + p[prefix + "b_in"] + r * (p[prefix + "u_n"] @ h + p[prefix + "b_hn"]))
+    return (1.0 - z) * n + z * h, c
+
+
+def recurrent_direction(step, x, lengths, p, prefix, reverse):
+    """(N, T, H): each example's valid steps in order (reversed within its length for the
+    backward direction), outputs written at their own time; padding stays 0."""
+    units = p[prefix + "b_" + ("i" if step is lstm_step else "r")].shape[0]
+    out = np.zeros(x.shape[:2] + (units,))
+    for b, length in enumerate(np.asarray(lengths).reshape(-1)):
+        h, c = np.zeros(units), np.zeros(units)
+        times = range(length - 1, -1, -1) if reverse else range(length)
+        for t in times:
+            h, c = step(x[b, t], h, c, p, prefix)
+            out[b, t] = h
+    return out
+
+
+def recurrent(xs, p, a, step):
+    x, lengths = xs
+    dirs = ("fw", "bw") if a["bidirectional"] else ("fw",)
+    for layer in range(a["num_layers"]):
+        outs = [recurrent_direction(step, x, lengths, p, "l{}.{}.".format(layer, d), d == "bw")
+                for d in dirs]
+        last = layer == a["num_layers"] - 1
+        x = sum(outs) if last and a["merge"] == "sum" else np.concatenate(outs, axis=-1)
+    return x
+
+
+def additive_attention(query, memory, lengths, p):
+    """e[t, s] = v . tanh(W_q q_t + W_m m_s), -1e9 past the memory's length; c_t = softmax(e) m."""
+    keys = memory @ p["w_memory"].T  # (N, S, A)
+    queries = query @ p["w_query"].T  # (N, T, A)
+    scores = np.tanh(queries[:, :, None, :] + keys[:, None, :, :]) @ p["v"]  # (N, T, S)
+    valid = valid_positions(lengths, memory.shape[1])[:, None, :]
+    scores = np.where(valid, scores, -1e9)
+    return softmax(scores) @ memory
+
+
+def sequence_batchnorm(x, lengths, p, a, training):
+    """Features normalised with statistics over the batch's valid steps; padding gives 0."""
+    valid = valid_positions(lengths, x.shape[1])
+    if training or not a["track_running_stats"]:
+        cells = x[valid]  # (valid steps, D)
+        mean, var = cells.mean(axis=0), cells.var(axis=0)
+    else:
+        mean, var = p["running_mean"], p["running_var"]
+    y = (x - mean) / np.sqrt(var + a["eps"]) * p["gamma"] + p["beta"]
+    return y * valid[:, :, None]
+
+
+def lengths_after_conv(lengths, a):
+    (before, after), k = a["padding"], a["kernel"]
+    out = (np.asarray(lengths) + before + after - a["dilation"] * (k - 1) - 1) // a["stride"] + 1
+    return np.maximum(out, 1)
+
+
+OPS.update({
+    "lstm": lambda xs, p, a, training, mask: recurrent(xs, p, a, lstm_step),
+    "gru": lambda xs, p, a, training, mask: recurrent(xs, p, a, gru_step),
+    "additive_attention": lambda xs, p, a, training, mask: additive_attention(xs[0], xs[1], xs[2], p),
+    "sequence_batchnorm": lambda xs, p, a, training, mask: sequence_batchnorm(xs[0], xs[1], p, a, training),
+    "clipped_relu": lambda xs, p, a, training, mask: np.clip(xs[0], 0.0, a["ceiling"]),
+    "transpose": lambda xs, p, a, training, mask:
+        xs[0].transpose((0,) + tuple(i + 1 for i in a["perm"])),
+    "lengths_after_conv": lambda xs, p, a, training, mask: lengths_after_conv(xs[0], a),
+})
+
+
 def forward(graph, weights, batch, training=False, masks=None):
     """Every node's output (float64), in graph order. ``masks``: dropout node name -> keep mask."""
     values = OrderedDict()
@@ -245,7 +337,66 @@ def softmax_cross_entropy(logits, labels, label_smoothing=0.0, ignore_index=None
     return float(-(q * log_p).sum() / len(y))
 
 
+def log_softmax(z, axis=-1):
+    z = z - z.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def ctc_example(logits, labels, blank=0):
+    """-log p(labels | logits (T, C)) by the alpha recursion over the blank-extended labels
+    (b, l1, b, l2, ..., b), in log space."""
+    logp = log_softmax(np.asarray(logits, np.float64))
+    ext = [blank]
+    for label in labels:
+        ext += [int(label), blank]
+    alpha = np.full(len(ext), -np.inf)
+    alpha[0] = logp[0, ext[0]]
+    if len(ext) > 1:
+        alpha[1] = logp[0, ext[1]]
+    for t in range(1, len(logp)):
+        prev, alpha = alpha, np.full(len(ext), -np.inf)
+        for s, k in enumerate(ext):
+            terms = [prev[s]] + ([prev[s - 1]] if s >= 1 else [])
+            if s >= 2 and k != blank and k != ext[s - 2]:
+                terms.append(prev[s - 2])
+            alpha[s] = np.logaddexp.reduce(terms) + logp[t, k]
+    return -np.logaddexp.reduce(alpha[-2:] if len(ext) > 1 else alpha[-1:])
+
+
+def ctc(logits, labels, input_lengths, label_lengths, blank=0):
+    """The spec's reduction: each example's summed cost, averaged over the batch."""
+    costs = [ctc_example(z[:int(t)], y[:int(n)], blank)
+             for z, y, t, n in zip(logits, labels, input_lengths, label_lengths)]
+    return float(np.mean(costs))
+
+
+def loss_term(kind, values, attrs):
+    """One loss term of a training program (tbdzoo/spec/losses.py) on float64 values."""
+    if kind == "softmax_cross_entropy":
+        return softmax_cross_entropy(values["logits"], values["labels"], attrs["label_smoothing"],
+                                     attrs["ignore_index"])
+    if kind == "ctc":
+        return ctc(values["logits"], values["labels"], values["input_lengths"],
+                   values["label_lengths"], attrs["blank"])
+    if kind == "mean":
+        return float(np.mean(values["x"]))
+    if kind == "norm_penalty":
+        x = np.asarray(values["x"]).reshape(len(values["x"]), -1)
+        return float(np.mean((np.sqrt((x ** 2).sum(axis=1)) - attrs["target"]) ** 2))
+    raise NotImplementedError("no NumPy reference for loss kind {!r}".format(kind))
+
+
 def loss(graph, outputs, batch):
+    """The graph's loss, or the first phase's objective of its training program."""
+    if graph.program is not None:
+        program = graph.program
+        total = 0.0
+        for name, weight in program.objectives[program.phases[0]["objective"]]:
+            term = program.losses[name]
+            values = {role: outputs[v] if v in outputs else np.asarray(batch[v])
+                      for role, v in term["inputs"].items()}
+            total += weight * loss_term(term["kind"], values, term["attrs"])
+        return total
     spec = graph.loss
     return softmax_cross_entropy(outputs[spec["logits"]], batch[spec["labels"]],
                                  spec.get("label_smoothing", 0.0), spec.get("ignore_index"))

@@ -90,14 +90,14 @@ class Graph(object):
             if i not in self.nodes and i not in self.inputs:
                 raise ValueError("node {!r}: input {!r} is not defined yet".format(name, i))
         definition = _ops.get(op)
-        attrs = definition.normalize(attrs)
         in_shapes = [self.shape_of(i) for i in inputs]
         in_dtypes = [self.dtype_of(i) for i in inputs]
         try:
+            attrs = definition.normalize(attrs)
             shape = definition.infer_shape(in_shapes, attrs)
+            dtype = definition.out_dtype(in_dtypes, attrs)
         except (ValueError, AssertionError, IndexError) as e:
             raise ValueError("node {!r} ({}): {}".format(name, op, e))
-        dtype = definition.out_dtype(in_dtypes, attrs)
         self.nodes[name] = Node(name, op, inputs, attrs, shape, dtype)
         self._params = None
         return name

@@ -25,15 +25,20 @@ def _fans(shape):
 
 
 def initial_value(param, seed):
-    kind, args = param.init[0], param.init[1:]
-    shape = param.shape
+    return _value(param.name, param.shape, tuple(param.init), seed)
+
+
+def _value(name, shape, init, seed):
+    kind, args = init[0], init[1:]
+    if kind == "shifted":  # ("shifted", c, inner): inner's value plus c (an LSTM forget bias)
+        return (_value(name, shape, tuple(args[1]), seed) + np.float32(args[0])).astype(np.float32)
     if kind == "zeros":
         return np.zeros(shape, np.float32)
     if kind == "ones":
         return np.ones(shape, np.float32)
     if kind == "constant":
         return np.full(shape, args[0], np.float32)
-    rng = _rng(seed, param.name)
+    rng = _rng(seed, name)
     fan_in, fan_out = _fans(shape)
     if kind == "he_normal":
         fan = fan_out if args and args[0] == "fan_out" else fan_in
@@ -46,7 +51,7 @@ def initial_value(param, seed):
     elif kind == "normal":
         value = rng.normal(0.0, args[0], shape)
     else:
-        raise ValueError("parameter {}: unknown initialiser {!r}".format(param.name, kind))
+        raise ValueError("parameter {}: unknown initialiser {!r}".format(name, kind))
     return value.astype(np.float32)
 
 

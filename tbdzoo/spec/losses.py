@@ -90,3 +90,68 @@ class NormPenalty(LossDef):
     def check(self, graph, inputs, attrs, name):
         if graph.dtype_of(inputs["x"]) != "float32":
             self._fail(name, self.kind, "x must be a float32 value")
+
+
+@register
+class CTC(LossDef):
+    """Connectionist temporal classification over unnormalised scores (the backend applies
+    log-softmax over C). Per example: -log p(labels[:label_length] | the first input_length
+    frames), blank = class 0. Reduction: the SUM per example, the MEAN over the batch (warp-ctc's
+    summed cost averaged over examples, so the learning rate does not scale with the batch; not
+    PyTorch's 'mean', which also divides by each label length)."""
+    kind = "ctc"
+    inputs = ("logits", "labels", "input_lengths", "label_lengths")
+    defaults = {"blank": 0}
+
+    def check(self, graph, inputs, attrs, name):
+        logits, labels = graph.shape_of(inputs["logits"]), graph.shape_of(inputs["labels"])
+        if len(logits) != 2 or logits[1] < 2:
+            self._fail(name, self.kind, "logits must be (T, C) with C >= 2 (blank and at least "
+                       "one label), got {}".format(logits))
+        if graph.dtype_of(inputs["logits"]) != "float32":
+            self._fail(name, self.kind, "logits must be float32")
+        if len(labels) != 1 or graph.dtype_of(inputs["labels"]) != "int32":
+            self._fail(name, self.kind, "labels must be (L,) int32 label ids padded with 0, got "
+                       "{} {}".format(labels, graph.dtype_of(inputs["labels"])))
+        for role in ("input_lengths", "label_lengths"):
+            if tuple(graph.shape_of(inputs[role])) != () or \
+                    graph.dtype_of(inputs[role]) != "int32":
+                self._fail(name, self.kind, "{} must be one int32 per example (shape ()), got "
+                           "{} {}".format(role, graph.shape_of(inputs[role]),
+                                          graph.dtype_of(inputs[role])))
+        if attrs["blank"] != 0:
+            self._fail(name, self.kind, "only blank=0 is supported (every backend's kernel "
+                       "agrees on it); renumber the classes so the blank is 0")
+
+
+def ctc_required_frames(labels):
+    """Frames a CTC alignment of ``labels`` needs: one per label plus one blank between each
+    pair of equal neighbours."""
+    labels = [int(v) for v in labels]
+    return len(labels) + sum(1 for a, b in zip(labels, labels[1:]) if a == b)
+
+
+def check_ctc_batch(labels, input_lengths, label_lengths, num_frames, num_classes, name="ctc"):
+    """Raise ValueError naming the first example a CTC loss cannot score: a length outside
+    [1, T] or [0, L], a label id outside [1, C), or more labels than its frames can align.
+    Arguments are per-batch sequences (NumPy arrays or lists)."""
+    max_labels = len(labels[0]) if len(labels) else 0
+    for n, (row, t, l) in enumerate(zip(labels, input_lengths, label_lengths)):
+        t, l = int(t), int(l)
+        if not 1 <= t <= num_frames:
+            raise ValueError("loss {!r} (ctc): example {}: input_length {} is outside [1, {}]"
+                             .format(name, n, t, num_frames))
+        if not 0 <= l <= max_labels:
+            raise ValueError("loss {!r} (ctc): example {}: label_length {} is outside [0, {}]"
+                             .format(name, n, l, max_labels))
+        used = [int(v) for v in row[:l]]
+        bad = [v for v in used if not 1 <= v < num_classes]
+        if bad:
+            raise ValueError("loss {!r} (ctc): example {}: label id {} is outside [1, {}) "
+                             "(0 is the blank)".format(name, n, bad[0], num_classes))
+        need = ctc_required_frames(used)
+        if need > t:
+            raise ValueError("loss {!r} (ctc): example {}: {} labels need {} frames (one per "
+                             "label and a blank between repeats) but input_length is {}; "
+                             "shorten the labels or lengthen the input".format(
+                                 name, n, l, need, t))

@@ -567,3 +567,288 @@ class ChannelLayerNormInputGrad(_InputGrad):
 
     def flops(self, in_shapes, out, a):
         return 12 * _prod(out)
+
+
+# -- recurrent models: Seq2Seq and Deep Speech 2 ----------------------------------------------
+# Sequences are (T, D) per example with a per-example length () int32 input, 1 <= length <= T;
+# positions t >= length are padding and every op below writes exactly 0 there.
+
+def _check_lengths(shape, what="lengths"):
+    if tuple(shape) != ():
+        raise ValueError("{} must be one int32 per example (shape ()), got {}".format(what, shape))
+
+
+def _check_int32(dtype, what="lengths"):
+    if dtype != "int32":
+        raise ValueError("{} must be int32, got {}".format(what, dtype))
+
+
+def _check_init(init, what):
+    if not isinstance(init, tuple) or not init or not isinstance(init[0], str):
+        raise ValueError("{} must be an initialiser tuple such as ('uniform', 0.1), not {!r}"
+                         .format(what, init))
+    return init
+
+
+class _Recurrent(OpDef):
+    """A (multi-layer, optionally bidirectional) recurrent layer over (T, D) with lengths.
+
+    Directions of stacked layers are concatenated (as cuDNN does); ``merge`` says how the two
+    directions of the last layer combine. The backward direction reads each sequence reversed
+    within its own length and writes its outputs back in forward time order."""
+    gates = ()
+    biases = ()
+    required = ("units",)
+    defaults = {"num_layers": 1, "bidirectional": False, "merge": "concat", "init": None}
+
+    def canonical(self, a):
+        for key in ("units", "num_layers"):
+            if not isinstance(a[key], int) or isinstance(a[key], bool) or a[key] < 1:
+                raise ValueError("{} {} must be an integer >= 1, not {!r}".format(
+                    self.name, key, a[key]))
+        if a["merge"] not in ("concat", "sum"):
+            raise ValueError("{} merge must be 'concat' or 'sum', not {!r}".format(
+                self.name, a["merge"]))
+        if not isinstance(a["bidirectional"], bool):
+            raise ValueError("{} bidirectional must be True or False".format(self.name))
+        if a["init"] is None:  # PyTorch's default: U(-1/sqrt(H), 1/sqrt(H)) for every tensor
+            a["init"] = ("uniform", 1.0 / a["units"] ** 0.5)
+        a["init"] = _check_init(tuple(a["init"]), "{} init".format(self.name))
+        return a
+
+    @staticmethod
+    def directions(a):
+        return ("fw", "bw") if a["bidirectional"] else ("fw",)
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 2:
+            raise ValueError("{} takes inputs [x, lengths], got {} input(s)".format(
+                self.name, len(in_shapes)))
+        if len(in_shapes[0]) != 2:
+            raise ValueError("x must be a sequence (T, D), got {}".format(in_shapes[0]))
+        _check_lengths(in_shapes[1])
+        dirs = len(self.directions(a))
+        return (in_shapes[0][0], a["units"] * (dirs if a["merge"] == "concat" else 1))
+
+    def out_dtype(self, in_dtypes, a):
+        _check_int32(in_dtypes[1])
+        return "float32"
+
+    def layer_inputs(self, in_shapes, a):
+        """D_l for each layer: D, then H * dirs."""
+        h, dirs = a["units"], len(self.directions(a))
+        return [in_shapes[0][1]] + [h * dirs] * (a["num_layers"] - 1)
+
+    def bias_init(self, bias, a):
+        return a["init"]
+
+    def params(self, in_shapes, a):
+        h, p = a["units"], OrderedDict()
+        for layer, d_in in enumerate(self.layer_inputs(in_shapes, a)):
+            for d in self.directions(a):
+                prefix = "l{}.{}.".format(layer, d)
+                for g in self.gates:
+                    p[prefix + "w_" + g] = ((h, d_in), a["init"], True)
+                for g in self.gates:
+                    p[prefix + "u_" + g] = ((h, h), a["init"], True)
+                for b in self.biases:
+                    p[prefix + b] = ((h,), self.bias_init(b, a), True)
+        return p
+
+    elementwise = 0  # element-wise FLOPs per unit and step
+
+    def flops(self, in_shapes, out, a):
+        t, h, gates = in_shapes[0][0], a["units"], len(self.gates)
+        dirs = len(self.directions(a))
+        total = sum(dirs * t * (2 * gates * h * (d_in + h) + self.elementwise * h)
+                    for d_in in self.layer_inputs(in_shapes, a))
+        if dirs == 2 and a["merge"] == "sum":
+            total += t * h
+        return total
+
+
+@register
+class LSTM(_Recurrent):
+    """Gates i, f, g, o; c' = f c + i g, h' = o tanh(c'); one bias per gate. ``forget_bias`` is
+    added to b_f's initial value only (TF NMT's forget_bias=1.0 on U(-0.1, 0.1) is
+    init=('uniform', 0.1), forget_bias=1.0): the cell itself adds no constant."""
+    name = "lstm"
+    gates = ("i", "f", "g", "o")
+    biases = ("b_i", "b_f", "b_g", "b_o")
+    defaults = dict(_Recurrent.defaults, forget_bias=0.0)
+    elementwise = 13  # 4 bias adds, 4 activations, c' (3), tanh(c'), h'
+
+    def canonical(self, a):
+        a = _Recurrent.canonical(self, a)
+        if not isinstance(a["forget_bias"], (int, float)) or isinstance(a["forget_bias"], bool):
+            raise ValueError("lstm forget_bias must be a number, not {!r}".format(a["forget_bias"]))
+        a["forget_bias"] = float(a["forget_bias"])
+        return a
+
+    def bias_init(self, bias, a):
+        if bias == "b_f" and a["forget_bias"]:
+            return ("shifted", a["forget_bias"], a["init"])
+        return a["init"]
+
+
+@register
+class GRU(_Recurrent):
+    """Gates r, z, n with the reset applied after the recurrent matmul (cuDNN, PyTorch, MXNet,
+    Keras reset_after=True): n = tanh(W_n x + b_in + r (U_n h + b_hn)), h' = (1 - z) n + z h."""
+    name = "gru"
+    gates = ("r", "z", "n")
+    biases = ("b_r", "b_z", "b_in", "b_hn")
+    elementwise = 12  # 4 bias adds, 3 activations, r (.), h' (3), one more add
+
+
+@register
+class AdditiveAttention(OpDef):
+    """Bahdanau attention without biases (TF's BahdanauAttention, normalize=False).
+
+    inputs query (T, Dq), memory (S, Dm), memory_lengths (); e[t, s] = v . tanh(W_q q_t +
+    W_m m_s), -1e9 for s >= memory_length (multi_head_attention's mask constant), softmax over
+    s; output c_t = sum_s alpha[t, s] m_s, (T, Dm). ``init`` None is PyTorch dense's
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) per tensor (v's fan-in is A)."""
+    name = "additive_attention"
+    required = ("units",)
+    defaults = {"init": None}
+
+    def canonical(self, a):
+        if not isinstance(a["units"], int) or isinstance(a["units"], bool) or a["units"] < 1:
+            raise ValueError("additive_attention units must be an integer >= 1, not {!r}".format(
+                a["units"]))
+        if a["init"] is not None:
+            a["init"] = _check_init(tuple(a["init"]), "additive_attention init")
+        return a
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 3:
+            raise ValueError("additive_attention takes inputs [query, memory, memory_lengths], "
+                             "got {} input(s)".format(len(in_shapes)))
+        q, m, lengths = in_shapes
+        if len(q) != 2 or len(m) != 2:
+            raise ValueError("query {} and memory {} must be sequences (T, D)".format(q, m))
+        _check_lengths(lengths, "memory_lengths")
+        return (q[0], m[1])
+
+    def out_dtype(self, in_dtypes, a):
+        _check_int32(in_dtypes[2], "memory_lengths")
+        return "float32"
+
+    def params(self, in_shapes, a):
+        (t, dq), (s, dm), units = in_shapes[0], in_shapes[1], a["units"]
+
+        def init(fan_in):
+            return a["init"] if a["init"] is not None else ("uniform", 1.0 / fan_in ** 0.5)
+        return OrderedDict([("w_query", ((units, dq), init(dq), True)),
+                            ("w_memory", ((units, dm), init(dm), True)),
+                            ("v", ((units,), init(units), True))])
+
+    def flops(self, in_shapes, out, a):
+        (t, dq), (s, dm), units = in_shapes[0], in_shapes[1], a["units"]
+        projections = 2 * units * (t * dq + s * dm)
+        scores = t * s * (units + units + 2 * units)  # add, tanh, dot with v
+        return projections + scores + 5 * t * s + 2 * t * s * dm
+
+
+@register
+class SequenceBatchNorm(BatchNorm):
+    """inputs [x (T, D), lengths]: normalises features (the last axis) with statistics over the
+    batch and the valid time steps only; padded positions give 0, in training and inference.
+    Attributes, parameters and running statistics as ``batchnorm`` (running_var unbiased over
+    the n valid positions)."""
+    name = "sequence_batchnorm"
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 2:
+            raise ValueError("sequence_batchnorm takes inputs [x, lengths], got {} input(s)"
+                             .format(len(in_shapes)))
+        if len(in_shapes[0]) != 2:
+            raise ValueError("x must be a sequence (T, D), got {}".format(in_shapes[0]))
+        _check_lengths(in_shapes[1])
+        return in_shapes[0]
+
+    def out_dtype(self, in_dtypes, a):
+        _check_int32(in_dtypes[1])
+        return "float32"
+
+    def params(self, in_shapes, a):
+        return BatchNorm.params(self, [(in_shapes[0][-1],)], a)
+
+
+@register
+class ClippedReLU(OpDef):
+    """min(max(x, 0), ceiling) (Deep Speech 2 clips at 20); gradient 1 strictly inside
+    (0, ceiling), 0 elsewhere, at both ends included."""
+    name = "clipped_relu"
+    defaults = {"ceiling": 20.0}
+
+    def canonical(self, a):
+        if not isinstance(a["ceiling"], (int, float)) or isinstance(a["ceiling"], bool) or \
+                not a["ceiling"] > 0:
+            raise ValueError("clipped_relu ceiling must be a number > 0, not {!r}".format(
+                a["ceiling"]))
+        a["ceiling"] = float(a["ceiling"])
+        return a
+
+
+@register
+class Transpose(OpDef):
+    """Permutes the example's axes (the batch axis stays first): perm (1, 0, 2) turns
+    (C, T, F) into (T, C, F)."""
+    name = "transpose"
+    required = ("perm",)
+
+    def canonical(self, a):
+        a["perm"] = tuple(a["perm"])
+        return a
+
+    def infer_shape(self, in_shapes, a):
+        shape, perm = in_shapes[0], a["perm"]
+        if sorted(perm) != list(range(len(shape))):
+            raise ValueError("perm {} is not a permutation of the example axes 0..{} of {}"
+                             " (the batch axis is not counted)".format(perm, len(shape) - 1, shape))
+        return tuple(shape[i] for i in perm)
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+@register
+class LengthsAfterConv(OpDef):
+    """The valid length after a convolution along one axis: floor((L + before + after -
+    dilation (kernel - 1) - 1) / stride) + 1, at least 1. int32 in and out, no gradient."""
+    name = "lengths_after_conv"
+    required = ("kernel",)
+    defaults = {"stride": 1, "padding": (0, 0), "dilation": 1}
+
+    def canonical(self, a):
+        for key in ("kernel", "stride", "dilation"):
+            if not isinstance(a[key], int) or isinstance(a[key], bool) or a[key] < 1:
+                raise ValueError("lengths_after_conv {} must be an integer >= 1 (one axis), not "
+                                 "{!r}".format(key, a[key]))
+        pad = a["padding"]
+        pad = (pad, pad) if isinstance(pad, int) else tuple(pad)
+        if len(pad) != 2 or any(not isinstance(p, int) or p < 0 for p in pad):
+            raise ValueError("lengths_after_conv padding must be (before, after) of one axis, "
+                             "not {!r}".format(a["padding"]))
+        a["padding"] = pad
+        return a
+
+    def infer_shape(self, in_shapes, a):
+        _check_lengths(in_shapes[0])
+        return ()
+
+    def out_dtype(self, in_dtypes, a):
+        _check_int32(in_dtypes[0])
+        return "int32"
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+def length_after_conv(length, a):
+    """The formula of ``lengths_after_conv`` on one integer (or a NumPy int array)."""
+    out = (length + a["padding"][0] + a["padding"][1] - a["dilation"] * (a["kernel"] - 1) - 1) \
+        // a["stride"] + 1
+    return max(out, 1) if isinstance(out, int) else out.clip(min=1)
