@@ -83,13 +83,6 @@ def parallel_sentences(batch_size, src_len, tgt_len, src_vocab, tgt_vocab, pad_i
             "tgt_lengths": tgt_lengths, "labels": labels}
 
 
-def ctc_steps_needed(labels):
-    """The fewest input steps CTC needs for a label sequence: its length plus one blank between
-    each pair of equal neighbours."""
-    labels = np.asarray(labels)
-    return int(len(labels) + np.count_nonzero(labels[1:] == labels[:-1]))
-
-
 def utterances(batch_size, max_frames, num_classes, steps_of, max_label_length,
                chars_per_second=15.0, min_fraction=0.5, min_frames=1, sample_rate=16000,
                window_ms=20.0, hop_ms=10.0, seed=0):
@@ -104,6 +97,7 @@ def utterances(batch_size, max_frames, num_classes, steps_of, max_label_length,
     frames. Returns ``spectrogram`` (N, T, bins), ``spectrogram_lengths``, ``labels`` (N, L)
     and ``label_lengths``.
     """
+    from ..spec.losses import ctc_required_frames
     from . import spectrogram as front
     rng = np.random.RandomState(seed)
     hop = front.hop_samples(sample_rate, hop_ms)
@@ -121,7 +115,7 @@ def utterances(batch_size, max_frames, num_classes, steps_of, max_label_length,
         spect[i, :frames] = front.spectrogram(audio, sample_rate, window_ms, hop_ms)
         count = int(round(frames * hop_ms / 1000.0 * chars_per_second))
         text = rng.randint(1, num_classes, size=max(1, min(count, max_label_length)))
-        while len(text) > 1 and ctc_steps_needed(text) > steps_of(frames):
+        while len(text) > 1 and ctc_required_frames(text) > steps_of(frames):
             text = text[:-1]
         labels[i, :len(text)] = text
         label_lengths[i] = len(text)

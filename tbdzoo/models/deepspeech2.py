@@ -24,6 +24,7 @@ import numpy as np
 
 from ..datasets import spectrogram, synthetic
 from ..spec import Graph
+from ..spec.losses import ctc_required_frames
 from ..spec.program import Program, optimizer_of, schedule_of
 from .constraints import integer, integers, number
 from .registry import register_model
@@ -154,7 +155,7 @@ def check_batch(hp, batch):
                              label_lengths[row]))
     steps = output_steps(hp, lengths)
     for row in range(len(labels)):
-        need = synthetic.ctc_steps_needed(labels[row, :label_lengths[row]])
+        need = ctc_required_frames(labels[row, :label_lengths[row]])
         if need > steps[row]:
             raise ValueError(
                 "batch['labels'][{}] has {} characters, which CTC needs {} output steps to "
