@@ -202,6 +202,7 @@ def test_the_shared_layer_is_python36_and_framework_free():
     code = ("import sys\n"
             "import tbdzoo.backends.common.attention, tbdzoo.backends.common.kernels\n"
             "import tbdzoo.backends.common.optimizers, tbdzoo.backends.common.pooling\n"
+            "import tbdzoo.backends.common.sequences\n"
             "import tbdzoo.backends.common.op_support as s\n"
             "assert not s.missing('cntk')\n"
             "print(sorted(m for m in ('cntk', 'torch', 'tensorflow', 'mxnet') if m in sys.modules))\n")

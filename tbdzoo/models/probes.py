@@ -8,12 +8,19 @@ and padding asymmetric on purpose: they expose layout and padding mistakes.
 Probes take the hyperparameters too: ``sequence_length`` sizes the (T, D) inputs and
 ``dropout`` is the dropout probe's rate (0 in consistency runs, whose backends draw different
 masks; tests/test_dropout.py raises both to measure the masks).
+
+Lengths inputs follow one naming convention: an int32 input of shape () named ``<x>_lengths``
+holds the valid length of input ``<x>``'s first axis (its time axis). The batch maker draws them
+ragged, one example at full length and one short, and draws the CTC probe's labels so that
+every example can be aligned with its frames.
 """
 from collections import OrderedDict
 
 import numpy as np
 
 from ..spec import Graph
+from ..spec.program import single_objective
+from ..backends.common import sequences
 from .constraints import integer
 from .registry import ModelDef
 
@@ -259,13 +266,113 @@ def channel_layernorm_input_grad(g, hp):
                           shared={"gamma": "ln.gamma"}))
 
 
+# -- recurrent models: every lengths input is named <x>_lengths (see the module docstring) ----
+def _ragged(g, t=6, d=3, name="x"):
+    x = g.input(name, (t, d))
+    return x, g.input(name + "_lengths", (), dtype="int32")
+
+
+def lstm(g, hp):
+    return _head(g, g.add("rnn", "lstm", list(_ragged(g)), units=4))
+
+
+def lstm_bidirectional_sum(g, hp):
+    """Two layers whose directions are concatenated between them and summed at the end; the
+    NMT initialisation (U(-0.1, 0.1) plus a forget bias of 1) at a larger range."""
+    return _head(g, g.add("rnn", "lstm", list(_ragged(g)), units=3, num_layers=2,
+                          bidirectional=True, merge="sum", init=("uniform", 0.3),
+                          forget_bias=1.0))
+
+
+def gru(g, hp):
+    return _head(g, g.add("rnn", "gru", list(_ragged(g)), units=4))
+
+
+def gru_bidirectional(g, hp):
+    return _head(g, g.add("rnn", "gru", list(_ragged(g)), units=3, bidirectional=True))
+
+
+def additive_attention(g, hp):
+    """Queries over a ragged memory: memory rows past each length must get no weight."""
+    query = g.input("query", (4, 6))
+    memory, lengths = _ragged(g, t=5, d=3, name="memory")
+    return _head(g, g.add("attn", "additive_attention", [query, memory, lengths], units=5))
+
+
+def sequence_batchnorm(g, hp):
+    x, lengths = _ragged(g, t=6, d=4)
+    return _head(g, g.add("bn", "sequence_batchnorm", [x, lengths], eps=1e-5, momentum=0.1))
+
+
+def clipped_relu(g, hp):
+    """A ceiling of 0.5 on standard-normal inputs: both ends clip."""
+    return _head(g, g.add("clip", "clipped_relu", _image(g), ceiling=0.5))
+
+
+def transpose(g, hp):
+    """(C, T, F) -> (T, C, F), then a convolution that sees whether the element order moved."""
+    y = g.add("tr", "transpose", _image(g, 3, 5, 4), perm=(1, 0, 2))
+    return _head(g, g.add("conv", "conv2d", y, filters=2, kernel=(2, 3), padding=((0, 1), (1, 0))))
+
+
+def ctc(g, hp):
+    """Deep Speech 2 in miniature: a strided convolution over (time, frequency), the lengths it
+    leaves, a bidirectional GRU over them and CTC over 5 classes (blank 0)."""
+    x, lengths = _ragged(g, t=9, d=4)
+    y = g.add("image", "reshape", x, shape=(1, 9, 4))
+    y = g.add("conv", "conv2d", y, filters=2, kernel=3, stride=(2, 1), padding=1, use_bias=True)
+    y = g.add("clip", "clipped_relu", y, ceiling=20.0)
+    y = g.add("tr", "transpose", y, perm=(1, 0, 2))
+    y = g.add("frames", "reshape", y, shape=(5, 8))
+    frames = g.add("frame_lengths", "lengths_after_conv", lengths, kernel=3, stride=2,
+                   padding=(1, 1))
+    y = g.add("rnn", "gru", [y, frames], units=3, bidirectional=True, merge="sum")
+    y = g.add("bn", "sequence_batchnorm", [y, frames])
+    logits = g.add("logits", "dense", y, units=HPARAMS["num_classes"])
+    labels = g.input("labels", (3,), dtype="int32", role="target")
+    label_lengths = g.input("labels_lengths", (), dtype="int32", role="target")
+    g.set_output(logits)
+    g.set_program(single_objective(g, hp, "ctc", logits=logits, labels=labels,
+                                   input_lengths=frames, label_lengths=label_lengths))
+    return g
+
+
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
     conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
     relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
     dropout, attention_self, attention_causal, attention_cross, tied_dense,
     batchnorm_batch_stats, concat, tanh, upsample_nearest, reshape, channel_layernorm, lerp, scale,
     stop_gradient, ones_like, conv2d_input_grad, dense_input_grad, relu_grad,
-    channel_layernorm_input_grad))
+    channel_layernorm_input_grad, lstm, lstm_bidirectional_sum, gru, gru_bidirectional,
+    additive_attention, sequence_batchnorm, clipped_relu, transpose, ctc))
+
+
+def ragged_lengths(rng, batch_size, t):
+    """Lengths in [1, t]: the first example at full length, the last one short (about half)."""
+    lengths = rng.randint(1, t + 1, size=batch_size)
+    lengths[0] = t
+    if batch_size > 1:
+        lengths[-1] = max(1, t // 2)
+    return lengths.astype(np.int32)
+
+
+def ctc_labels(rng, frames, max_labels, num_classes):
+    """(labels (N, max_labels), lengths (N,)): ids in [1, num_classes), padded with 0, each
+    alignable with its example's ``frames`` (one frame per label, one more per repeat). The
+    first example repeats a label when its frames allow, so the blank between repeats is
+    exercised."""
+    n = len(frames)
+    labels, lengths = np.zeros((n, max_labels), np.int32), np.zeros(n, np.int32)
+    for i, f in enumerate(frames):
+        length = rng.randint(1, min(max_labels, int(f)) + 1)
+        row = []
+        for _ in range(length):  # no two equal neighbours: length frames suffice
+            choices = [c for c in range(1, num_classes) if not row or c != row[-1]]
+            row.append(choices[rng.randint(len(choices))])
+        if i == 0 and length >= 2 and length + 1 <= f:
+            row[1] = row[0]
+        labels[i, :length], lengths[i] = row, length
+    return labels, lengths
 
 
 def _batch_for(build_graph):
@@ -275,7 +382,14 @@ def _batch_for(build_graph):
         batch = {}
         for inp in graph.inputs.values():
             shape = (batch_size,) + inp.shape
-            if inp.role == "target":
+            if _is_lengths(graph, inp):
+                if inp.role == "feature":
+                    t = graph.inputs[inp.name[:-len("_lengths")]].shape[0]
+                    batch[inp.name] = ragged_lengths(rng, batch_size, t)
+            elif inp.role == "target" and graph.program is not None and \
+                    inp.name + "_lengths" in graph.inputs:
+                pass  # CTC labels, drawn below with their lengths
+            elif inp.role == "target":
                 batch[inp.name] = rng.randint(0, hp["num_classes"], size=shape).astype(np.int32)
             elif inp.dtype == "int32":
                 tokens = rng.randint(1, hp["vocab"], size=shape).astype(np.int32)
@@ -284,8 +398,21 @@ def _batch_for(build_graph):
                 batch[inp.name] = tokens
             else:
                 batch[inp.name] = rng.standard_normal(shape).astype(np.float32)
+        for loss in (graph.program.losses.values() if graph.program is not None else ()):
+            if loss["kind"] == "ctc":
+                roles = loss["inputs"]
+                frames = sequences.resolve_lengths(graph, roles["input_lengths"], batch)
+                batch[roles["labels"]], batch[roles["label_lengths"]] = ctc_labels(
+                    rng, frames, graph.inputs[roles["labels"]].shape[0],
+                    graph.shape_of(roles["logits"])[1])
         return batch
     return make
+
+
+def _is_lengths(graph, inp):
+    """An input named <x>_lengths, int32 of shape (), where <x> is an input."""
+    return inp.name.endswith("_lengths") and inp.dtype == "int32" and inp.shape == () and \
+        inp.name[:-len("_lengths")] in graph.inputs
 
 
 def get_probe(name):

@@ -10,6 +10,7 @@ from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
 from ..base import BackendModel
+from ..common import sequences
 from . import ops, optimizers
 
 
@@ -28,9 +29,9 @@ class SpecModule(nn.Module):
         self.graph = graph
         self.input_names = [i.name for i in graph.feature_inputs()]
         for name, spec in graph.params().items():
-            owner = self._submodule(spec.owner)
+            path, _, suffix = name.rpartition(".")  # l0.fw.w_i nests below its node too
+            owner = self._submodule(path)
             value = torch.from_numpy(np.array(weights[name], np.float32))
-            suffix = name[len(spec.owner) + 1:]
             if spec.trainable:
                 owner.register_parameter(suffix, nn.Parameter(value))
             else:
@@ -292,6 +293,8 @@ class Model(BackendModel):
         return losses, grads
 
     def _prepare(self, batch):
+        sequences.check_batch(self.spec, batch)
+
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
             array = np.asarray(value, np.int64 if kind == "int32" else np.float32)

@@ -4,9 +4,11 @@ This backend is the consistency reference, so each function spells out the seman
 (see tbdzoo/spec/ops.py); where PyTorch has a native op with identical math it is used.
 """
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
+import torch.nn.utils.rnn as nn_rnn
 
 from ..common import attention, pooling
 from .fused_loss import smoothed_cross_entropy
@@ -293,5 +295,151 @@ def _norm_penalty_loss(inputs, attrs):
     return ((x.flatten(1).norm(dim=1) - attrs["target"]) ** 2).mean()
 
 
+def _ctc_loss(inputs, attrs):
+    """warp-ctc's summed cost per example, averaged over the batch: PyTorch's 'sum' divided by
+    N (its 'mean' would also divide each cost by its label length)."""
+    logits = inputs["logits"]  # float32 at least (bf16 logits under autocast)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    log_probs = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, N, C)
+    total = F.ctc_loss(log_probs, inputs["labels"], inputs["input_lengths"],
+                       inputs["label_lengths"], blank=attrs["blank"], reduction="sum",
+                       zero_infinity=False)
+    return total / logits.shape[0]
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
-           "norm_penalty": _norm_penalty_loss}
+           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss}
+
+
+# -- recurrent models ------------------------------------------------------------------------
+def valid_mask(lengths, t, dtype):
+    """(N, T) 1 where t < length, else 0."""
+    return (torch.arange(t, device=lengths.device)[None, :] < lengths[:, None]).to(dtype)
+
+
+def _host_lengths(lengths):
+    """The lengths on the CPU, as packing needs them; one copy per tensor, shared by every
+    recurrent node reading it (a deep stack syncs with the GPU once, not once per layer)."""
+    cached = getattr(lengths, "_tbdzoo_host", None)
+    if cached is None:
+        cached = lengths.detach().to("cpu", torch.int64)
+        if lengths.device.type != "cpu":
+            lengths._tbdzoo_host = cached
+    return cached
+
+
+_GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
+
+
+def recurrent_weights(p, op, num_layers, directions):
+    """The canonical per-gate tensors as PyTorch's flat RNN weights, per layer and direction:
+    weight_ih (gates H, D_l), weight_hh, bias_ih, bias_hh. Concatenation keeps autograd's path to
+    the canonical tensors. LSTM: b_ih = (b_i, b_f, b_g, b_o), b_hh = 0; GRU: b_ih = (b_r, b_z,
+    b_in), b_hh = (0, 0, b_hn), the only place cuDNN's reset-after GRU reads b_hn."""
+    gates, flat = _GATES[op], []
+    for layer in range(num_layers):
+        for d in directions:
+            q = "l{}.{}.".format(layer, d)
+            w_ih = torch.cat([p[q + "w_" + g] for g in gates])
+            w_hh = torch.cat([p[q + "u_" + g] for g in gates])
+            if op == "lstm":
+                b_ih = torch.cat([p[q + "b_" + g] for g in gates])
+                b_hh = torch.zeros_like(b_ih)
+            else:
+                zero = torch.zeros_like(p[q + "b_hn"])
+                b_ih = torch.cat([p[q + "b_r"], p[q + "b_z"], p[q + "b_in"]])
+                b_hh = torch.cat([zero, zero, p[q + "b_hn"]])
+            flat += [w_ih, w_hh, b_ih, b_hh]
+    return flat
+
+
+def _recurrent(op, inputs, p, a, training):
+    """PyTorch's fused multi-layer kernel (cuDNN on a GPU) over the packed valid steps: the
+    backward direction reads each example reversed within its length, and unpacking writes
+    exactly 0 at padded steps."""
+    x, lengths = inputs
+    n, t, _ = x.shape
+    h, directions = a["units"], ("fw", "bw") if a["bidirectional"] else ("fw",)
+    weights = recurrent_weights(p, op, a["num_layers"], directions)
+    if x.dtype != weights[0].dtype:  # under autocast: the kernel takes one dtype
+        weights = [w.to(x.dtype) for w in weights]
+    packed = nn_rnn.pack_padded_sequence(x, _host_lengths(lengths), batch_first=True,
+                                         enforce_sorted=False)
+    zeros = x.new_zeros(a["num_layers"] * len(directions), n, h)
+    with warnings.catch_warnings():  # the concatenated weights are compacted per call, knowingly
+        warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
+        if op == "lstm":
+            out = torch._VF.lstm(packed.data, packed.batch_sizes, (zeros, zeros), weights, True,
+                                 a["num_layers"], 0.0, training, a["bidirectional"])[0]
+        else:
+            out = torch._VF.gru(packed.data, packed.batch_sizes, zeros, weights, True,
+                                a["num_layers"], 0.0, training, a["bidirectional"])[0]
+    out = nn_rnn.PackedSequence(out, packed.batch_sizes, packed.sorted_indices,
+                                packed.unsorted_indices)
+    out = nn_rnn.pad_packed_sequence(out, batch_first=True, total_length=t)[0]
+    if a["bidirectional"] and a["merge"] == "sum":
+        out = out[..., :h] + out[..., h:]
+    return out
+
+
+def lstm(inputs, p, a, training):
+    return _recurrent("lstm", inputs, p, a, training)
+
+
+def gru(inputs, p, a, training):
+    return _recurrent("gru", inputs, p, a, training)
+
+
+def additive_attention(inputs, p, a, training):
+    """e = v . tanh(W_q q_t + W_m m_s), -1e9 past the memory's length, softmax over s."""
+    query, memory, lengths = inputs
+    keys = F.linear(memory, p["w_memory"])  # (N, S, A)
+    queries = F.linear(query, p["w_query"])  # (N, T, A)
+    scores = torch.matmul(torch.tanh(queries[:, :, None, :] + keys[:, None, :, :]),
+                          p["v"].to(keys.dtype))  # (N, T, S)
+    padded = torch.arange(memory.shape[1], device=memory.device)[None, None, :] >= \
+        lengths[:, None, None]
+    scores = scores.masked_fill(padded, attention.MASKED_LOGIT)
+    weights = torch.softmax(scores, dim=-1)
+    return torch.bmm(weights, memory.to(weights.dtype))
+
+
+def sequence_batchnorm(inputs, p, a, training):
+    """Statistics over the batch's valid steps only; the running update is batchnorm's
+    (new-batch weight ``momentum``, variance unbiased over the n valid steps)."""
+    x, lengths = inputs
+    mask = valid_mask(lengths, x.shape[1], x.dtype)[:, :, None]
+    if training or not a["track_running_stats"]:
+        count = mask.sum()
+        mean = (x * mask).sum(dim=(0, 1)) / count
+        var = (((x - mean) * mask) ** 2).sum(dim=(0, 1)) / count
+        if training and a["track_running_stats"]:
+            with torch.no_grad():
+                m = a["momentum"]
+                p["running_mean"].mul_(1 - m).add_(mean.detach().to(p["running_mean"].dtype), alpha=m)
+                unbiased = var.detach() * count / (count - 1).clamp(min=1)
+                p["running_var"].mul_(1 - m).add_(unbiased.to(p["running_var"].dtype), alpha=m)
+    else:
+        mean, var = p["running_mean"], p["running_var"]
+    y = (x - mean) * torch.rsqrt(var + a["eps"]) * p["gamma"] + p["beta"]
+    return y * mask
+
+
+def clipped_relu(inputs, p, a, training):
+    # hardtanh's gradient is 1 strictly inside (min, max), as the spec says (clamp's is not)
+    return F.hardtanh(inputs[0], 0.0, a["ceiling"])
+
+
+def transpose(inputs, p, a, training):
+    return inputs[0].permute((0,) + tuple(i + 1 for i in a["perm"]))
+
+
+def lengths_after_conv(inputs, p, a, training):
+    (before, after), k = a["padding"], a["kernel"]
+    out = (inputs[0] + (before + after - a["dilation"] * (k - 1) - 1)) // a["stride"] + 1
+    out = out.clamp(min=1)
+    host = getattr(inputs[0], "_tbdzoo_host", None)
+    if host is not None:  # keep the CPU copy in step, so packing needs no new sync
+        out._tbdzoo_host = ((host + (before + after - a["dilation"] * (k - 1) - 1))
+                            // a["stride"] + 1).clamp(min=1)
+    return out
