@@ -163,7 +163,8 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     assert _bench_sizes(monkeypatch) == [
         ("resnet50", "torch", None), ("resnet50", "mxnet", 8), ("transformer", "torch", None),
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),
-        ("wgan", "torch", None), ("wgan", "mxnet", 2)]
+        ("wgan", "torch", None), ("wgan", "mxnet", 2), ("seq2seq", "torch", None),
+        ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
     assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
