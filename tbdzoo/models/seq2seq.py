@@ -56,7 +56,8 @@ PAPER = {
     "grad_clip_norm": 1.0,      # [T] max_gradient_norm (clip_by_global_norm [N])
 }
 
-# Vocabularies of ~20, units of 8, one or two layers, ragged lengths of 5 to 7.
+# Vocabularies of ~20, units of 8, one or two layers, ragged lengths (4 to 7 source tokens, 3 to
+# 6 target tokens).
 TINY = dict(PAPER, src_vocab=19, tgt_vocab=17, embed_dim=6, units=8, encoder_layers=2,
             decoder_layers=1, attention_units=5, attention_layer=7, src_len=7, tgt_len=6,
             batch_size=3)
