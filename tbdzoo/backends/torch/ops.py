@@ -408,6 +408,7 @@ def sequence_batchnorm(inputs, p, a, training):
     """Statistics over the batch's valid steps only; the running update is batchnorm's
     (new-batch weight ``momentum``, variance unbiased over the n valid steps)."""
     x, lengths = inputs
+    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # statistics in fp32
     mask = valid_mask(lengths, x.shape[1], x.dtype)[:, :, None]
     if training or not a["track_running_stats"]:
         count = mask.sum()
