@@ -29,7 +29,8 @@ from ..spec.program import Program, optimizer_of, schedule_of
 from .constraints import integer, integers, number
 from .registry import register_model
 
-ALPHABET = "_ '" + "abcdefghijklmnopqrstuvwxyz"   # id 0 is CTC's blank
+# The output classes: CTC's blank (id 0, written "_"), space, apostrophe and a-z.
+ALPHABET = "_ '" + "abcdefghijklmnopqrstuvwxyz"
 
 PAPER = {
     # the front-end [D]: 16 kHz, 20 ms Hamming window, 10 ms hop: 161 bins ([T] width = 161)
@@ -46,7 +47,7 @@ PAPER = {
     "relu_ceiling": 0.0,
     "rnn_layers": 7, "rnn_units": 1760,   # [T] num_rnn_layer 7, num_hidden_rnn_list, rnn_type bigru
     "fc_units": 1760,                # [T] num_rear_fc_layers 1 of 1760, relu (0: no such layer)
-    "num_classes": 29,               # blank, space, apostrophe, a-z ([T] used bi-graphemes)
+    "num_classes": len(ALPHABET),    # 29 ([T] used bi-graphemes: docs/models.md)
     "bn_eps": 1e-3,                  # [M] batchnorm eps 0.001
     "bn_momentum": 0.1,              # [M] momentum 0.9 of the running value: new-batch weight 0.1
     "batch_size": 8,                 # [T]
