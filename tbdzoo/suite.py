@@ -21,8 +21,10 @@ from .models.registry import EXECUTION_DEFAULTS
 from .profiling.profile import failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
-# configs' own batch sizes.
-CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2}
+# configs' own batch sizes. Deep Speech 2 cannot: one 16 s utterance is 0.6 TFLOP forward
+# (docs/benchmarks.md).
+CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2, "seq2seq": 16,
+                   "deepspeech2": 1}
 
 # The device a backend's model picks when none is named, asked of the backend's own class in
 # its own environment (as a run's worker would build it), so this process imports no framework.

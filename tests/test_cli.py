@@ -19,7 +19,7 @@ def test_list_shows_models_and_backends():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: inception_v3, resnet50, transformer, wgan"),
+    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: deepspeech2, inception_v3, resnet50, seq2seq, transformer, wgan"),
     (["run", "resnet50", "--backend", "caffe"], "unknown backend 'caffe'"),
     (["bench", "--models", "vgg"], "unknown model 'vgg'"),
 ])
@@ -86,7 +86,8 @@ def main(capsys, *args):
     (["run", "resnet50", "--backend", "torch", "--set", "vocab=100"],
      "unknown hyperparameter of resnet50 'vocab'; known: batch_size, blocks"),
     (["bench", "--backends", "torch", "--set", "depth=3"],
-     "unknown hyperparameter of resnet50 or transformer or inception_v3 or wgan 'depth'; known: alpha"),
+     "unknown hyperparameter of resnet50 or transformer or inception_v3 or wgan or seq2seq or "
+     "deepspeech2 'depth'; known: alpha"),
     (["run", "resnet50", "--backend", "torch", "--set", "lr"], "NAME=VALUE, e.g. lr=0.05"),
     (["run", "resnet50", "--backend", "torch", "--precision", "fp64"], "invalid choice: 'fp64'"),
     (["run", "resnet50", "--backend", "torch", "--batch-size", "8", "--set", "batch_size=16"],
@@ -162,7 +163,8 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     assert _bench_sizes(monkeypatch) == [
         ("resnet50", "torch", None), ("resnet50", "mxnet", 8), ("transformer", "torch", None),
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),
-        ("wgan", "torch", None), ("wgan", "mxnet", 2)]
+        ("wgan", "torch", None), ("wgan", "mxnet", 2), ("seq2seq", "torch", None),
+        ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
     assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
