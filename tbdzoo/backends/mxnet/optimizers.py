@@ -193,9 +193,10 @@ class RMSProp(object):
 
         def zeros():
             return [nd.zeros(s, ctx=ctx) for s in shapes]
-        self.squares = zeros()
+        # the buffer even without momentum: every backend keeps the documented slots
+        # (tbdzoo/profiling/memory.py counts them)
+        self.squares, self.buffers = zeros(), zeros()
         self.averages = zeros() if self.centered else None
-        self.buffers = zeros() if self.centered or self.momentum else None
 
     def step(self, lr, grad_scale=1.0):
         """One update from the gradients, each times ``grad_scale`` (global-norm clipping);
