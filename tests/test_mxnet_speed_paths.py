@@ -166,3 +166,27 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     expected_buffer = reference_trajectory(spec, np.zeros(4), [np.full(4, grad)] * 3, [1e-4] * 3)
     np.testing.assert_allclose(-opt.buffers[0].asnumpy().ravel(),
                                -(expected_buffer[-1] - expected_buffer[-2]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind,hp", [
+    ("adam", {"beta1": 0.5, "beta2": 0.9, "eps": 1e-3, "weight_decay": 0.01}),
+    ("sgd", {"momentum": 0.9, "nesterov": False, "weight_decay": 0.01}),
+    ("sgd", {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("sgd", {"momentum": 0.0, "nesterov": False, "weight_decay": 0.01})],
+    ids=["adam", "sgd-momentum", "sgd-nesterov", "sgd"])
+def test_sgd_and_adam_take_the_global_norm_factor_as_their_gradient_scale(kind, hp):
+    """The clipping factor enters SGD's and Adam's fused operators too (before weight decay)."""
+    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.backends.mxnet import optimizers
+    from mxnet import nd
+    rng = np.random.RandomState(0)
+    start = rng.randn(6).astype(np.float32)
+    grads, rates = [(3 * rng.randn(6)).astype(np.float32) for _ in range(4)], [0.1, 0.05, 0.2, 0.1]
+    clip = {"kind": "global_norm", "value": 1.0}
+    (p,) = _parameters([start])
+    opt = {"adam": optimizers.Adam, "sgd": optimizers.SGD}[kind]([p], **hp)
+    for g, lr in zip(grads, rates):
+        p.grad()[:] = nd.array(g)
+        opt.step(lr, grad_scale=optimizers.gradient_scale([p], clip))
+    expected = reference_trajectory(dict(hp, kind=kind), start, grads, rates, clip)[-1]
+    np.testing.assert_allclose(p.data().asnumpy(), expected, rtol=1e-5, atol=1e-6)
