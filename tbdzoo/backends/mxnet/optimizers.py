@@ -138,7 +138,8 @@ class FlatGroup(object):
     """Several 1-D parameters (batch-norm scales and shifts, biases) updated as one array:
     gathered before the update and scattered back after, three operator calls in all, where
     one update call per array would cost Inception-v3's 190 such arrays more in queueing than
-    in work. Larger arrays stay separate: gathering them would cost passes."""
+    in work. The weights of more dimensions stay separate: they hold nearly all the values,
+    and gathering them would cost passes."""
 
     def __init__(self, params):
         self.params = list(params)
