@@ -307,8 +307,9 @@ class Model(BackendModel):
         value, stats = self._objective_backward(phase_index, native)
         self._update_statistics(self._phases[phase_index][2], stats, native["batch_size"])
         self._reduce_gradients(self._group_params[group])
-        optimizers.clip_gradients(self._group_params[group], self.program.groups[group]["clip"])
-        self._optimizers[group].step(lr)
+        scale = optimizers.gradient_scale(self._group_params[group],
+                                          self.program.groups[group]["clip"])
+        self._optimizers[group].step(lr, grad_scale=scale)
         for hook in phase["hooks"]:
             optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
         return _Pending(value, self.synchronize)

@@ -1,11 +1,11 @@
-"""The normalized SGD and Adam (tbdzoo/backends/common/optimizers.py) as fused MXNet update
-operators.
+"""The normalized SGD, Adam and RMSProp (tbdzoo/backends/common/optimizers.py,
+docs/optimizers.md) as fused MXNet update operators.
 
 MXNet's own optimizers differ: its SGD keeps ``-lr * buf`` as state (wrong when the learning
 rate changes) and its NAG is the Sutskever form; its Adam folds the bias corrections into the
-learning rate, which moves eps. The fused operators are still used, because unfused NDArray
-arithmetic is an order of magnitude slower on the CPU; the arguments below make them compute
-exactly the normalized formulas:
+learning rate, which moves eps; its RMSProp has no momentum unless centred. The fused
+operators are still used, because unfused NDArray arithmetic is an order of magnitude slower
+on the CPU; the arguments below make them compute exactly the normalized formulas:
 
   sgd_mom_update(w, g, buf, lr=-1, momentum=m, wd)   buf = m buf + (g + wd w)   (its weight
                                                      output, w + buf, goes to g's storage)
@@ -14,10 +14,14 @@ exactly the normalized formulas:
   adam_update(..., lr * sqrt(c2) / c1, eps * sqrt(c2))   with c_i = 1 - beta_i^t, equals
                                                      w -= lr (m / c1) / (sqrt(v / c2) + eps)
                                                      (``adam_kernel_arguments``)
+  RMSProp                                            see :class:`RMSProp`
 
-Every call is asynchronous; nothing here waits for the device. A stage applied to every
-parameter (RMSProp's, the running statistics' update) goes through :class:`AxpbyAll`: one
-operator call per 60 arrays instead of one per array, because on two CPU cores queueing
+Global-norm clipping enters every update as the operators' ``rescale_grad`` (a factor read
+back once per step, :func:`gradient_scale`); nothing else waits for the device. Each large
+array gets its own operator call: MXNet's multi-array updates visit every array at every
+index up to the largest one's size, and over Inception-v3's weights they took three times as
+long as one call per array. Many small arrays go together instead (:class:`AxpbyAll` for the
+running statistics, :class:`FlatGroup` for RMSProp), because on two CPU cores queueing
 Inception-v3's ~1,500 per-parameter calls took as long as a quarter of their work.
 """
 import numpy as np
@@ -41,7 +45,7 @@ _MULTI_LIMIT = 60
 
 
 class AxpbyAll(object):
-    """y_i = a_i y_i + b_i x_i for lists of arrays, in place, through
+    """y_i = a_i y_i + b_i x_i for lists of small arrays, in place, through
     preloaded_multi_sgd_update: it reads each array's lr and wd from two small device arrays,
     built once here from the fixed coefficients, and rounds as sgd_update does to within the
     last bit. Either every ``b_i`` is 0 (scaling only; ``xs`` unread) or none is."""
@@ -78,17 +82,20 @@ class SGD(object):
         self.buffers = [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params] \
             if self.momentum else None
 
-    def step(self, lr):
-        """One update from the gradients in place; the gradients' storage is used as scratch."""
+    def step(self, lr, grad_scale=1.0):
+        """One update from the gradients, each times ``grad_scale`` (global-norm clipping);
+        the gradients' storage is used as scratch."""
         for i, p in enumerate(self.params):
             w, g = p.data(), p.grad()
             if not self.momentum:
-                nd.sgd_update(w, g, lr=lr, wd=self.wd, out=w)
+                nd.sgd_update(w, g, lr=lr, wd=self.wd, rescale_grad=grad_scale, out=w)
             elif self.nesterov:
+                if grad_scale != 1.0:
+                    nd._internal._mul_scalar(g, scalar=grad_scale, out=g)
                 self._nesterov(w, g, self.buffers[i], lr)
             else:
                 nd.sgd_mom_update(w, g, self.buffers[i], lr=-1.0, momentum=self.momentum,
-                                  wd=self.wd, out=g)
+                                  wd=self.wd, rescale_grad=grad_scale, out=g)
                 nd.sgd_update(w, self.buffers[i], lr=lr, wd=0.0, out=w)
 
     def _nesterov(self, w, g, buf, lr):
@@ -111,10 +118,11 @@ class Adam(object):
         self.variances = [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]
         self.t = 0  # steps this optimizer took, for the bias corrections
 
-    def step(self, lr):
+    def step(self, lr, grad_scale=1.0):
         self.t += 1
         lr_t, eps_t = normalized.adam_kernel_arguments(lr, self.beta1, self.beta2, self.eps, self.t)
-        kw = dict(lr=lr_t, beta1=self.beta1, beta2=self.beta2, epsilon=eps_t, wd=self.wd)
+        kw = dict(lr=lr_t, beta1=self.beta1, beta2=self.beta2, epsilon=eps_t, wd=self.wd,
+                  rescale_grad=grad_scale)
         for p, m, v in zip(self.params, self.means, self.variances):
             w = p.data()
             nd.adam_update(w, p.grad(), m, v, out=w, **kw)
@@ -126,42 +134,91 @@ def make(params, hp):
     return cls(params, **normalized.hyperparameters(hp))
 
 
-class RMSProp(object):
-    """g += wd w;  v = alpha v + (1 - alpha) g^2;  d = v (centred: v - a^2, a the moving mean
-    of g);  b = momentum b + lr g / sqrt(d + eps);  w -= b  (docs/optimizers.md).
+class FlatGroup(object):
+    """Several 1-D parameters (batch-norm scales and shifts, biases) updated as one array:
+    gathered before the update and scattered back after, three operator calls in all, where
+    one update call per array would cost Inception-v3's 190 such arrays more in queueing than
+    in work. The weights of more dimensions stay separate: they hold nearly all the values,
+    and gathering them would cost passes."""
 
-    MXNet's ``rmsprop_update`` is the momentum-free step with eps inside the root, and
-    ``rmspropalex_update`` the centred one with the learning rate inside the momentum buffer
-    (its ``delta`` is -b). The non-centred step with momentum is ``rmsprop_update`` applied
-    to the buffer: b = momentum b, then b - (-lr) g / sqrt(v + eps), then w -= b."""
+    def __init__(self, params):
+        self.params = list(params)
+        sizes = [p.shape[0] for p in self.params]
+        self.indices = tuple(int(i) for i in np.cumsum([0] + sizes[:-1]))
+        ctx = self.params[0].list_ctx()[0]
+        self.weight, self.grad = nd.zeros((sum(sizes),), ctx=ctx), nd.zeros((sum(sizes),), ctx=ctx)
+        self.shape = self.weight.shape
+
+    def gather(self):
+        """(weights, gradients) as two flat arrays, copied from the parameters."""
+        nd.concat(*[p.data() for p in self.params], dim=0, out=self.weight)
+        nd.concat(*[p.grad() for p in self.params], dim=0, out=self.grad)
+        return self.weight, self.grad
+
+    def scatter(self):
+        """The updated flat weights back into the parameters."""
+        nd._internal._split_v2(self.weight, indices=self.indices, axis=0,
+                               out=[p.data() for p in self.params])
+
+
+class RMSProp(object):
+    """g = grad_scale g + wd w;  v = alpha v + (1 - alpha) g^2;  d = v (centred: v - a^2, a the
+    moving mean of g);  b = momentum b + lr g / sqrt(d + eps);  w -= b  (docs/optimizers.md).
+
+    MXNet's fused operators give the whole step in at most two passes per array, every one
+    reading ``grad_scale * g + wd * w`` (its ``rescale_grad`` and ``wd``) as the gradient:
+
+    - no momentum, not centred: ``rmsprop_update`` (eps inside the root), one pass;
+    - centred: ``rmspropalex_update``, whose ``delta`` is -b (the learning rate inside the
+      momentum buffer), one pass;
+    - momentum, not centred (MXNet has no such operator): ``rmsprop_update`` with learning
+      rate ``L = 2^64`` writes ``c = w - L s``, s = g / sqrt(v + eps), into the gradient's
+      storage; then ``sgd_mom_update(w, c, -b, lr=1, momentum, wd=lr/L, rescale_grad=-lr/L)``
+      computes ``-b <- momentum (-b) - (lr/L) w + (lr/L) c = -(momentum b + lr s)`` and
+      ``w + (-b)``. ``L`` is a power of two, so ``L s`` is exact, and large: ``c`` rounds
+      to float32 relative to ``L s`` (bounded, as |s| <= 1/sqrt(1 - alpha)), not to ``w``.
+
+    The 1-D parameters go through one :class:`FlatGroup`; state arrays start at zero."""
+
+    SCALE = 2.0 ** 64
 
     def __init__(self, params, alpha, eps, momentum, centered, weight_decay):
         self.params = list(params)
         self.alpha, self.eps, self.momentum = float(alpha), float(eps), float(momentum)
         self.centered, self.wd = bool(centered), float(weight_decay)
-        zeros = lambda: [nd.zeros(p.shape, ctx=p.list_ctx()[0]) for p in self.params]  # noqa: E731
+        flat = [p for p in self.params if len(p.shape) == 1]
+        self.flat = FlatGroup(flat) if len(flat) > 1 else None
+        self.units = [p for p in self.params if self.flat is None or len(p.shape) != 1]
+        shapes = [p.shape for p in self.units] + ([self.flat.shape] if self.flat else [])
+        ctx = self.params[0].list_ctx()[0] if self.params else None
+
+        def zeros():
+            return [nd.zeros(s, ctx=ctx) for s in shapes]
+        # the buffer even without momentum: every backend keeps the documented slots
+        # (tbdzoo/profiling/memory.py counts them)
         self.squares, self.buffers = zeros(), zeros()
         self.averages = zeros() if self.centered else None
-        n, ctx = len(self.params), (self.params[0].list_ctx()[0] if self.params else None)
-        self._decay = AxpbyAll(1.0, self.wd, n, ctx) if self.wd and n else None  # g += wd w
-        self._damp = AxpbyAll(self.momentum, 0.0, n, ctx) if n else None          # b *= momentum
-        self._apply = AxpbyAll(1.0, -1.0, n, ctx) if n else None                  # w -= b
 
-    def step(self, lr):
-        if not self.params:
-            return
-        ws, gs = [p.data() for p in self.params], [p.grad() for p in self.params]
-        if self._decay is not None:
-            self._decay(gs, ws)
-        if self.centered:
-            for w, g, v, a, b in zip(ws, gs, self.squares, self.averages, self.buffers):
-                nd.rmspropalex_update(w, g, v, a, b, lr=lr, gamma1=self.alpha,
-                                      gamma2=self.momentum, epsilon=self.eps, out=w)
-            return
-        self._damp(self.buffers)
-        for g, v, b in zip(gs, self.squares, self.buffers):
-            nd.rmsprop_update(b, g, v, lr=-lr, gamma1=self.alpha, epsilon=self.eps, out=b)
-        self._apply(ws, self.buffers)
+    def step(self, lr, grad_scale=1.0):
+        """One update from the gradients, each times ``grad_scale`` (global-norm clipping);
+        the gradients' storage is used as scratch."""
+        arrays = [(p.data(), p.grad()) for p in self.units]
+        if self.flat is not None:
+            arrays.append(self.flat.gather())
+        kw = dict(gamma1=self.alpha, epsilon=self.eps, wd=self.wd, rescale_grad=grad_scale)
+        for i, (w, g) in enumerate(arrays):
+            v = self.squares[i]
+            if self.centered:
+                nd.rmspropalex_update(w, g, v, self.averages[i], self.buffers[i], lr=lr,
+                                      gamma2=self.momentum, out=w, **kw)
+            elif not self.momentum:
+                nd.rmsprop_update(w, g, v, lr=lr, out=w, **kw)
+            else:
+                nd.rmsprop_update(w, g, v, lr=self.SCALE, out=g, **kw)
+                nd.sgd_mom_update(w, g, self.buffers[i], lr=1.0, momentum=self.momentum,
+                                  wd=lr / self.SCALE, rescale_grad=-lr / self.SCALE, out=w)
+        if self.flat is not None:
+            self.flat.scatter()
 
 
 def make_group(params, spec):
@@ -176,22 +233,31 @@ def make_group(params, spec):
     return SGD(params, **o)
 
 
-def clip_gradients(params, clip):
-    """A group's gradients in place: by global norm, every one times
-    min(1, c / (n + 1e-6)) with n the norm of them all, or element-wise into [-c, c]. The
-    factor stays on the device, so nothing waits."""
+def gradient_scale(params, clip):
+    """The factor a group's gradients are to be multiplied by before the update (1.0 unless
+    clipping by global norm: min(1, c / (n + 1e-6)), n the norm of them all); value
+    clipping is applied in place here. The norm is read back, one wait per step as in
+    Gluon's ``clip_global_norm``, so that the factor enters the fused update as its
+    ``rescale_grad`` instead of costing a pass over the gradients."""
     if clip is None:
-        return
+        return 1.0
     grads = [p.grad() for p in params]
     c = float(clip["value"])
     if clip["kind"] == "value":
         for g in grads:
             nd.clip(g, -c, c, out=g)
-        return
-    norm = nd.sqrt(nd.sum(nd.multi_sum_sq(*grads, num_arrays=len(grads))))
-    factor = nd.clip(c / (norm + 1e-6), 0.0, 1.0)
-    for g in grads:
-        nd.broadcast_mul(g, factor, out=g)
+        return 1.0
+    norm = float(nd.sum(nd.multi_sum_sq(*grads, num_arrays=len(grads))).asscalar()) ** 0.5
+    return min(1.0, c / (norm + 1e-6))
+
+
+def clip_gradients(params, clip):
+    """A group's gradients clipped in place (by global norm or element-wise into [-c, c])."""
+    scale = gradient_scale(params, clip)
+    if scale != 1.0:
+        for p in params:
+            g = p.grad()
+            nd._internal._mul_scalar(g, scalar=scale, out=g)
 
 
 def clip_weights(params, value):
