@@ -174,7 +174,9 @@ def cmd_bench(args):
             size = args.batch_size or (None if "batch_size" in overrides[model] else
                                        suite.bench_batch_size(model, backend, args.config,
                                                               args.device, args.cpu_batches))
-            runner.run(model, backend, size, overrides[model])
+            cpu = suite.bench_overrides(model, backend, args.config, args.device, args.cpu_batches)
+            runner.run(model, backend, size,
+                       dict(cpu, **overrides[model]) if cpu else overrides[model])
     return runner.finish()
 
 
@@ -396,7 +398,7 @@ def parser():
     bench.add_argument("--backends", type=_names, help="comma-separated backends (default: ready ones)")
     bench.add_argument("--batch-size", type=_positive, help="one batch size for every model")
     bench.add_argument("--paper-batches", dest="cpu_batches", action="store_false",
-                       help="on the CPU too, each config's batch size instead of CPU-sized ones "
+                       help="on the CPU too, each config's batch size (and lengths) instead of CPU-sized ones "
                             "(a GPU always runs the config's)")
     _measuring(bench, 1, 1, 3)
 

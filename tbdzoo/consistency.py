@@ -138,6 +138,8 @@ def cases():
     out = OrderedDict(("probe/" + p, {}) for p in PROBES)
     out["resnet50"] = {}
     out["transformer"] = {"dropout": 0.0}
+    out["seq2seq"] = {}        # ragged sentences: padding, masks and lengths exercised
+    out["deepspeech2"] = {}    # ragged utterances through the convolutions, GRUs and CTC
     return out
 
 

@@ -21,10 +21,14 @@ from .models.registry import EXECUTION_DEFAULTS
 from .profiling.profile import failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
-# configs' own batch sizes. Deep Speech 2 cannot: one 16 s utterance is 0.6 TFLOP forward
-# (docs/benchmarks.md).
+# configs' own batch sizes.
 CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2, "seq2seq": 16,
                    "deepspeech2": 1}
+
+# Where a smaller batch is not enough: one 16 s utterance is 0.6 TFLOP forward in Deep Speech 2
+# (docs/benchmarks.md), minutes per step on a small CPU, so a CPU suite run pads its synthetic
+# utterances to 2 s instead. The record names the override.
+CPU_OVERRIDES = {"deepspeech2": {"max_frames": 200}}
 
 # The device a backend's model picks when none is named, asked of the backend's own class in
 # its own environment (as a run's worker would build it), so this process imports no framework.
@@ -126,6 +130,14 @@ def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batch
     if config != "paper" or not cpu_batches or model_name not in CPU_BATCH_SIZES:
         return None
     return None if on_gpu(backend, device) else CPU_BATCH_SIZES[model_name]
+
+
+def bench_overrides(model_name, backend, config="paper", device=None, cpu_batches=True):
+    """Hyperparameters a suite run sets on a CPU besides the batch (CPU_OVERRIDES), under the
+    same conditions as :func:`bench_batch_size`; empty on a GPU."""
+    if config != "paper" or not cpu_batches or model_name not in CPU_OVERRIDES:
+        return {}
+    return {} if on_gpu(backend, device) else dict(CPU_OVERRIDES[model_name])
 
 
 def run_one(model_name, backend, config="paper", batch_size=None, overrides=None, **options):
@@ -264,4 +276,4 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
 
 
 __all__ = ["run_one", "run_distributed", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
-           "bench_batch_size", "on_gpu", "default_device", "ask_device"]
+           "bench_batch_size", "bench_overrides", "on_gpu", "default_device", "ask_device"]

@@ -166,6 +166,12 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
         ("wgan", "torch", None), ("wgan", "mxnet", 2), ("seq2seq", "torch", None),
         ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
+    # Deep Speech 2's utterances shrink on a CPU only, and the run's overrides say so
+    assert suite.bench_overrides("deepspeech2", "mxnet") == {"max_frames": 200}
+    assert suite.bench_overrides("deepspeech2", "torch") == ({} if gpu else {"max_frames": 200})
+    assert suite.bench_overrides("deepspeech2", "mxnet", config="tiny") == {}
+    assert suite.bench_overrides("deepspeech2", "mxnet", cpu_batches=False) == {}
+    assert suite.bench_overrides("resnet50", "mxnet") == {}
     assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
 
