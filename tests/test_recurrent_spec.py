@@ -267,3 +267,21 @@ def test_reference_small_ops_by_hand():
         [[0.0, 0.0, 5.0, 20.0]]
     y = np.arange(24).reshape(1, 2, 3, 4)
     assert ref.OPS["transpose"]([y], {}, {"perm": (1, 0, 2)}, False, None).shape == (1, 3, 2, 4)
+
+
+def test_an_empty_ctc_label_passes_the_batch_check_and_a_long_one_does_not():
+    """``labels_lengths`` follows the <x>_lengths naming, but a CTC label may be empty:
+    its lengths are checked against [0, L] by the CTC check, not against [1, L]."""
+    from tbdzoo.backends.common.sequences import check_batch
+    from tbdzoo.models.probes import get_probe
+    md = get_probe("ctc")
+    hp = md.hparams("tiny")
+    graph = md.build_graph(hp)
+    batch = md.synthetic_batch(hp, 3, 0)
+    batch["labels"][-1] = 0
+    batch["labels_lengths"][-1] = 0
+    check_batch(graph, batch)
+    batch["labels_lengths"][-1] = batch["labels"].shape[1] + 1
+    with pytest.raises(ValueError) as e:
+        check_batch(graph, batch)
+    assert "label_length" in str(e.value) and "example 2" in str(e.value)

@@ -41,9 +41,15 @@ def check_batch(graph, batch):
     input ``<x>_lengths`` describes input ``<x>``'s first axis; a node's lengths input the
     sequence it reads), or a CTC loss cannot score an example (tbdzoo/spec/losses.py
     check_ctc_batch)."""
+    program = graph.program
+    ctc_losses = [loss for loss in (program.losses.values() if program is not None else ())
+                  if loss["kind"] == "ctc"]
+    # a CTC label may be empty: check_ctc_batch checks those lengths against [0, L]
+    label_lengths = set(loss["inputs"]["label_lengths"] for loss in ctc_losses)
     for inp in graph.inputs.values():  # the naming convention: <x>_lengths describes x
         source = inp.name[:-len("_lengths")]
         if inp.name.endswith("_lengths") and source in graph.inputs and inp.name in batch \
+                and inp.name not in label_lengths \
                 and inp.dtype == "int32" and inp.shape == () and graph.inputs[source].shape:
             _check_range(np.asarray(batch[inp.name]), graph.inputs[source].shape[0],
                          "input {!r}".format(inp.name), "of input {!r}".format(source))
@@ -57,7 +63,6 @@ def check_batch(graph, batch):
         _check_range(lengths, graph.shape_of(node.inputs[sequence])[0],
                      "node {!r} ({})".format(node.name, node.op),
                      "(lengths {!r})".format(node.inputs[slot]))
-    program = graph.program
     for name, loss in (program.losses.items() if program is not None else ()):
         if loss["kind"] != "ctc":
             continue
