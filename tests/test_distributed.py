@@ -104,6 +104,21 @@ def test_two_processes_train_like_one(backend):
     assert_trained_like_one(got, expected, weights, grads)
 
 
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet"])
+def test_a_recurrent_model_over_ragged_batches_trains_like_one_process(backend):
+    """Seq2Seq tiny (LSTMs over per-example lengths, attention, a one-objective program; no
+    BatchNorm, no dropout): each rank's shard has its own padding, and the global losses and
+    weights are still one process's at the global batch."""
+    require_framework(backend)
+    expected, weights, grads = reference(backend, "seq2seq", 3, GLOBAL_BATCH)
+    got = distributed.train("seq2seq", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=3,
+                            config="tiny", **FAST)
+    np.testing.assert_allclose(got["losses"], expected, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    skip = noise_only(grads)
+    assert_weights_close(got["weights"], weights, skip)
+    assert_weights_close(got["ranks"][1]["weights"], got["weights"], skip)
+
+
 def assert_trained_like_one(got, expected, weights, grads):
     """Global losses and both ranks' weights as one process's at the global batch (attention's
     key bias aside: its gradient is rounding noise, docs/distributed.md)."""
