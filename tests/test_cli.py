@@ -167,9 +167,9 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
         ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
     # Deep Speech 2's utterances shrink on a CPU only (torch is on a GPU here, mxnet not)
-    assert suite.bench_overrides("deepspeech2", "mxnet") == {"max_frames": 200}
+    assert suite.bench_overrides("deepspeech2", "mxnet") == {"max_frames": 100}
     assert suite.bench_overrides("deepspeech2", "torch") == {}
-    assert suite.bench_overrides("deepspeech2", "torch", device="cpu") == {"max_frames": 200}
+    assert suite.bench_overrides("deepspeech2", "torch", device="cpu") == {"max_frames": 100}
     assert suite.bench_overrides("deepspeech2", "mxnet", config="tiny") == {}
     assert suite.bench_overrides("deepspeech2", "mxnet", cpu_batches=False) == {}
     assert suite.bench_overrides("resnet50", "mxnet") == {}
