@@ -167,7 +167,7 @@ def test_sequence_batchnorm_running_statistics_use_valid_positions_only():
                 b["labels_lengths"].__setitem__(1, 2)),
      r"example 1: 2 labels need 2 frames .* but input_length is 1"),
     (lambda b: b["labels"].__setitem__((0, 0), 5), r"example 0: label id 5 is outside \[1, 5\)"),
-    (lambda b: b["labels_lengths"].__setitem__(0, 4), r"example 0 .*4.* outside \[[01], 3\]"),
+    (lambda b: b["labels_lengths"].__setitem__(0, 4), r"example 0: label_length 4 is outside \[0, 3\]"),
 ])
 def test_a_batch_ctc_cannot_score_is_refused_naming_the_example(change, message):
     model = _build("ctc")
