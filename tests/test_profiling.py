@@ -322,6 +322,30 @@ def test_a_crashing_worker_becomes_an_error_record(tmp_path, monkeypatch):
     assert r["schema"] == "tbdzoo.run/1" and r["model"] == "resnet50"
 
 
+def test_a_worker_dead_before_its_first_request_is_reported_with_its_stderr(tmp_path, monkeypatch):
+    """The race behind a flaky crash report: the worker dies before the build request is
+    written, so the write breaks the pipe; the error still names the signal and the stderr."""
+    from tbdzoo.backends import remote
+    real_popen = remote.subprocess.Popen
+
+    def popen_then_wait(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
+        real_poll = process.poll
+        calls = []
+
+        def poll():  # the first look misses the death, as a look just before it would
+            calls.append(1)
+            return None if len(calls) == 1 else real_poll()
+        process.poll = poll
+        return process
+    monkeypatch.setattr(remote.subprocess, "Popen", popen_then_wait)
+    monkeypatch.setenv("TBDZOO_CNTK_PYTHON", _fake_python(tmp_path, "echo 'Illegal instruction' >&2; kill -4 $$"))
+    r = suite.run_one("resnet50", "cntk", config="tiny")
+    assert r["status"] == "error" and "Illegal instruction" in r["error"]
+    assert "exit code -4" in r["error"]
+
+
 def test_a_sweep_stops_at_the_memory_cap():
     seen = []
     records = suite.sweep("transformer", "torch", [2, 4, 8], config="tiny", warmup=1, steps=1,

@@ -121,7 +121,8 @@ class RemoteModel(BackendModel):
         try:
             self._process.stdin.write((json.dumps({"method": method, "args": args}) + "\n").encode())
             self._process.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except OSError:  # BrokenPipeError: it died since the look above
+            self._reap()
             raise errors.WorkerError("the {} worker died before {!r}{}".format(
                 self.backend, method, self._exit_note()))
         line = self._read_reply(method, self.timeout if timeout is None else timeout, progress)
@@ -171,6 +172,14 @@ class RemoteModel(BackendModel):
                 progress(int(done), int(total))
         return seen + len(complete.encode("utf-8"))
 
+    def _reap(self, timeout=10):
+        """Wait for a worker whose pipe broke, so its exit code and stderr are complete."""
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
     def _exit_note(self):
         code = self._process.poll() if self._process is not None else None
         tail = self._stderr_tail()
@@ -191,7 +200,10 @@ class RemoteModel(BackendModel):
                 self._process.wait()
         for stream in (getattr(self._process, "stdin", None), getattr(self._process, "stdout", None)):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # a request still buffered for a dead worker cannot flush
+                    pass
         if getattr(self, "_dir", None):
             shutil.rmtree(self._dir, ignore_errors=True)
 
