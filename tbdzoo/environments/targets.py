@@ -1,5 +1,5 @@
-"""n-step discounted returns and advantages of a rollout (Mnih et al. 2016, Algorithm S3), in
-NumPy so every backend's update reads the same targets. CPython 3.6 compatible."""
+"""n-step discounted returns and advantages of a rollout, as in A3C's pseudo-code (Mnih et al.
+2016), in NumPy so every backend's update reads the same targets. CPython 3.6 compatible."""
 import numpy as np
 
 from .errors import RolloutError
