@@ -47,6 +47,15 @@ def test_other_names_resolve():
     assert E.DEFAULT == "ALE/Pong-v5"
 
 
+def test_make_seeds_the_first_reset():
+    a, b, c = (E.make("cartpole", seed=s) for s in (2, 2, 3))
+    first = [env.reset()[0] for env in (a, b, c)]
+    np.testing.assert_array_equal(first[0], first[1])
+    assert not np.array_equal(first[0], first[2])
+    np.testing.assert_array_equal(a.reset()[0], b.reset()[0])  # later resets follow the seed
+    np.testing.assert_array_equal(a.reset(seed=2)[0], first[0])  # an explicit seed still wins
+
+
 def test_pong_observations_are_four_stacked_84x84_uint8_frames():
     require_opencv()
     env = E.make("pong", seed=0)
@@ -71,11 +80,18 @@ def test_sticky_actions_are_off_by_default_and_an_option():
 
 def test_same_seed_same_actions_same_pong_frames():
     require_opencv()
+
+    def same_action_everywhere(seed):
+        rng = np.random.default_rng(seed)
+        return lambda obs: (np.full(len(obs), rng.integers(0, 6)), np.zeros(len(obs)))
+
     a, b = E.VectorEnv("pong", 2, seed=3), E.VectorEnv("pong", 2, seed=3)
-    ra, rb = E.collect(a, random_policy(6, 1), 20), E.collect(b, random_policy(6, 1), 20)
+    ra, rb = E.collect(a, same_action_everywhere(1), 20), E.collect(b, same_action_everywhere(1), 20)
     assert ra.observations.shape == (20, 2, 4, 84, 84) and ra.observations.dtype == np.uint8
     assert ra == rb
     assert not np.array_equal(ra.observations[0], ra.observations[-1])  # the game moved
+    # the seed matters: seeds 3 and 4 start after other no-op counts, same actions or not
+    assert not np.array_equal(ra.observations[:, 0], ra.observations[:, 1])
     a.close(), b.close()
 
 
