@@ -86,7 +86,8 @@ def test_same_seed_same_actions_same_pong_frames():
         return lambda obs: (np.full(len(obs), rng.integers(0, 6)), np.zeros(len(obs)))
 
     a, b = E.VectorEnv("pong", 2, seed=3), E.VectorEnv("pong", 2, seed=3)
-    ra, rb = E.collect(a, same_action_everywhere(1), 20), E.collect(b, same_action_everywhere(1), 20)
+    ra = E.collect(a, same_action_everywhere(1), 20)
+    rb = E.collect(b, same_action_everywhere(1), 20)
     assert ra.observations.shape == (20, 2, 4, 84, 84) and ra.observations.dtype == np.uint8
     assert ra == rb
     assert not np.array_equal(ra.observations[0], ra.observations[-1])  # the game moved

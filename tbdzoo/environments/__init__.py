@@ -10,9 +10,9 @@ from .targets import advantages, returns
 from .rollout import Rollout
 from .stats import EpisodeStats
 
-_LAZY = {"make": "preprocessing", "frames_per_step": "preprocessing", "ATARI_OPTIONS": "preprocessing",
-         "VectorEnv": "vector", "collect": "collector", "resolve": "names", "atari_games": "names",
-         "DEFAULT": "names"}
+_LAZY = {"make": "preprocessing", "frames_per_step": "preprocessing",
+         "ATARI_OPTIONS": "preprocessing", "VectorEnv": "vector", "collect": "collector",
+         "resolve": "names", "atari_games": "names", "DEFAULT": "names"}
 
 __all__ = ["make", "VectorEnv", "collect", "Rollout", "returns", "advantages", "EpisodeStats",
            "frames_per_step", "resolve", "atari_games", "ATARI_OPTIONS", "DEFAULT",

@@ -77,7 +77,8 @@ def _atari_options(options):
             "(ALE v5's sticky actions)".format(p))
     for key in ("frame_skip", "screen_size", "stack"):
         if not isinstance(merged[key], int) or merged[key] < 1:
-            raise EnvironmentOptionError("{}={!r} must be a positive integer".format(key, merged[key]))
+            raise EnvironmentOptionError(
+                "{}={!r} must be a positive integer".format(key, merged[key]))
     return merged
 
 

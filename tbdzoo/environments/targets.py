@@ -34,5 +34,6 @@ def advantages(rewards, dones, values, bootstrap, gamma):
     values = np.asarray(values, dtype=np.float64)
     targets = returns(rewards, dones, bootstrap, gamma)
     if values.shape != targets.shape:
-        raise RolloutError("values have shape {}, the rewards {}".format(values.shape, targets.shape))
+        raise RolloutError(
+            "values have shape {}, the rewards {}".format(values.shape, targets.shape))
     return (targets - values).astype(np.float32)

@@ -26,8 +26,8 @@ class VectorEnv(object):
 
     def __init__(self, name=DEFAULT, n=1, seed=0, window=100, **options):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise EnvironmentOptionError(
-                "n={!r}: a vector environment needs at least one environment; fix: n >= 1".format(n))
+            raise EnvironmentOptionError("n={!r}: a vector environment needs at least one "
+                                         "environment; fix: n >= 1".format(n))
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise EnvironmentOptionError("seed={!r} must be an integer or None".format(seed))
         self.id = resolve(name)
