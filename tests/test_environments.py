@@ -278,8 +278,9 @@ def test_a_misspelt_game_gets_a_suggestion():
 
 
 def test_older_atari_ids_point_to_v5():
-    with pytest.raises(E.UnknownEnvironmentError, match="ALE/Pong-v5"):
-        E.make("PongNoFrameskip-v4")
+    for old in ("PongNoFrameskip-v4", "Pong-v0"):
+        with pytest.raises(E.EnvironmentOptionError, match="fix: pass 'ALE/Pong-v5'"):
+            E.make(old)
 
 
 @pytest.mark.parametrize("n", [0, -1, 1.5, True])

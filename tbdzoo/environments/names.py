@@ -8,11 +8,13 @@ import gymnasium as gym
 import ale_py
 from ale_py import roms
 
-from .errors import UnknownEnvironmentError
+from .errors import EnvironmentOptionError, UnknownEnvironmentError
 
 gym.register_envs(ale_py)  # makes the ALE/<Game>-v5 ids known to gymnasium.make
 
 DEFAULT = "ALE/Pong-v5"
+# The seven games of the first DQN paper (Mnih et al. 2013): errors list them first.
+FEATURED = ("pong", "breakout", "beam_rider", "enduro", "qbert", "seaquest", "space_invaders")
 
 
 def _key(name):
@@ -35,6 +37,12 @@ def is_atari(env_id):
     return isinstance(entry, str) and entry.startswith("ale_py")
 
 
+def _listed(games):
+    """Game names for an error: the featured ones first, then the rest in order."""
+    first = [g for g in FEATURED if g in games]
+    return first + sorted(set(games) - set(first))
+
+
 def _version(env_id):
     found = re.search(r"-v(\d+)$", env_id)
     return int(found.group(1)) if found else -1
@@ -43,7 +51,7 @@ def _version(env_id):
 def resolve(name=DEFAULT):
     """The registered Gymnasium id that ``name`` means; raises UnknownEnvironmentError."""
     if not isinstance(name, str) or not name:
-        raise UnknownEnvironmentError(name, sorted(atari_games()), [])
+        raise UnknownEnvironmentError(name, _listed(atari_games()), [])
     games = atari_games()
     by_key = {_key(rom): env_id for rom, env_id in games.items()}
     older_atari_id = name in gym.registry and not name.startswith("ALE/")
@@ -51,7 +59,11 @@ def resolve(name=DEFAULT):
         return by_key[_key(name)]
     if name in gym.registry:
         if is_atari(name):  # Pong-v4, PongNoFrameskip-v4: older ids with other defaults
-            raise UnknownEnvironmentError(name, sorted(games), [by_key.get(_key(name), DEFAULT)])
+            v5 = by_key.get(_key(name).replace("noframeskip", ""), DEFAULT)
+            raise EnvironmentOptionError(
+                "{!r} is an older Atari id with its own frame skip and sticky actions; Atari games "
+                "are built from their v5 id with the preprocessing of docs/environments.md; "
+                "fix: pass {!r}".format(name, v5))
         return name
     latest = {}
     for env_id in gym.registry:
@@ -60,4 +72,4 @@ def resolve(name=DEFAULT):
     if _key(name) in latest:  # 'cartpole' -> 'CartPole-v1', the highest version
         return max(latest[_key(name)], key=_version)
     close = difflib.get_close_matches(name.lower(), list(games) + list(gym.registry), n=3)
-    raise UnknownEnvironmentError(name, sorted(games), close)
+    raise UnknownEnvironmentError(name, _listed(games), close)
