@@ -233,6 +233,7 @@ def handwritten_deepspeech2(hp, weights, batch, device):
 
 
 HANDWRITTEN = {"seq2seq": handwritten_seq2seq, "deepspeech2": handwritten_deepspeech2}
+AS_STATE = {"seq2seq": seq2seq_weights, "deepspeech2": deepspeech2_weights}
 
 
 def handwritten_step(model_name, hp, weights, batch, device, precision, compiled):
@@ -265,6 +266,16 @@ def first_loss(value):
     return float(value)
 
 
+def weight_difference(model_name, model, net):
+    """The largest |tbdzoo - hand-written| over every weight and running statistic after both
+    took one step from the same weights: near 0 when the gradients and updates agree. The
+    biases only the nn modules have (cuDNN's second bias) are left out."""
+    theirs = net.state_dict()
+    ours = AS_STATE[model_name](model.hparams, model.get_weights())
+    return max(float((torch.as_tensor(v).float() - theirs[k].detach().float().cpu()).abs().max())
+               for k, v in ours.items() if "bias_hh" not in k)
+
+
 def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, tiny):
     import tbdzoo
     cuda = device.startswith("cuda")
@@ -283,6 +294,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
     contenders = {"tbdzoo": ours, "handwritten": theirs}
     losses = {"tbdzoo": first_loss(model.train_step(prepared)), "handwritten": float(theirs())}
+    drift = weight_difference(model_name, model, net)
     synchronize(device)
     alone = {"tbdzoo": None, "handwritten": None}
     if cuda:
@@ -306,7 +318,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     result = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
               "config": "tiny" if tiny else "paper", "device": device,
               "batch_size": model.hparams["batch_size"], "unit": model.model_def.unit,
-              "items_per_step": items, "first_loss": losses,
+              "items_per_step": items, "first_loss": losses, "first_step_weight_diff": drift,
               "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["handwritten"]) / max(
                   abs(losses["handwritten"]), 1e-12),
               "cell_seconds": None}
