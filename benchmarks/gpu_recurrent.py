@@ -35,7 +35,8 @@ the same loss when the two do the same work.
 
 Per cell: build both, one step each (the first losses), peak memory of one step
 (``max_memory_allocated`` after a reset, less what the other contender holds), warm-up, then
-``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised.
+``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised
+(defaults per model in ``TIMING``; all eight cells take about six minutes on an H200).
 Throughput is in the model's own unit (target tokens/s, audio s/s), counted by tbdzoo on the
 shared batch. On a CPU (``--device cpu``, a check that the script runs) tf32 means fp32 and no
 memory is measured.
@@ -62,6 +63,10 @@ from gpu_handwritten import environment  # noqa: E402
 from gpu_programs import held_bytes, peak_bytes  # noqa: E402
 
 MODELS = ("seq2seq", "deepspeech2")
+# Timing defaults per model (warm-up steps, steps per round, rounds), so that every cell's rounds
+# take a few seconds on an H200 and the eight cells, compilation included, about six minutes:
+# a Seq2Seq step takes some 30 ms there, a Deep Speech 2 step (batch 8 at 16 s) some 500 ms.
+TIMING = {"seq2seq": (3, 20, 5), "deepspeech2": (2, 5, 3)}
 MASKED_LOGIT = -1e9  # what tbdzoo writes past the source's length (docs/models.md)
 
 
@@ -283,6 +288,8 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True
     start = time.perf_counter()
+    if compiled:  # each cell compiles from scratch, within dynamo's recompilation limit
+        torch._dynamo.reset()
     ours_precision = precision if cuda or precision != "tf32" else "fp32"  # no TF32 on a CPU
     model = tbdzoo.build(model_name, backend="torch", config="tiny" if tiny else "paper",
                          device=device, precision=ours_precision,
@@ -318,6 +325,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     result = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
               "config": "tiny" if tiny else "paper", "device": device,
               "batch_size": model.hparams["batch_size"], "unit": model.model_def.unit,
+              "warmup": warmup, "steps": steps, "repeats": repeats,
               "items_per_step": items, "first_loss": losses, "first_step_weight_diff": drift,
               "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["handwritten"]) / max(
                   abs(losses["handwritten"]), 1e-12),
@@ -345,13 +353,16 @@ def main():
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--precisions", default="tf32,bf16")
     p.add_argument("--executions", default="eager,compiled")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, help="warm-up steps per side (default: per model, TIMING)")
+    p.add_argument("--steps", type=int, help="steps per timed round (default: per model)")
+    p.add_argument("--repeats", type=int, help="timed rounds per side (default: per model)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
     p.add_argument("--tiny", action="store_true", help="tiny configs of both sides (a CPU check)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_recurrent.json"))
     args = p.parse_args()
+    unknown = sorted(set(args.models.split(",")) - set(MODELS))
+    if unknown:
+        p.error("unknown model(s) {}: choose from {}".format(", ".join(unknown), ", ".join(MODELS)))
     device = args.device
     if device == "cuda":
         device = "cuda:0"
@@ -366,9 +377,11 @@ def main():
     for model_name in args.models.split(","):
         for execution in args.executions.split(","):
             for precision in args.precisions.split(","):
+                timing = [given if given is not None else default for given, default in
+                          zip((args.warmup, args.steps, args.repeats), TIMING[model_name])]
                 try:
                     cell = run_cell(model_name, precision, execution == "compiled", device,
-                                    args.warmup, args.steps, args.repeats, args.tiny)
+                                    *timing, args.tiny)
                 except Exception as e:  # a failed cell is recorded, the others still run
                     traceback.print_exc()
                     cell = {"model": model_name, "precision": precision, "execution": execution,
