@@ -36,7 +36,8 @@ the same loss when the two do the same work.
 Per cell: build both, one step each (the first losses), peak memory of one step
 (``max_memory_allocated`` after a reset, less what the other contender holds), warm-up, then
 ``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised
-(defaults per model in ``TIMING``; all eight cells take about six minutes on an H200).
+(defaults per model in ``TIMING``; the eight cells are expected to take five to eight minutes
+on an H200, most of it compiling Deep Speech 2).
 Throughput is in the model's own unit (target tokens/s, audio s/s), counted by tbdzoo on the
 shared batch. On a CPU (``--device cpu``, a check that the script runs) tf32 means fp32 and no
 memory is measured.
@@ -64,7 +65,7 @@ from gpu_programs import held_bytes, peak_bytes  # noqa: E402
 
 MODELS = ("seq2seq", "deepspeech2")
 # Timing defaults per model (warm-up steps, steps per round, rounds), so that every cell's rounds
-# take a few seconds on an H200 and the eight cells, compilation included, about six minutes:
+# take a few seconds on an H200 and the eight cells, compilation included, five to eight minutes:
 # a Seq2Seq step takes some 30 ms there, a Deep Speech 2 step (batch 8 at 16 s) some 500 ms.
 TIMING = {"seq2seq": (3, 20, 5), "deepspeech2": (2, 5, 3)}
 MASKED_LOGIT = -1e9  # what tbdzoo writes past the source's length (docs/models.md)
