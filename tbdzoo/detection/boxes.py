@@ -44,7 +44,7 @@ def check_boxes(boxes, name, image_hw=None, positive=False):
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
             raise DetectionInputError(
-                "{}[{}] = {} lies outside the image [0, {}] x [0, {}] (width x height): clip it "
+                "{}[{}] = {} reaches outside the image [0, {:g}] x [0, {:g}] (x by y): clip it "
                 "to the image first".format(name, i, arr[i].tolist(), width, height))
     return arr
 
