@@ -70,10 +70,12 @@ def iou(a, b):
     is empty."""
     a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
     b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-    wh = (np.minimum(a[:, None, 2:], b[None, :, 2:]) - np.maximum(a[:, None, :2], b[None, :, :2]))
-    wh = np.maximum(wh, 0.0)
-    inter = wh[..., 0] * wh[..., 1]
-    union = areas(a)[:, None] + areas(b)[None, :] - inter
+    ax1, ay1, ax2, ay2 = (a[:, i, None] for i in range(4))
+    bx1, by1, bx2, by2 = (b[None, :, i] for i in range(4))
+    width = np.minimum(ax2, bx2) - np.maximum(ax1, bx1)
+    height = np.minimum(ay2, by2) - np.maximum(ay1, by1)
+    inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)
+    union = ((ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1)) - inter
     out = np.zeros_like(inter)
     np.divide(inter, union, out=out, where=union > 0)
     return out

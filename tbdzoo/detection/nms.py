@@ -2,7 +2,9 @@
 import numpy as np
 
 from ..errors import DetectionInputError
-from .boxes import areas
+from .boxes import iou
+
+BLOCK = 256  # boxes compared at once: the result is the greedy one, only faster
 
 
 def score_order(scores):
@@ -17,24 +19,31 @@ def score_order(scores):
 def nms(boxes, scores, threshold, max_keep=None):
     """Indices of the kept boxes, best first. Walking boxes in ``score_order``, a box is kept
     unless its IoU with an already kept box is strictly greater than ``threshold``. ``max_keep``
-    stops after that many (the same first ``max_keep`` as without it)."""
+    stops after that many (the same first ``max_keep`` as without it).
+
+    The walk goes a block of boxes at a time: first every kept box of earlier blocks suppresses
+    in one matrix, then the block's own boxes in turn."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     scores = np.asarray(scores).reshape(-1)
     if len(scores) != len(boxes):
         raise DetectionInputError("nms got {} boxes but {} scores".format(len(boxes), len(scores)))
     order = score_order(scores)
-    area = areas(boxes)
-    keep = []
+    ranked = boxes[order]
     limit = len(order) if max_keep is None else int(max_keep)
-    while order.size > 0 and len(keep) < limit:
-        i = order[0]
-        keep.append(i)
-        rest = order[1:]
-        wx = np.minimum(boxes[i, 2], boxes[rest, 2]) - np.maximum(boxes[i, 0], boxes[rest, 0])
-        wy = np.minimum(boxes[i, 3], boxes[rest, 3]) - np.maximum(boxes[i, 1], boxes[rest, 1])
-        inter = np.maximum(wx, 0.0) * np.maximum(wy, 0.0)
-        union = area[i] + area[rest] - inter
-        overlap = np.zeros_like(inter)
-        np.divide(inter, union, out=overlap, where=union > 0)
-        order = rest[overlap <= threshold]
-    return np.asarray(keep, dtype=np.int64)
+    keep = []
+    for start in range(0, len(order), BLOCK):
+        if len(keep) >= limit:
+            break
+        block = ranked[start:start + BLOCK]
+        alive = np.ones(len(block), dtype=bool)
+        if keep:
+            alive &= ~(iou(ranked[keep], block) > threshold).any(axis=0)
+        inside = iou(block, block)
+        for i in np.flatnonzero(alive):
+            if not alive[i]:
+                continue
+            keep.append(start + i)
+            if len(keep) >= limit:
+                break
+            alive[i + 1:] &= inside[i, i + 1:] <= threshold
+    return order[np.asarray(keep, dtype=np.int64)]
