@@ -67,7 +67,8 @@ def test_box_coding_matches_torchvision_box_coder(weights):
     deltas = rng.randn(100, 4 * 21) * 3
     deltas[0, 2] = deltas[1, 3] = 50.0  # clamped at log(1000 / 16)
     np.testing.assert_allclose(B.decode(deltas, props, weights),
-                               coder.decode_single(t(deltas), t(props)).numpy(), rtol=1e-12, atol=1e-9)
+                               coder.decode_single(t(deltas), t(props)).numpy(),
+                               rtol=1e-12, atol=1e-9)
 
 
 def test_anchors_match_torchvision_anchor_generator():
@@ -82,6 +83,15 @@ def test_anchors_match_torchvision_anchor_generator():
     np.testing.assert_array_equal(got, expected)
     # position-major: rows 9..17 are the anchors of (y 0, x 1), shifted 16 pixels right
     np.testing.assert_array_equal(got[9:18], got[:9] + [16, 0, 16, 0])
+
+
+def test_clip_and_remove_small_match_torchvision():
+    rng = np.random.RandomState(6)
+    boxes = random_boxes(rng, 200, low=-50.0, high=150.0, max_size=60.0)
+    clipped = B.clip(boxes, 90, 120)
+    np.testing.assert_array_equal(clipped, tv_ops.clip_boxes_to_image(t(boxes), (90, 120)).numpy())
+    np.testing.assert_array_equal(B.remove_small(clipped, 16.0),
+                                  tv_ops.remove_small_boxes(t(clipped), 16.0).numpy())
 
 
 @pytest.mark.parametrize("aligned", [False, True])
@@ -159,7 +169,8 @@ def test_proposals_match_a_torchvision_pipeline_in_mx_rcnn_order():
 # --- samplers ---------------------------------------------------------------------------------
 
 IMAGE_HW = (600, 800)
-GT = np.array([[100.0, 120.0, 300.0, 330.0], [420.0, 60.0, 700.0, 250.0], [450.0, 400.0, 470.0, 420.0]])
+GT = np.array([[100.0, 120.0, 300.0, 330.0], [420.0, 60.0, 700.0, 250.0],
+               [450.0, 400.0, 470.0, 420.0]])
 
 
 def rpn_targets(seed, gt=GT):
@@ -178,14 +189,16 @@ def test_anchor_targets_counts_thresholds_and_border():
     assert ((best[positive] >= 0.7) | is_gt_best[positive]).all()
     crossing = ((grid[:, :2] < 0).any(axis=1) | (grid[:, 2] > 800) | (grid[:, 3] > 600))
     assert (labels[crossing] == -1).all()
-    assert (weights[positive] == 1).all() and not weights[~positive].any() and not targets[~positive].any()
+    assert (weights[positive] == 1).all()
+    assert not weights[~positive].any() and not targets[~positive].any()
     matched = GT[overlaps[positive].argmax(axis=1)]
     np.testing.assert_allclose(B.decode(targets[positive], grid[positive], B.RPN_WEIGHTS), matched,
                                atol=1e-3)
 
 
 def test_anchor_targets_subsample_positives_to_half_the_batch():
-    big = np.array([[0.0, 0.0, 800.0, 600.0], [50.0, 50.0, 750.0, 550.0], [10.0, 0.0, 790.0, 580.0]])
+    big = np.array([[0.0, 0.0, 800.0, 600.0], [50.0, 50.0, 750.0, 550.0],
+                    [10.0, 0.0, 790.0, 580.0]])
     grid = anchors(38, 50, 16)
     labels, _, _ = anchor_targets(grid, big, IMAGE_HW, np.random.RandomState(0), batch_size=16,
                                   positive_iou=0.1, negative_iou=0.05)
@@ -216,6 +229,16 @@ def test_an_image_without_ground_truth_gets_only_background():
     assert (labels == 1).sum() == 0 and (labels == 0).sum() == 256 and not weights.any()
 
 
+def test_anchors_crossing_the_border_are_kept_with_torchvision_rule():
+    grid = anchors(38, 50, 16)
+    crossing = ((grid[:, :2] < 0).any(axis=1) | (grid[:, 2] > 800) | (grid[:, 3] > 600))
+    edge = np.array([[0.0, 0.0, 200.0, 100.0]])  # best matched by anchors that cross the border
+    dropped, _, _ = anchor_targets(grid, edge, IMAGE_HW, np.random.RandomState(0))
+    kept, _, _ = anchor_targets(grid, edge, IMAGE_HW, np.random.RandomState(0), allowed_border=None)
+    assert (dropped[crossing] == -1).all()
+    assert (kept[crossing] == 1).any() and (kept[crossing] == 0).any()
+
+
 def roi_sample(seed, n=2000):
     rng = np.random.RandomState(100)
     centres = GT[rng.randint(0, 3, n)]
@@ -226,18 +249,20 @@ def roi_sample(seed, n=2000):
 
 def test_sample_rois_counts_thresholds_and_class_columns():
     _, (rois, labels, targets, weights) = roi_sample(0)
-    assert rois.shape == (128, 4) and labels.shape == (128,) and targets.shape == weights.shape == (128, 84)
+    assert rois.shape == (128, 4) and labels.shape == (128,)
+    assert targets.shape == weights.shape == (128, 84)
     foreground = labels > 0
     assert foreground.sum() == 32 and (labels == 0).sum() == 96
     best = B.iou(rois, GT)
-    assert (best[foreground].max(axis=1) >= 0.5).all() and (best[~foreground].max(axis=1) < 0.5).all()
+    assert (best[foreground].max(axis=1) >= 0.5).all()
+    assert (best[~foreground].max(axis=1) < 0.5).all()
     own = np.array([3, 7, 20])[best.argmax(axis=1)]
     np.testing.assert_array_equal(labels[foreground], own[foreground])
     for row in np.flatnonzero(foreground):
         cols = slice(4 * labels[row], 4 * labels[row] + 4)
         assert (weights[row, cols] == 1).all() and weights[row].sum() == 4
-        np.testing.assert_allclose(B.decode(targets[row, cols][None], rois[row][None], B.HEAD_WEIGHTS)[0],
-                                   GT[best[row].argmax()], atol=1e-3)
+        decoded = B.decode(targets[row, cols][None], rois[row][None], B.HEAD_WEIGHTS)[0]
+        np.testing.assert_allclose(decoded, GT[best[row].argmax()], atol=1e-3)
     assert not weights[~foreground].any() and not targets[~foreground].any()
 
 
@@ -251,7 +276,8 @@ def test_sample_rois_same_seed_same_choice():
 def test_sample_rois_appends_ground_truth_and_pads_with_ignored_rois():
     props = np.array([[0.0, 0.0, 40.0, 40.0], [100.0, 120.0, 290.0, 330.0]])
     rois, labels, _, weights = sample_rois(props, GT, [1, 2, 3], np.random.RandomState(0))
-    assert (labels[:4] > 0).all() and labels[4] == 0  # 3 ground truths + 1 close proposal, 1 background
+    # 3 ground truths and 1 close proposal in the foreground, 1 background
+    assert (labels[:4] > 0).all() and labels[4] == 0
     assert (labels[5:] == -1).all() and not weights[5:].any()
     for g in GT:
         assert (np.abs(rois[:5] - g).sum(axis=1) < 1e-4).any()
@@ -262,7 +288,8 @@ def test_step_rng_depends_on_every_part_of_its_seed():
              [(0, 0, "anchor_targets"), (1, 0, "anchor_targets"), (0, 1, "anchor_targets"),
               (0, 0, "sample_rois"), (0, 0, "anchor_targets", 1)]}
     assert len(draws) == 5
-    assert step_rng(5, 9, "sample_rois").randint(1 << 30) == step_rng(5, 9, "sample_rois").randint(1 << 30)
+    again = step_rng(5, 9, "sample_rois").randint(1 << 30)
+    assert step_rng(5, 9, "sample_rois").randint(1 << 30) == again
 
 
 # --- VOC07 mAP --------------------------------------------------------------------------------
@@ -307,6 +334,13 @@ def test_a_class_without_ground_truth_is_left_out_of_the_mean():
     assert mean_average_precision(dets, gts, num_classes=3) == pytest.approx(1.0)
 
 
+def test_images_without_detections_or_objects_are_accepted():
+    empty = (np.zeros((0, 4)), [], [])
+    gts = [(np.array([square(0)]), [1]), (np.zeros((0, 4)), [])]
+    dets = [empty, (np.array([square(0)]), [0.5], [1])]  # the only detection is on the empty image
+    assert average_precisions(dets, gts, num_classes=2)[0] == 0.0
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 def test_a_box_with_x2_below_x1_is_refused_by_name_and_row():
@@ -319,7 +353,8 @@ def test_a_box_with_x2_below_x1_is_refused_by_name_and_row():
 
 
 def test_a_ground_truth_box_outside_the_image_is_refused():
-    with pytest.raises(DetectionInputError, match=r"gt_boxes\[0\].*outside the image \[0, 800\] x \[0, 600\]"):
+    where = r"gt_boxes\[0\].*outside the image \[0, 800\] x \[0, 600\]"
+    with pytest.raises(DetectionInputError, match=where):
         anchor_targets(anchors(4, 4, 16), [[700.0, 500.0, 820.0, 590.0]], IMAGE_HW,
                        np.random.RandomState(0))
     with pytest.raises(DetectionInputError, match=r"gt_boxes\[0\].*outside the image"):

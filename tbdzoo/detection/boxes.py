@@ -56,7 +56,8 @@ def check_image_hw(image_hw, name="valid_hw"):
     except (TypeError, ValueError):
         raise DetectionInputError("{} must be (height, width); got {!r}".format(name, image_hw))
     if not (height > 0 and width > 0):
-        raise DetectionInputError("{} = {!r} must be positive (height, width)".format(name, image_hw))
+        raise DetectionInputError("{} = {!r} must be a positive (height, width)".format(
+            name, image_hw))
     return height, width
 
 

@@ -1,4 +1,5 @@
-"""Greedy non-maximum suppression with one stated tie order, so every backend keeps the same boxes."""
+"""Greedy non-maximum suppression with one stated tie order, so that every backend keeps the
+same boxes."""
 import numpy as np
 
 from ..errors import DetectionInputError

@@ -28,7 +28,8 @@ def detections(class_logits, box_deltas, rois, image_hw, score_threshold=SCORE_T
     rois = check_boxes(rois, "rois")
     logits = np.asarray(class_logits, dtype=np.float64)
     deltas = np.asarray(box_deltas, dtype=np.float64)
-    if logits.ndim != 2 or logits.shape[0] != len(rois) or deltas.shape != (len(rois), 4 * logits.shape[1]):
+    if (logits.ndim != 2 or logits.shape[0] != len(rois)
+            or deltas.shape != (len(rois), 4 * logits.shape[1])):
         raise DetectionInputError(
             "class_logits must be (R, K) and box_deltas (R, 4K) for R = {} rois; got {} and {}"
             .format(len(rois), logits.shape, deltas.shape))

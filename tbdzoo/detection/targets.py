@@ -64,7 +64,8 @@ def anchor_targets(anchors, gt_boxes, valid_hw, rng, batch_size=256, positive_fr
         # Every ground truth's best anchors, ties included, are positive even below
         # positive_iou; a ground truth that no inside anchor touches has none.
         gt_best = overlaps.max(axis=0) if len(inside) else np.zeros(len(gt))
-        own[np.flatnonzero(((overlaps == gt_best[None, :]) & (gt_best[None, :] > 0)).any(axis=1))] = 1
+        ties_best = (overlaps == gt_best[None, :]) & (gt_best[None, :] > 0)
+        own[ties_best.any(axis=1)] = 1
         own[best >= positive_iou] = 1
         labels[inside] = own
         positive = inside[own == 1]
@@ -88,7 +89,8 @@ def check_labels(labels, name, num_classes, count):
         raise DetectionInputError("{} must have shape ({},), one class per box; got {}".format(
             name, count, arr.shape))
     if count and not np.issubdtype(arr.dtype, np.integer):
-        raise DetectionInputError("{} must be integer class ids; got dtype {}".format(name, arr.dtype))
+        raise DetectionInputError("{} must be integer class ids; got dtype {}".format(
+            name, arr.dtype))
     arr = arr.astype(np.int64)
     bad = (arr < 1) | (arr >= num_classes)
     if bad.any():
