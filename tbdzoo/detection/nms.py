@@ -3,7 +3,6 @@ same boxes."""
 import numpy as np
 
 from ..errors import DetectionInputError
-from .boxes import iou
 
 BLOCK = 256  # boxes compared at once: the result is the greedy one, only faster
 
@@ -15,6 +14,25 @@ def score_order(scores):
         raise DetectionInputError("scores[{}] is NaN: a score must be a number".format(
             int(np.flatnonzero(np.isnan(scores))[0])))
     return np.argsort(-scores, kind="stable")
+
+
+def overlaps_above(a, b, threshold):
+    """(len(a), len(b)) booleans: IoU > ``threshold``, the IoU computed exactly as boxes.iou
+    but in place (this is most of the time NMS takes)."""
+    ax1, ay1, ax2, ay2 = (a[:, i, None] for i in range(4))
+    bx1, by1, bx2, by2 = (b[None, :, i] for i in range(4))
+    inter = np.minimum(ax2, bx2)
+    inter -= np.maximum(ax1, bx1)
+    np.maximum(inter, 0.0, out=inter)
+    height = np.minimum(ay2, by2)
+    height -= np.maximum(ay1, by1)
+    np.maximum(height, 0.0, out=height)
+    inter *= height
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1)
+    union -= inter
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 is NaN: not above
+        np.divide(inter, union, out=union)
+    return union > threshold
 
 
 def nms(boxes, scores, threshold, max_keep=None):
@@ -38,13 +56,13 @@ def nms(boxes, scores, threshold, max_keep=None):
         block = ranked[start:start + BLOCK]
         alive = np.ones(len(block), dtype=bool)
         if keep:
-            alive &= ~(iou(ranked[keep], block) > threshold).any(axis=0)
-        inside = iou(block, block)
+            alive &= ~overlaps_above(ranked[keep], block, threshold).any(axis=0)
+        inside = overlaps_above(block, block, threshold)
         for i in np.flatnonzero(alive):
             if not alive[i]:
                 continue
             keep.append(start + i)
             if len(keep) >= limit:
                 break
-            alive[i + 1:] &= inside[i, i + 1:] <= threshold
+            alive[i + 1:] &= ~inside[i, i + 1:]
     return order[np.asarray(keep, dtype=np.int64)]
