@@ -55,8 +55,11 @@ def nms(boxes, scores, threshold, max_keep=None):
             break
         block = ranked[start:start + BLOCK]
         alive = np.ones(len(block), dtype=bool)
-        if keep:
-            alive &= ~overlaps_above(ranked[keep], block, threshold).any(axis=0)
+        for first in range(0, len(keep), BLOCK):  # kept boxes a block at a time: in cache
+            kept = ranked[keep[first:first + BLOCK]]
+            alive[alive] &= ~overlaps_above(kept, block[alive], threshold).any(axis=0)
+            if not alive.any():
+                break
         inside = overlaps_above(block, block, threshold)
         for i in np.flatnonzero(alive):
             if not alive[i]:
