@@ -126,22 +126,19 @@ def sample_rois(proposals, gt_boxes, gt_labels, rng, num_classes=21, batch_size=
     bg_candidates = np.flatnonzero((best >= bg_iou[0]) & (best < bg_iou[1]))
     bg = _subsample(bg_candidates, batch_size - len(fg), rng)
     keep = np.concatenate([fg, bg]).astype(np.int64)
-    labels = np.concatenate([classes[assigned[fg]] if len(gt) else np.zeros(0, np.int64),
-                             np.zeros(len(bg), np.int64)])
+    labels = np.concatenate([classes[assigned[fg]], np.zeros(len(bg), np.int64)])
+    out_rois = rois[keep]
     pad = batch_size - len(keep)
     if pad > 0:
-        source = keep if len(keep) else np.zeros(0, np.int64)
-        repeat = source[np.arange(pad) % len(source)] if len(source) else None
+        filler = (out_rois[np.arange(pad) % len(out_rois)] if len(out_rois)
+                  else np.zeros((pad, 4)))
+        out_rois = np.concatenate([out_rois, filler])
         labels = np.concatenate([labels, np.full(pad, IGNORE, np.int64)])
-        out_rois = (np.concatenate([rois[keep], rois[repeat]]) if repeat is not None
-                    else np.concatenate([rois[keep], np.zeros((pad, 4))]))
-    else:
-        out_rois = rois[keep]
     targets = np.zeros((batch_size, 4 * num_classes), dtype=np.float32)
     target_weights = np.zeros_like(targets)
-    if len(fg):
-        deltas = encode(gt[assigned[fg]], rois[fg], weights)
-        for row, (cls, delta) in enumerate(zip(labels[:len(fg)], deltas)):
-            targets[row, 4 * cls:4 * cls + 4] = delta
-            target_weights[row, 4 * cls:4 * cls + 4] = 1
+    if len(fg):  # foreground rows come first; each fills its own class's 4 columns
+        columns = 4 * labels[:len(fg), None] + np.arange(4)[None, :]
+        rows = np.arange(len(fg))[:, None]
+        targets[rows, columns] = encode(gt[assigned[fg]], rois[fg], weights)
+        target_weights[rows, columns] = 1
     return out_rois.astype(np.float32), labels.astype(np.int32), targets, target_weights
