@@ -43,3 +43,7 @@ class UnsupportedOpError(TbdError, ValueError):
 
 class DistributedError(TbdError, RuntimeError):
     """A data-parallel run failed: a rank or helper process died, hung or was refused."""
+
+
+class DetectionInputError(TbdError, ValueError):
+    """A box, image size or class id given to the detection reference that it cannot use."""

@@ -6,7 +6,7 @@ from tbdzoo.backends import environments
 from conftest import require_backend, run_in_env
 
 SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo/schedules.py",
-          "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets",
+          "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets", "tbdzoo/detection",
           "tbdzoo/profiling/__init__.py", "tbdzoo/profiling/timing.py", "tbdzoo/profiling/profile.py",
           "tbdzoo/profiling/cpu.py", "tbdzoo/profiling/gpu.py", "tbdzoo/profiling/memory.py",
           "tbdzoo/profiling/resident.py",
