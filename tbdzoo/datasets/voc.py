@@ -25,10 +25,16 @@ import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 
-from .detection_batch import (CANVAS, MAX_BOXES, MAX_LONG_SIDE, SHORT_SIDE,  # noqa: F401
+from .detection_batch import (CANVAS, MAX_BOXES, MAX_LONG_SIDE, SHORT_SIDE,
                               check_detection_batch, iterate_batches, make_batch,
                               synthetic_detection_batch)
 from .errors import DatasetError
+
+__all__ = ["CLASSES", "MAIN_SETS", "VOCDetection", "VOCSample", "VOCAnnotation", "write_voc",
+           "annotation_xml", "parse_annotation", "read_image_set", "find_voc_folder",
+           # the batches, re-exported from detection_batch
+           "CANVAS", "MAX_BOXES", "SHORT_SIDE", "MAX_LONG_SIDE", "make_batch", "iterate_batches",
+           "synthetic_detection_batch", "check_detection_batch"]
 
 CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
            "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
@@ -231,9 +237,10 @@ class VOCDetection(object):
         except (OSError, ValueError) as e:
             raise DatasetError("{}: cannot read the image: {}".format(path, e))
         if pixels.shape[:2] != (note.height, note.width):
-            raise DatasetError("{}: the image is {} x {} (height x width) but {} says {} x {}".format(
-                path, pixels.shape[0], pixels.shape[1], self.annotation_path(note.image_id),
-                note.height, note.width))
+            raise DatasetError("{}: the image is {} x {} (height x width) but {} says {} x {}"
+                               .format(path, pixels.shape[0], pixels.shape[1],
+                                       self.annotation_path(note.image_id), note.height,
+                                       note.width))
         return pixels
 
     def __getitem__(self, index):
