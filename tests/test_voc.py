@@ -136,6 +136,32 @@ def test_an_image_left_without_objects_is_an_error_or_skipped_and_counted(devkit
     assert keeping[0].boxes.shape == (0, 4) and keeping.skipped == []
 
 
+def test_person_parts_are_not_objects(devkit):
+    """VOC's person layout nests <part> elements, each with its own name and bndbox."""
+    folder, _ = devkit
+    path = os.path.join(folder, "Annotations", "000001.xml")
+    rewrite(path, "</bndbox></object></annotation>",
+            "</bndbox><part><name>head</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>2</xmax>"
+            "<ymax>2</ymax></bndbox></part></object></annotation>")
+    assert voc.parse_annotation(path).labels.tolist() == [12, 15]
+
+
+def test_synthetic_images_written_as_voc_give_valid_batches(tmp_path):
+    images, annotations = {}, {}
+    for k in range(3):
+        image, boxes, labels = db.synthetic_image(k, 30 + 10 * k, 50, num_classes=20,
+                                                  max_boxes=4)
+        images["%06d" % k] = image
+        annotations["%06d" % k] = {"boxes": boxes, "labels": labels}
+    folder = write_voc(str(tmp_path), images, annotations, {"trainval": sorted(images)})
+    data = VOCDetection(folder)
+    for k, image_id in enumerate(data.ids):
+        np.testing.assert_array_equal(data[k].boxes, annotations[image_id]["boxes"])
+        assert not data[k].difficult.any()
+    for batch in data.batches(2, canvas=64, max_boxes=4, short_side=32, max_long_side=64):
+        check_detection_batch(batch, num_classes=20)
+
+
 # --- every broken file is named ----------------------------------------------------------
 
 def test_a_folder_without_the_layout_is_refused(tmp_path):

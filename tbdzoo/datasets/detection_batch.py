@@ -224,50 +224,66 @@ def class_colours(num_classes):
     return np.random.RandomState(12345).randint(0, 256, size=(num_classes + 1, 3))
 
 
-def synthetic_detection_batch(rng, batch, canvas, num_classes, max_boxes, min_boxes=1,
-                              min_box_size=None, min_image_fraction=0.5):
-    """A valid batch dict of random rectangles drawn into noisy images, for tiny configs.
-
-    Each image's valid size is uniform in [``min_image_fraction``, 1] of the canvas on each side
-    (the first image fills the canvas, so padding and full images both occur); it holds
-    ``min_boxes`` to ``max_boxes`` rectangles of whole-pixel sides at least ``min_box_size``
-    (default an eighth of the image's short side, at least 2), each filled with its class's
-    colour (``class_colours``) plus noise over a noisy background, then normalised like a
-    real image. ``num_classes`` counts object classes: labels are 1..num_classes. ``rng`` is a
-    seed, a RandomState or a Generator; the batch depends on it alone.
-    """
-    rng = _random_state(rng)
-    height, width = canvas_shape(canvas)
+def _check_counts(num_classes, min_boxes, max_boxes):
     if num_classes < 1:
         raise DatasetError("num_classes={} counts object classes (background not counted): "
                            "give at least 1".format(num_classes))
     if not 1 <= min_boxes <= max_boxes:
         raise DatasetError("need 1 <= min_boxes <= max_boxes, got {} and {}".format(
             min_boxes, max_boxes))
+
+
+def synthetic_image(rng, height, width, num_classes, max_boxes, min_boxes=1, min_box_size=None):
+    """One (height, width, 3) uint8 image of ``min_boxes`` to ``max_boxes`` rectangles with
+    their boxes (float32, whole pixels, tbdzoo's coordinates) and labels (int64,
+    1..num_classes): each rectangle is filled with its class's colour (``class_colours``)
+    plus noise, over a background of one random colour plus noise; later rectangles may cover
+    earlier ones. Sides are at least ``min_box_size`` (default an eighth of the image's short
+    side, at least 2). ``rng`` is a seed, a RandomState or a Generator."""
+    rng = _random_state(rng)
+    _check_counts(num_classes, min_boxes, max_boxes)
     colours = class_colours(num_classes)
+    smallest = min_box_size if min_box_size is not None else max(2, min(height, width) // 8)
+    smallest = max(1, min(smallest, height, width))
+    image = _ints(rng, 0, 256, size=3) + _ints(rng, -24, 25, size=(height, width, 3))
+    count = int(_ints(rng, min_boxes, max_boxes + 1))
+    labels = _ints(rng, 1, num_classes + 1, size=count).astype(np.int64)
+    boxes = np.zeros((count, 4), np.float32)
+    for k in range(count):
+        bh = int(_ints(rng, smallest, height + 1))
+        bw = int(_ints(rng, smallest, width + 1))
+        y1 = int(_ints(rng, 0, height - bh + 1))
+        x1 = int(_ints(rng, 0, width - bw + 1))
+        boxes[k] = (x1, y1, x1 + bw, y1 + bh)
+        image[y1:y1 + bh, x1:x1 + bw] = colours[labels[k]] + _ints(rng, -24, 25,
+                                                                   size=(bh, bw, 3))
+    return np.clip(image, 0, 255).astype(np.uint8), boxes, labels
+
+
+def synthetic_detection_batch(rng, batch, canvas, num_classes, max_boxes, min_boxes=1,
+                              min_box_size=None, min_image_fraction=0.5):
+    """A valid batch dict of ``synthetic_image``s, normalised like real images, for tiny
+    configs.
+
+    Each image's valid size is uniform in [``min_image_fraction``, 1] of the canvas on each side
+    (the first image fills the canvas, so padding and full images both occur) and holds
+    ``min_boxes`` to ``max_boxes`` rectangles. ``num_classes`` counts object classes: labels
+    are 1..num_classes. ``rng`` is a seed, a RandomState or a Generator; the batch depends on
+    it alone.
+    """
+    rng = _random_state(rng)
+    height, width = canvas_shape(canvas)
+    _check_counts(num_classes, min_boxes, max_boxes)
     out = empty_batch(batch, (height, width), max_boxes)
     for i in range(batch):
         if i == 0:
             h, w = height, width
         else:
-            h = _ints(rng, max(1, int(np.ceil(height * min_image_fraction))), height + 1)
-            w = _ints(rng, max(1, int(np.ceil(width * min_image_fraction))), width + 1)
-        smallest = min_box_size if min_box_size is not None else max(2, min(h, w) // 8)
-        smallest = max(1, min(smallest, h, w))
-        image = (_ints(rng, 0, 256, size=3) + _ints(rng, -24, 25, size=(h, w, 3)))
-        count = int(_ints(rng, min_boxes, max_boxes + 1))
-        labels = _ints(rng, 1, num_classes + 1, size=count)
-        boxes = np.zeros((count, 4), np.float32)
-        for k in range(count):
-            bh = int(_ints(rng, smallest, h + 1))
-            bw = int(_ints(rng, smallest, w + 1))
-            y1 = int(_ints(rng, 0, h - bh + 1))
-            x1 = int(_ints(rng, 0, w - bw + 1))
-            boxes[k] = (x1, y1, x1 + bw, y1 + bh)
-            image[y1:y1 + bh, x1:x1 + bw] = (colours[labels[k]]
-                                             + _ints(rng, -24, 25, size=(bh, bw, 3)))
-        pixels = normalize(np.clip(image, 0, 255).astype(np.uint8))
-        put_example(out, i, pixels, boxes, labels)
+            h = int(_ints(rng, max(1, int(np.ceil(height * min_image_fraction))), height + 1))
+            w = int(_ints(rng, max(1, int(np.ceil(width * min_image_fraction))), width + 1))
+        image, boxes, labels = synthetic_image(rng, h, w, num_classes, max_boxes, min_boxes,
+                                               min_box_size)
+        put_example(out, i, normalize(image), boxes, labels)
     return out
 
 

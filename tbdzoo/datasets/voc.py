@@ -27,14 +27,14 @@ import numpy as np
 
 from .detection_batch import (CANVAS, MAX_BOXES, MAX_LONG_SIDE, SHORT_SIDE,
                               check_detection_batch, iterate_batches, make_batch,
-                              synthetic_detection_batch)
+                              synthetic_detection_batch, synthetic_image)
 from .errors import DatasetError
 
 __all__ = ["CLASSES", "MAIN_SETS", "VOCDetection", "VOCSample", "VOCAnnotation", "write_voc",
            "annotation_xml", "parse_annotation", "read_image_set", "find_voc_folder",
            # the batches, re-exported from detection_batch
            "CANVAS", "MAX_BOXES", "SHORT_SIDE", "MAX_LONG_SIDE", "make_batch", "iterate_batches",
-           "synthetic_detection_batch", "check_detection_batch"]
+           "synthetic_image", "synthetic_detection_batch", "check_detection_batch"]
 
 CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
            "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
