@@ -297,6 +297,18 @@ def test_normalise_uses_torchvisions_imagenet_statistics_in_chw():
     np.testing.assert_allclose(out[:, 0, 0], want, rtol=1e-6)
 
 
+def test_normalising_by_lookup_gives_the_bits_of_the_arithmetic():
+    levels = np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2)  # (1, 256, 3)
+    arithmetic = ((levels.astype(np.float32) / np.float32(255.0)
+                   - np.array(db.IMAGENET_MEAN, np.float32))
+                  / np.array(db.IMAGENET_STD, np.float32)).transpose(2, 0, 1)
+    np.testing.assert_array_equal(db.normalize(levels), arithmetic)
+    canvas = np.zeros((3, 2, 300), np.float32)
+    db.normalize(levels, out=canvas[:, :1, :256], flip=True)
+    np.testing.assert_array_equal(canvas[:, :1, :256], arithmetic[:, :, ::-1])
+    assert not canvas[:, 1:].any() and not canvas[:, :, 256:].any()
+
+
 # --- batches -------------------------------------------------------------------------------
 
 def test_a_batch_pads_images_and_boxes_and_counts_them(devkit):
