@@ -140,7 +140,7 @@ def test_person_parts_are_not_objects(devkit):
     """VOC's person layout nests <part> elements, each with its own name and bndbox."""
     folder, _ = devkit
     path = os.path.join(folder, "Annotations", "000001.xml")
-    rewrite(path, "</bndbox></object></annotation>",
+    rewrite(path, "</bndbox>\n\t</object>\n</annotation>",
             "</bndbox><part><name>head</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>2</xmax>"
             "<ymax>2</ymax></bndbox></part></object></annotation>")
     assert voc.parse_annotation(path).labels.tolist() == [12, 15]
@@ -329,6 +329,16 @@ def test_a_batch_pads_images_and_boxes_and_counts_them(devkit):
     assert not batch["images"][0, :, 85:].any() and not batch["images"][0, :, :, 60:].any()
     assert not batch["images"][1, :, 60:].any() and not batch["images"][1, :, :, 80:].any()
     assert batch["images"][1, :, :60, :80].std() > 0.5
+
+
+def test_the_paper_defaults_fit_voc_sized_images_on_the_1000_canvas():
+    landscape, portrait = smooth_image(375, 500), smooth_image(500, 375)
+    box = np.array([[0, 0, 375, 375]], np.float32)
+    batch = db.make_batch([(landscape, box, [1], [False]), (portrait, box, [2], [False])])
+    check_detection_batch(batch, num_classes=20)
+    assert batch["images"].shape == (2, 3, 1000, 1000) and batch["gt_boxes"].shape == (2, 64, 4)
+    assert batch["image_hw"].tolist() == [[600, 800], [800, 600]]
+    assert batch["gt_boxes"][:, 0].tolist() == [[0, 0, 600, 600], [0, 0, 600, 600]]
 
 
 def test_too_many_boxes_or_a_small_canvas_is_refused_naming_the_image(devkit):

@@ -274,6 +274,19 @@ def _add(parent, tag, text=None):
     return node
 
 
+def _indent(node, depth=0):
+    """Tabs and newlines between elements, as VOC's own files have them (ElementTree.indent
+    needs Python 3.9)."""
+    children = list(node)
+    if not children:
+        return
+    node.text = "\n" + "\t" * (depth + 1)
+    for child in children:
+        _indent(child, depth + 1)
+        child.tail = "\n" + "\t" * (depth + 1)
+    children[-1].tail = "\n" + "\t" * depth
+
+
 def annotation_xml(image_id, height, width, boxes, labels, difficult=None, class_names=CLASSES):
     """VOC's XML for one image (``<size>``, and per object ``<name>``, ``<difficult>``,
     ``<bndbox>``), from boxes in tbdzoo's coordinates and labels 1..len(class_names)."""
@@ -303,6 +316,7 @@ def annotation_xml(image_id, height, width, boxes, labels, difficult=None, class
         bndbox = _add(obj, "bndbox")
         for tag, value in zip(("xmin", "ymin", "xmax", "ymax"), _voc_box(box, image_id)):
             _add(bndbox, tag, value)
+    _indent(root)
     return ElementTree.tostring(root, encoding="unicode")
 
 
