@@ -117,6 +117,15 @@ def test_a_per_class_list_is_refused_with_the_main_sets_named(devkit):
         VOCDetection(folder, "dog_train")
 
 
+def test_an_id_listed_twice_is_refused(devkit):
+    folder, _ = devkit
+    path = os.path.join(folder, "ImageSets", "Main", "val.txt")
+    with open(path, "a") as f:
+        f.write("000002\n")
+    with pytest.raises(DatasetError, match=re.escape(path) + r": image ids listed twice: 000002"):
+        VOCDetection(folder, "val")
+
+
 def test_difficult_objects_can_be_left_out(devkit):
     folder, _ = devkit
     data = VOCDetection(folder, "train", keep_difficult=False)
