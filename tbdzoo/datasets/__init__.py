@@ -1,4 +1,11 @@
-"""Data for training steps: synthetic batches now, real-format readers later. NumPy out."""
-from . import synthetic
+"""Data for training steps: synthetic batches, Deep Speech 2's front-end, and Pascal VOC 2007
+for detection (a reader, a writer and Faster R-CNN's batches). NumPy out."""
+from . import detection_batch, synthetic, voc
+from .detection_batch import (check_detection_batch, iterate_batches, synthetic_detection_batch,
+                              synthetic_image)
+from .errors import DatasetError
+from .voc import CLASSES as VOC_CLASSES, VOCDetection, write_voc
 
-__all__ = ["synthetic"]
+__all__ = ["synthetic", "voc", "detection_batch", "DatasetError", "VOCDetection", "VOC_CLASSES",
+           "write_voc", "synthetic_image", "synthetic_detection_batch", "iterate_batches",
+           "check_detection_batch"]
