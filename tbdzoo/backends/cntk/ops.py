@@ -676,3 +676,66 @@ def _norm_penalty_loss(inputs, attrs):
 
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
            "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss}
+
+
+# -- detection -------------------------------------------------------------------------------------
+def roi_align(inputs, p, a, ctx):
+    """Each example's bilinear weights as a dense (R oh ow, H W) matrix built from one-hot rows
+    of its indices (float32, exact below 2**24), times its (H W, C) feature rows. CNTK 2.7's
+    ``gather`` refuses a reference with a batch axis, and the backward pass of a sparse one-hot
+    product fails once the batch axis makes it three-dimensional, so the matrix is dense: memory R oh ow sr^2 4 H W floats
+    per example (fine for the probes, too much for a paper-size Faster R-CNN on CNTK)."""
+    features, indices, weights = inputs
+    c, h, w = features.shape
+    rois, samples, _ = indices.shape
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rows = C.reshape(C.transpose(features, (1, 2, 0)), (h * w, c))
+    taps = C.one_hot(C.reshape(indices, (rois * samples * 4,)), h * w) * \
+        C.reshape(weights, (rois * samples * 4, 1))
+    mixing = C.reduce_sum(C.reshape(taps, (rois * oh * ow, sr * sr * 4, h * w)), axis=1)
+    out = C.times(C.reshape(mixing, (rois * oh * ow, h * w)), rows) / float(sr * sr)
+    return C.transpose(C.reshape(out, (rois, oh, ow, c)), (0, 3, 1, 2))
+
+
+def to_batch(inputs, p, a, ctx):
+    """(R, ...) per example to (...) per example: CNTK's ``unpack_batch`` makes the batch a
+    static axis, a reshape merges it with R (image-major) and ``to_batch`` makes the merged
+    axis the new batch axis."""
+    x, = inputs
+    merged = C.reshape(C.unpack_batch(x), (-1,) + tuple(x.shape[1:]))
+    return C.to_batch(merged)
+
+
+def frozen_batchnorm(inputs, p, a, ctx):
+    """The folded per-channel affine: scale = gamma / sqrt(var + eps), shift = beta - mean scale."""
+    x, = inputs
+    scale = p["gamma"] * C.reciprocal(C.sqrt(p["running_var"] + a["eps"]))
+    shift = p["beta"] - p["running_mean"] * scale
+    shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+    return x * C.reshape(scale, shape) + C.reshape(shift, shape)
+
+
+def _rows(x):
+    """The number of rows of x's batch, as a scalar without a batch axis."""
+    return C.reduce_sum(C.ones_like(x), axis=C.Axis.all_axes()) / float(np.prod(x.shape))
+
+
+def _smooth_l1_loss(inputs, attrs):
+    """sum(weight * smoothL1_sigma(prediction - target)) / (normalizer * rows)."""
+    s2 = float(attrs["sigma"]) ** 2
+    prediction = inputs["prediction"]
+    d = C.abs(prediction - inputs["target"])
+    per = C.element_select(C.less(d, 1.0 / s2), 0.5 * s2 * C.square(d), d - 0.5 / s2)
+    total = C.reduce_sum(inputs["weight"] * per, axis=C.Axis.all_axes())
+    return total / (float(attrs["normalizer"]) * _rows(prediction))
+
+
+def _sigmoid_cross_entropy_loss(inputs, attrs):
+    """sum(weight * (relu(z) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1)."""
+    z, weight = inputs["logits"], inputs["weight"]
+    bce = C.relu(z) - z * inputs["labels"] + C.log(1.0 + C.exp(-C.abs(z)))
+    total = C.reduce_sum(weight * bce, axis=C.Axis.all_axes())
+    return total / C.element_max(C.reduce_sum(weight, axis=C.Axis.all_axes()), 1.0)
+
+
+_LOSSES.update({"smooth_l1": _smooth_l1_loss, "sigmoid_cross_entropy": _sigmoid_cross_entropy_loss})
