@@ -197,3 +197,27 @@ def test_a_tap_outside_the_feature_map_is_refused_naming_the_example(backend):
             model.loss_and_gradients(batch)
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+def test_sigmoid_cross_entropy_at_a_logit_of_exactly_zero_has_the_gradient_sigmoid_0_minus_y(backend):
+    """A zero-initialised objectness layer over ReLU outputs gives logits of exactly 0, where a
+    relu/abs form of the loss would give -y instead of 0.5 - y."""
+    require_backend(backend)
+    reference = tbdzoo.build("probe/sigmoid_cross_entropy", backend="torch", config="tiny",
+                             device="cpu")
+    other = tbdzoo.build("probe/sigmoid_cross_entropy", backend=backend, config="tiny",
+                         isolate=True)
+    try:
+        weights = {k: (np.zeros_like(v) if k.startswith("objectness") else v)
+                   for k, v in reference.get_weights().items()}
+        reference.set_weights(weights)
+        other.set_weights(weights)
+        batch = reference.synthetic_batch(seed=0)
+        labels, sampled = batch["labels"], batch["labels_weight"]
+        expected = ((0.5 - labels) * sampled).sum(axis=(0, 2, 3)) / max(sampled.sum(), 1.0)
+        for model in (reference, other):
+            grads = model.loss_and_gradients(batch)[1]
+            np.testing.assert_allclose(grads["objectness.bias"], expected, rtol=1e-5, atol=1e-7)
+    finally:
+        other.close()

@@ -680,21 +680,37 @@ _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_l
 
 # -- detection -------------------------------------------------------------------------------------
 def roi_align(inputs, p, a, ctx):
-    """Each example's bilinear weights as a dense (R oh ow, H W) matrix built from one-hot rows
-    of its indices (float32, exact below 2**24), times its (H W, C) feature rows. CNTK 2.7's
-    ``gather`` refuses a reference with a batch axis, and the backward pass of a sparse one-hot
-    product fails once the batch axis makes it three-dimensional, so the matrix is dense: memory R oh ow sr^2 4 H W floats
-    per example (fine for the probes, too much for a paper-size Faster R-CNN on CNTK)."""
+    """One ``gather`` over the batch's (N H W, C) feature rows: CNTK 2.7's gather refuses a
+    reference with a batch axis, so ``unpack_batch`` makes the batch a static axis, and the
+    indices arrive offset by n H W (``offset_roi_indices``, applied by the model as it prepares
+    a batch; float32, exact below 2**24). The gather's backward pass is the scatter-add."""
     features, indices, weights = inputs
+    if not indices.is_input:
+        raise ValueError("roi_align on CNTK reads its indices from a graph input (the model "
+                         "offsets them per example as it prepares the batch); node {!r} computes "
+                         "them".format(ctx.node))
     c, h, w = features.shape
     rois, samples, _ = indices.shape
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
-    rows = C.reshape(C.transpose(features, (1, 2, 0)), (h * w, c))
-    taps = C.one_hot(C.reshape(indices, (rois * samples * 4,)), h * w) * \
-        C.reshape(weights, (rois * samples * 4, 1))
-    mixing = C.reduce_sum(C.reshape(taps, (rois * oh * ow, sr * sr * 4, h * w)), axis=1)
-    out = C.times(C.reshape(mixing, (rois * oh * ow, h * w)), rows) / float(sr * sr)
-    return C.transpose(C.reshape(out, (rois, oh, ow, c)), (0, 3, 1, 2))
+    rows = C.reshape(C.unpack_batch(C.reshape(C.transpose(features, (1, 2, 0)), (h * w, c))),
+                     (-1, c))
+    taps = C.gather(rows, C.reshape(indices, (rois * samples * 4,)))            # (R S 4, C)
+    taps = taps * C.reshape(weights, (rois * samples * 4, 1))
+    out = C.reduce_sum(C.reshape(taps, (rois * oh * ow, sr * sr * 4, c)), axis=1)
+    return C.transpose(C.reshape(out, (rois, oh, ow, c)), (0, 3, 1, 2)) / float(sr * sr)
+
+
+def offset_roi_indices(graph, batch):
+    """``batch`` with each roi_align indices input offset by n H W for example n, so that one
+    gather over the whole batch's feature rows reads each example's own map."""
+    out = dict(batch)
+    for node in graph.nodes.values():
+        if node.op == "roi_align" and node.inputs[1] in batch:
+            _, h, w = graph.shape_of(node.inputs[0])
+            values = np.asarray(batch[node.inputs[1]], np.float32)
+            offsets = np.arange(len(values), dtype=np.float32) * float(h * w)
+            out[node.inputs[1]] = values + offsets.reshape((-1,) + (1,) * (values.ndim - 1))
+    return out
 
 
 def to_batch(inputs, p, a, ctx):
@@ -731,9 +747,13 @@ def _smooth_l1_loss(inputs, attrs):
 
 
 def _sigmoid_cross_entropy_loss(inputs, attrs):
-    """sum(weight * (relu(z) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1)."""
+    """sum(weight * (max(z, 0) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1), with max(z, 0)
+    and -|z| selected by z >= 0 (TensorFlow's form): relu's and abs's zero gradient at z = 0
+    would give a logit of exactly 0 the gradient -y instead of sigmoid(0) - y."""
     z, weight = inputs["logits"], inputs["weight"]
-    bce = C.relu(z) - z * inputs["labels"] + C.log(1.0 + C.exp(-C.abs(z)))
+    positive = C.greater_equal(z, 0.0)
+    bce = C.element_select(positive, z, C.zeros_like(z)) - z * inputs["labels"] + \
+        C.log(1.0 + C.exp(C.element_select(positive, -z, z)))
     total = C.reduce_sum(weight * bce, axis=C.Axis.all_axes())
     return total / C.element_max(C.reduce_sum(weight, axis=C.Axis.all_axes()), 1.0)
 

@@ -1,8 +1,8 @@
 """Checks of a batch's RoIAlign inputs, before any framework sees them.
 
-A tap index outside its example's feature map is an error on PyTorch, is clamped silently by
-MXNet's ``take`` and TensorFlow's CPU gather returns an error naming no input, and CNTK's
-one-hot row is all zeros: every backend checks the NumPy batch here first and fails with one
+Frameworks disagree on a tap index outside its example's feature map: PyTorch raises,
+MXNet's ``take`` clamps it silently, TensorFlow's CPU gather fails naming no input, and CNTK's
+gather (over the whole batch's rows) reads another example's map. So every backend checks the NumPy batch here first and fails with one
 message naming the node, the input, the example and the fix. Valid Python 3.6.
 """
 import numpy as np

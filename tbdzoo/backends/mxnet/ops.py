@@ -530,6 +530,10 @@ def smooth_l1_loss(F, prediction, target, weight, a):
 
 
 def sigmoid_cross_entropy_loss(F, logits, labels, weight):
-    """sum(weight * (relu(z) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1)."""
-    bce = F.relu(logits) - logits * labels + F.log1p(F.exp(-F.abs(logits)))
+    """sum(weight * (max(z, 0) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1), with max(z, 0)
+    and -|z| selected by z >= 0 (TensorFlow's form): relu's and abs's zero gradient at z = 0
+    would give a logit of exactly 0 the gradient -y instead of sigmoid(0) - y."""
+    positive = logits >= 0
+    bce = F.where(positive, logits, F.zeros_like(logits)) - logits * labels + \
+        F.log1p(F.exp(F.where(positive, -logits, logits)))
     return F.broadcast_div(F.sum(weight * bce), F.maximum(F.sum(weight), 1.0))
