@@ -383,6 +383,8 @@ def loss_term(kind, values, attrs):
     if kind == "norm_penalty":
         x = np.asarray(values["x"]).reshape(len(values["x"]), -1)
         return float(np.mean((np.sqrt((x ** 2).sum(axis=1)) - attrs["target"]) ** 2))
+    if kind in _LOSS_TERMS:
+        return _LOSS_TERMS[kind](values, attrs)
     raise NotImplementedError("no NumPy reference for loss kind {!r}".format(kind))
 
 
@@ -400,3 +402,55 @@ def loss(graph, outputs, batch):
     spec = graph.loss
     return softmax_cross_entropy(outputs[spec["logits"]], batch[spec["labels"]],
                                  spec.get("label_smoothing", 0.0), spec.get("ignore_index"))
+
+
+# -- detection ------------------------------------------------------------------------------
+def roi_align(features, indices, weights, a):
+    """out[n, r, c, i, j] = mean over bin (i, j)'s sr^2 samples of sum_k w * features[n, c].flat[idx]."""
+    n, c = features.shape[:2]
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rois = indices.shape[1]
+    out = np.zeros((n, rois, c, oh * ow * sr * sr))
+    for b in range(n):
+        flat = features[b].reshape(c, -1)
+        for r in range(rois):
+            for s in range(indices.shape[2]):
+                for k in range(4):
+                    out[b, r, :, s] += weights[b, r, s, k] * flat[:, indices[b, r, s, k]]
+    return out.reshape(n, rois, c, oh, ow, sr * sr).mean(axis=-1)
+
+
+def frozen_batchnorm(x, p, a):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale = p["gamma"] / np.sqrt(p["running_var"] + a["eps"])
+    return (x - p["running_mean"].reshape(shape)) * scale.reshape(shape) + p["beta"].reshape(shape)
+
+
+OPS.update({
+    "roi_align": lambda xs, p, a, training, mask: roi_align(xs[0], xs[1], xs[2], a),
+    "to_batch": lambda xs, p, a, training, mask: xs[0].reshape((-1,) + xs[0].shape[2:]),
+    "frozen_batchnorm": lambda xs, p, a, training, mask: frozen_batchnorm(xs[0], p, a),
+})
+
+
+def smooth_l1(prediction, target, weight, sigma=1.0, normalizer=1.0):
+    """sum(weight * smoothL1_sigma(d)) / (normalizer * rows); 0.5 (sigma d)^2 below 1 / sigma^2."""
+    d = np.abs(np.asarray(prediction, np.float64) - target)
+    s2 = float(sigma) ** 2
+    per = np.where(d < 1.0 / s2, 0.5 * s2 * d * d, d - 0.5 / s2)
+    return float((weight * per).sum() / (normalizer * len(d)))
+
+
+def sigmoid_cross_entropy(logits, labels, weight):
+    """sum(weight * BCE-with-logits) / max(sum(weight), 1)."""
+    z = np.asarray(logits, np.float64)
+    bce = np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z)))
+    return float((weight * bce).sum() / max(float(np.sum(weight)), 1.0))
+
+
+_LOSS_TERMS = {
+    "smooth_l1": lambda v, a: smooth_l1(v["prediction"], v["target"], v["weight"], a["sigma"],
+                                        a["normalizer"]),
+    "sigmoid_cross_entropy": lambda v, a: sigmoid_cross_entropy(v["logits"], v["labels"],
+                                                                v["weight"]),
+}

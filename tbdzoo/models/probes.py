@@ -19,7 +19,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..spec import Graph
-from ..spec.program import single_objective
+from ..spec.program import Program, optimizer_of, schedule_of, single_objective
 from ..backends.common import sequences
 from .constraints import integer
 from .registry import ModelDef
@@ -337,6 +337,87 @@ def ctc(g, hp):
     return g
 
 
+# -- detection: RoIAlign's sample points come in as inputs, drawn by ``roi_align_inputs`` -----
+def _roi_features(g):
+    x = _image(g, 3, 7, 6)
+    return g.add("conv", "conv2d", x, filters=4, kernel=3, padding=((1, 0), (0, 1)),
+                 use_bias=True)
+
+
+def _roi_align(g, features, rois=3, output_size=(2, 3), sampling_ratio=2):
+    samples = output_size[0] * output_size[1] * sampling_ratio ** 2
+    indices = g.input("roi_indices", (rois, samples, 4), dtype="int32")
+    weights = g.input("roi_weights", (rois, samples, 4))
+    return g.add("roi", "roi_align", [features, indices, weights], output_size=output_size,
+                 sampling_ratio=sampling_ratio)
+
+
+def _program(g, hp, losses):
+    """One objective summing ``losses`` ({name: (kind, inputs)}), one group, one update."""
+    p = Program()
+    for name, (kind, inputs) in losses.items():
+        p.loss(name, kind, **inputs)
+    p.objective("total", {name: 1.0 for name in losses})
+    p.group("all", "*", optimizer_of(hp), schedule_of(hp))
+    p.phase("train", "total", "all")
+    g.set_program(p)
+    return g
+
+
+def roi_align(g, hp):
+    """Bilinear taps of 3 RoIs on a 7 x 6 feature map, 2 x 3 bins of 2 x 2 samples."""
+    return _head(g, _roi_align(g, _roi_features(g)))
+
+
+def roi_align_to_batch_head(g, hp):
+    """Faster R-CNN's box head in miniature: RoIAlign, the RoIs folded into the batch, a
+    convolution, global pooling, a classifier (softmax cross-entropy, ignore_index -1) and
+    class-specific box regression (smooth L1) over the RoIs as examples."""
+    y = g.add("rois", "to_batch", _roi_align(g, _roi_features(g)))
+    y = g.add("head.conv", "conv2d", y, filters=5, kernel=3, padding=1)
+    y = g.add("head.bn", "frozen_batchnorm", y)
+    y = g.add("head.relu", "relu", y)
+    y = g.add("head.pool", "global_avgpool", y)
+    cls = g.add("cls", "dense", y, units=HPARAMS["num_classes"])
+    box = g.add("box", "dense", y, units=4 * HPARAMS["num_classes"])
+    labels = g.add("roi_labels", "to_batch", g.input("labels", (3,), dtype="int32", role="target"))
+    targets = g.add("box_targets", "to_batch", g.input("targets", (3, 4 * HPARAMS["num_classes"]),
+                                                     role="target"))
+    weights = g.add("box_weights", "to_batch", g.input("targets_weight",
+                                                       (3, 4 * HPARAMS["num_classes"]),
+                                                       role="target"))
+    g.set_output(cls)
+    return _program(g, hp, OrderedDict([
+        ("cls", ("softmax_cross_entropy", {"logits": cls, "labels": labels, "ignore_index": -1})),
+        ("box", ("smooth_l1", {"prediction": box, "target": targets, "weight": weights,
+                               "sigma": 1.0, "normalizer": 1.0}))]))
+
+
+def frozen_batchnorm(g, hp):
+    """A convolution before it receives the gradient through the frozen affine."""
+    y = g.add("conv", "conv2d", _image(g, 3, 5, 6), filters=4, kernel=3, padding=1)
+    return _head(g, g.add("bn", "frozen_batchnorm", y, eps=0.0))
+
+
+def sigmoid_cross_entropy(g, hp):
+    """An RPN head in miniature: objectness logits per anchor (sigmoid cross-entropy over the
+    sampled ones) and box deltas (smooth L1 with sigma 3, normalised by the sampled count)."""
+    y = g.add("conv", "conv2d", _image(g, 3, 5, 6), filters=4, kernel=3, padding=1)
+    y = g.add("relu", "relu", y)
+    logits = g.add("objectness", "conv2d", y, filters=3, kernel=1, use_bias=True)
+    deltas = g.add("deltas", "conv2d", y, filters=12, kernel=1, use_bias=True)
+    labels = g.input("labels", (3, 5, 6), role="target")
+    sampled = g.input("labels_weight", (3, 5, 6), role="target")
+    targets = g.input("targets", (12, 5, 6), role="target")
+    positive = g.input("targets_weight", (12, 5, 6), role="target")
+    g.set_output(logits)
+    return _program(g, hp, OrderedDict([
+        ("objectness", ("sigmoid_cross_entropy", {"logits": logits, "labels": labels,
+                                                  "weight": sampled})),
+        ("deltas", ("smooth_l1", {"prediction": deltas, "target": targets, "weight": positive,
+                                  "sigma": 3.0, "normalizer": 16.0}))]))
+
+
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
     conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
     relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
@@ -344,7 +425,8 @@ PROBES = OrderedDict((fn.__name__, fn) for fn in (
     batchnorm_batch_stats, concat, tanh, upsample_nearest, reshape, channel_layernorm, lerp, scale,
     stop_gradient, ones_like, conv2d_input_grad, dense_input_grad, relu_grad,
     channel_layernorm_input_grad, lstm, lstm_bidirectional_sum, gru, gru_bidirectional,
-    additive_attention, sequence_batchnorm, clipped_relu, transpose, ctc))
+    additive_attention, sequence_batchnorm, clipped_relu, transpose, ctc, roi_align,
+    roi_align_to_batch_head, frozen_batchnorm, sigmoid_cross_entropy))
 
 
 def ragged_lengths(rng, batch_size, t):
@@ -375,6 +457,19 @@ def ctc_labels(rng, frames, max_labels, num_classes):
     return labels, lengths
 
 
+def roi_align_inputs(rng, batch_size, rois, samples, height, width):
+    """(indices (N, R, S, 4) int32, weights (N, R, S, 4)): each sample's four bilinear taps,
+    the neighbouring cells (y, x), (y, x + 1), (y + 1, x), (y + 1, x + 1) of a random point
+    with their interpolation weights, as tbdzoo/detection computes them."""
+    shape = (batch_size, rois, samples)
+    y, x = rng.randint(0, height - 1, size=shape), rng.randint(0, width - 1, size=shape)
+    ly, lx = rng.uniform(size=shape), rng.uniform(size=shape)
+    base = y * width + x
+    indices = np.stack([base, base + 1, base + width, base + width + 1], axis=-1)
+    weights = np.stack([(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx], axis=-1)
+    return indices.astype(np.int32), weights.astype(np.float32)
+
+
 def _batch_for(build_graph):
     def make(hp, batch_size, seed):
         graph = build_graph(hp)
@@ -389,7 +484,7 @@ def _batch_for(build_graph):
             elif inp.role == "target" and graph.program is not None and \
                     inp.name + "_lengths" in graph.inputs:
                 pass  # CTC labels, drawn below with their lengths
-            elif inp.role == "target":
+            elif inp.role == "target" and inp.dtype == "int32":
                 batch[inp.name] = rng.randint(0, hp["num_classes"], size=shape).astype(np.int32)
             elif inp.dtype == "int32":
                 tokens = rng.randint(1, hp["vocab"], size=shape).astype(np.int32)
@@ -405,8 +500,31 @@ def _batch_for(build_graph):
                 batch[roles["labels"]], batch[roles["label_lengths"]] = ctc_labels(
                     rng, frames, graph.inputs[roles["labels"]].shape[0],
                     graph.shape_of(roles["logits"])[1])
+        for node in graph.nodes.values():
+            if node.op == "roi_align" and node.inputs[1] in graph.inputs:
+                _, height, width = graph.shape_of(node.inputs[0])
+                rois, samples, _ = graph.shape_of(node.inputs[1])
+                batch[node.inputs[1]], batch[node.inputs[2]] = roi_align_inputs(
+                    rng, batch_size, rois, samples, height, width)
+        for loss in (graph.program.losses.values() if graph.program is not None else ()):
+            ignore = loss["attrs"].get("ignore_index")
+            labels = _input_behind(graph, loss["inputs"].get("labels"))
+            if loss["kind"] == "softmax_cross_entropy" and ignore is not None and \
+                    labels in batch and batch[labels].ndim > 1:
+                batch[labels][0, -1] = ignore  # one ignored RoI
+            for role in ("weight", "labels"):  # 0/1 masks and binary labels
+                name = loss["inputs"].get(role)
+                if name in graph.inputs and graph.inputs[name].dtype == "float32":
+                    batch[name] = rng.randint(0, 2, size=batch[name].shape).astype(np.float32)
         return batch
     return make
+
+
+def _input_behind(graph, name):
+    """The graph input that value ``name`` is, or comes from through to_batch folds."""
+    while name in graph.nodes and graph.nodes[name].op == "to_batch":
+        name = graph.nodes[name].inputs[0]
+    return name
 
 
 def _is_lengths(graph, inp):

@@ -141,10 +141,13 @@ def _saved_elements(graph, batch_size, nodes, loss_inputs):
             saved.add(node.name)
         if rule == "in+attn":
             t, s = node.shape[0], graph.shape_of(node.inputs[1])[0]
-            extra += 2 * node.attrs["num_heads"] * t * s + 4 * _size(node.shape)  # scores, probs, Q K V ctx
+            extra += (2 * node.attrs["num_heads"] * t * s + 4 * _size(node.shape)) * \
+                graph.rows_per_example(node.name)  # scores, probs, Q K V ctx
         if rule == "mask" and node.attrs["rate"]:
-            extra += _size(node.shape) // 4  # one byte per element
-    return batch_size * (sum(_size(graph.shape_of(n)) for n in saved) + extra)
+            extra += _size(node.shape) * graph.rows_per_example(node.name) // 4  # a byte each
+    # a value after to_batch has rows_per_example rows for each example of the batch
+    return batch_size * (sum(_size(graph.shape_of(n)) * graph.rows_per_example(n) for n in saved)
+                         + extra)
 
 
 def analytic(graph, hparams, batch_size, batch_arrays_bytes, precision="fp32"):

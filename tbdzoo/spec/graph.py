@@ -74,6 +74,7 @@ class Graph(object):
         self.loss = None
         self.program = None
         self._params = None
+        self._rows = {}  # node -> its rows per example of the input batch (to_batch folds)
 
     # -- building -----------------------------------------------------------------
     def input(self, name, shape, dtype="float32", role="feature"):
@@ -96,11 +97,26 @@ class Graph(object):
             attrs = definition.normalize(attrs)
             shape = definition.infer_shape(in_shapes, attrs)
             dtype = definition.out_dtype(in_dtypes, attrs)
+            rows = self._rows_of_inputs(inputs) * _ops.rows_per_example(in_shapes, op)
         except (ValueError, AssertionError, IndexError) as e:
             raise ValueError("node {!r} ({}): {}".format(name, op, e))
         self.nodes[name] = Node(name, op, inputs, attrs, shape, dtype)
+        self._rows[name] = rows
         self._params = None
         return name
+
+    def _rows_of_inputs(self, inputs):
+        rows = set(self.rows_per_example(i) for i in inputs)
+        if len(rows) > 1:
+            raise ValueError("inputs {} come from batches of different sizes ({} rows per "
+                             "example after to_batch): fold each of them with to_batch, or "
+                             "none".format(inputs, sorted(rows)))
+        return rows.pop() if rows else 1
+
+    def rows_per_example(self, name):
+        """Rows of value ``name``'s batch per example of the input batch: 1, or the product of
+        the axes folded into the batch by the ``to_batch`` nodes it comes through."""
+        return self._rows.get(name, 1)
 
     def set_output(self, name):
         self.output = name
@@ -163,11 +179,13 @@ class Graph(object):
         return sum(p.size for p in self.params().values() if p.trainable)
 
     def flops(self):
-        """Forward FLOPs per example, per node (multiply-add counts as 2)."""
+        """Forward FLOPs per example of the input batch, per node (multiply-add counts as 2);
+        a node after ``to_batch`` counts once per row its example makes."""
         out = OrderedDict()
         for node in self.nodes.values():
             in_shapes = [self.shape_of(i) for i in node.inputs]
-            out[node.name] = _ops.get(node.op).flops(in_shapes, node.shape, node.attrs)
+            out[node.name] = _ops.get(node.op).flops(in_shapes, node.shape, node.attrs) * \
+                self.rows_per_example(node.inputs[0] if node.inputs else node.name)
         return out
 
     # -- serialisation --------------------------------------------------------------

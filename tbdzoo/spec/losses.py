@@ -65,6 +65,7 @@ class SoftmaxCrossEntropy(LossDef):
             self._fail(name, self.kind, "labels must be int32 class ids")
         if not 0.0 <= attrs["label_smoothing"] < 1.0:
             self._fail(name, self.kind, "label_smoothing must be in [0, 1)")
+        _check_same_batch(graph, inputs, name, self.kind)
 
 
 @register
@@ -122,6 +123,58 @@ class CTC(LossDef):
         if attrs["blank"] != 0:
             self._fail(name, self.kind, "only blank=0 is supported (every backend's kernel "
                        "agrees on it); renumber the classes so the blank is 0")
+
+
+def _check_same_batch(graph, inputs, name, kind):
+    """Every input of a loss must come from one batch: all folded by ``to_batch``, or none."""
+    rows = OrderedDict((role, graph.rows_per_example(v)) for role, v in inputs.items())
+    if len(set(rows.values())) > 1:
+        LossDef._fail(name, kind, "its inputs come from batches of different sizes (rows per "
+                      "example {}): pass them through the same to_batch folds".format(
+                          dict(rows)))
+
+
+class _Elementwise(LossDef):
+    """A loss over inputs of one float32 shape, each role named in ``inputs``."""
+
+    def check(self, graph, inputs, attrs, name):
+        shapes = OrderedDict((role, tuple(graph.shape_of(v))) for role, v in inputs.items())
+        if len(set(shapes.values())) > 1:
+            self._fail(name, self.kind, "inputs must have one shape, got {}".format(
+                ", ".join("{} {}".format(r, s) for r, s in shapes.items())))
+        for role, v in inputs.items():
+            if graph.dtype_of(v) != "float32":
+                self._fail(name, self.kind, "{} must be float32, got {}".format(
+                    role, graph.dtype_of(v)))
+        _check_same_batch(graph, inputs, name, self.kind)
+
+
+@register
+class SmoothL1(_Elementwise):
+    """sum over the batch of weight * smoothL1_sigma(prediction - target), divided by
+    (normalizer x the rows of the batch), where smoothL1_sigma(d) = 0.5 (sigma d)^2 if
+    |d| < 1 / sigma^2, else |d| - 0.5 / sigma^2 (mx-rcnn's form; sigma 1 is the usual smooth
+    L1 with beta 1). The rows are the prediction's batch: N images, or N * R RoIs after
+    to_batch; ``normalizer`` makes it a mean over, say, 256 sampled anchors per image."""
+    kind = "smooth_l1"
+    inputs = ("prediction", "target", "weight")
+    defaults = {"sigma": 1.0, "normalizer": 1.0}
+
+    def check(self, graph, inputs, attrs, name):
+        _Elementwise.check(self, graph, inputs, attrs, name)
+        for key in ("sigma", "normalizer"):
+            value = attrs[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                self._fail(name, self.kind, "{} must be a number > 0, not {!r}".format(key, value))
+
+
+@register
+class SigmoidCrossEntropy(_Elementwise):
+    """sum(weight * BCE-with-logits(logits, labels)) / max(sum(weight), 1), the sums over the
+    whole batch, labels float 0/1: the mean over the sampled anchors (weight 1 for a sampled
+    anchor, 0 otherwise), as torchvision's RPN and mx-rcnn's 'valid' normalisation."""
+    kind = "sigmoid_cross_entropy"
+    inputs = ("logits", "labels", "weight")
 
 
 def ctc_required_frames(labels):

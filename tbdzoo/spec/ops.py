@@ -852,3 +852,119 @@ def length_after_conv(length, a):
     out = (length + a["padding"][0] + a["padding"][1] - a["dilation"] * (a["kernel"] - 1) - 1) \
         // a["stride"] + 1
     return max(out, 1) if isinstance(out, int) else out.clip(min=1)
+
+
+# -- detection: Faster R-CNN's graph side ------------------------------------------------------
+# Anchors, proposals, RoI sampling and RoIAlign's sample points are computed in NumPy and fed
+# to the graph as inputs; the graph gathers, folds RoIs into the batch and normalises.
+
+def _check_positive_pair(value, what):
+    value = _pair(value)
+    if len(value) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1
+                              for v in value):
+        raise ValueError("{} must be one integer >= 1 or a pair of them, not {!r}".format(
+            what, value))
+    return value
+
+
+@register
+class RoIAlign(OpDef):
+    """inputs features (C, H, W), indices int32 (R, S, 4), weights float32 (R, S, 4), with
+    S = oh * ow * sr * sr samples per RoI ordered (oh, ow, sr_y, sr_x) flattened; output
+    (R, C, oh, ow): out[r, c, i, j] = the mean over the sr * sr samples s of bin (i, j) of
+    sum_k weights[r, s, k] * features[c].flat[indices[r, s, k]] (bilinear interpolation with
+    its four taps and weights precomputed). Gathers within the example; differentiable with
+    respect to the features only (a scatter-add backward)."""
+    name = "roi_align"
+    required = ("output_size",)
+    defaults = {"sampling_ratio": 2}
+
+    def canonical(self, a):
+        a["output_size"] = _check_positive_pair(a["output_size"], "roi_align output_size")
+        sr = a["sampling_ratio"]
+        if not isinstance(sr, int) or isinstance(sr, bool) or sr < 1:
+            raise ValueError("roi_align sampling_ratio must be an integer >= 1 (a fixed number "
+                             "of samples per bin side), not {!r}".format(sr))
+        return a
+
+    @staticmethod
+    def samples(a):
+        return a["output_size"][0] * a["output_size"][1] * a["sampling_ratio"] ** 2
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 3:
+            raise ValueError("roi_align takes inputs [features, indices, weights], got {} "
+                             "input(s)".format(len(in_shapes)))
+        features, indices, weights = (tuple(s) for s in in_shapes)
+        if len(features) != 3:
+            raise ValueError("features must be an image (C, H, W), got {}".format(features))
+        s = self.samples(a)
+        if len(indices) != 3 or indices[1:] != (s, 4):
+            raise ValueError("indices must be (R, {}, 4): output_size {} x sampling_ratio {}^2 "
+                             "samples of 4 taps per RoI, got {}".format(
+                                 s, a["output_size"], a["sampling_ratio"], indices))
+        if weights != indices:
+            raise ValueError("weights {} must have the indices' shape {}".format(weights, indices))
+        return (indices[0], features[0]) + tuple(a["output_size"])
+
+    def out_dtype(self, in_dtypes, a):
+        _check_int32(in_dtypes[1], "roi_align indices")
+        if in_dtypes[0] != "float32" or in_dtypes[2] != "float32":
+            raise ValueError("roi_align features and weights must be float32, got {} and {}"
+                             .format(in_dtypes[0], in_dtypes[2]))
+        return "float32"
+
+    def flops(self, in_shapes, out, a):
+        return 2 * 4 * a["sampling_ratio"] ** 2 * _prod(out)  # a multiply-add per tap
+
+
+@register
+class ToBatch(OpDef):
+    """Folds the example's first axis into the batch: (R, ...) per example -> (...) per
+    example, a batch of N examples -> N * R, image-major (example n's rows r at n * R + r).
+    Nodes after it run over the R rows as ordinary examples (a box head over RoIs). Keeps
+    its input's dtype (labels fold alike)."""
+    name = "to_batch"
+
+    def infer_shape(self, in_shapes, a):
+        if len(in_shapes) != 1 or len(in_shapes[0]) < 1:
+            raise ValueError("to_batch takes one input with at least one axis, got {}".format(
+                in_shapes))
+        return tuple(in_shapes[0][1:])
+
+    def out_dtype(self, in_dtypes, a):
+        return in_dtypes[0]
+
+    def flops(self, in_shapes, out, a):
+        return 0
+
+
+def rows_per_example(in_shapes, op):
+    """How many rows of its output one row of ``op``'s input makes: R for to_batch, else 1."""
+    return in_shapes[0][0] if op == "to_batch" else 1
+
+
+@register
+class FrozenBatchNorm(OpDef):
+    """y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta over axis 0 (channels),
+    all four per-channel tensors non-trainable state (torchvision's FrozenBatchNorm2d, eps
+    1e-5 there; 0 for old Caffe weights), the same in training and inference. Backends may
+    fold it into a per-channel scale and shift computed exactly this way."""
+    name = "frozen_batchnorm"
+    defaults = {"eps": 1e-5}
+
+    def canonical(self, a):
+        if not isinstance(a["eps"], (int, float)) or isinstance(a["eps"], bool) or a["eps"] < 0:
+            raise ValueError("frozen_batchnorm eps must be a number >= 0, not {!r}".format(
+                a["eps"]))
+        a["eps"] = float(a["eps"])
+        return a
+
+    def params(self, in_shapes, a):
+        c = (in_shapes[0][0],)
+        return OrderedDict([("gamma", (c, ("ones",), False)), ("beta", (c, ("zeros",), False)),
+                            ("running_mean", (c, ("zeros",), False)),
+                            ("running_var", (c, ("ones",), False))])
+
+    def flops(self, in_shapes, out, a):
+        return 2 * _prod(out)  # one multiply-add per element after folding

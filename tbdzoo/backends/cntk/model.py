@@ -194,6 +194,7 @@ class Model(BackendModel):
         """Only the inputs the batch holds: an update or a prediction may read a part of them.
         Lengths and CTC labels are checked first (CNTK would read a bad length as garbage)."""
         sequences.check_batch(self.spec, batch)
+        batch = ops.offset_roi_indices(self.spec, batch)  # roi_align gathers over the batch
         return OrderedDict((var, np.ascontiguousarray(batch[name], np.float32))
                            for name, var in self._inputs.items() if name in batch)
 

@@ -676,3 +676,86 @@ def _norm_penalty_loss(inputs, attrs):
 
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
            "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss}
+
+
+# -- detection -------------------------------------------------------------------------------------
+def roi_align(inputs, p, a, ctx):
+    """One ``gather`` over the batch's (N H W, C) feature rows: CNTK 2.7's gather refuses a
+    reference with a batch axis, so ``unpack_batch`` makes the batch a static axis, and the
+    indices arrive offset by n H W (``offset_roi_indices``, applied by the model as it prepares
+    a batch; float32, exact below 2**24). The gather's backward pass is the scatter-add."""
+    features, indices, weights = inputs
+    if not indices.is_input:
+        raise ValueError("roi_align on CNTK reads its indices from a graph input (the model "
+                         "offsets them per example as it prepares the batch); node {!r} computes "
+                         "them".format(ctx.node))
+    c, h, w = features.shape
+    rois, samples, _ = indices.shape
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rows = C.reshape(C.unpack_batch(C.reshape(C.transpose(features, (1, 2, 0)), (h * w, c))),
+                     (-1, c))
+    taps = C.gather(rows, C.reshape(indices, (rois * samples * 4,)))            # (R S 4, C)
+    taps = taps * C.reshape(weights, (rois * samples * 4, 1))
+    out = C.reduce_sum(C.reshape(taps, (rois * oh * ow, sr * sr * 4, c)), axis=1)
+    return C.transpose(C.reshape(out, (rois, oh, ow, c)), (0, 3, 1, 2)) / float(sr * sr)
+
+
+def offset_roi_indices(graph, batch):
+    """``batch`` with each roi_align indices input offset by n H W for example n, so that one
+    gather over the whole batch's feature rows reads each example's own map."""
+    out = dict(batch)
+    for node in graph.nodes.values():
+        if node.op == "roi_align" and node.inputs[1] in batch:
+            _, h, w = graph.shape_of(node.inputs[0])
+            values = np.asarray(batch[node.inputs[1]], np.float32)
+            offsets = np.arange(len(values), dtype=np.float32) * float(h * w)
+            out[node.inputs[1]] = values + offsets.reshape((-1,) + (1,) * (values.ndim - 1))
+    return out
+
+
+def to_batch(inputs, p, a, ctx):
+    """(R, ...) per example to (...) per example: CNTK's ``unpack_batch`` makes the batch a
+    static axis, a reshape merges it with R (image-major) and ``to_batch`` makes the merged
+    axis the new batch axis."""
+    x, = inputs
+    merged = C.reshape(C.unpack_batch(x), (-1,) + tuple(x.shape[1:]))
+    return C.to_batch(merged)
+
+
+def frozen_batchnorm(inputs, p, a, ctx):
+    """The folded per-channel affine: scale = gamma / sqrt(var + eps), shift = beta - mean scale."""
+    x, = inputs
+    scale = p["gamma"] * C.reciprocal(C.sqrt(p["running_var"] + a["eps"]))
+    shift = p["beta"] - p["running_mean"] * scale
+    shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+    return x * C.reshape(scale, shape) + C.reshape(shift, shape)
+
+
+def _rows(x):
+    """The number of rows of x's batch, as a scalar without a batch axis."""
+    return C.reduce_sum(C.ones_like(x), axis=C.Axis.all_axes()) / float(np.prod(x.shape))
+
+
+def _smooth_l1_loss(inputs, attrs):
+    """sum(weight * smoothL1_sigma(prediction - target)) / (normalizer * rows)."""
+    s2 = float(attrs["sigma"]) ** 2
+    prediction = inputs["prediction"]
+    d = C.abs(prediction - inputs["target"])
+    per = C.element_select(C.less(d, 1.0 / s2), 0.5 * s2 * C.square(d), d - 0.5 / s2)
+    total = C.reduce_sum(inputs["weight"] * per, axis=C.Axis.all_axes())
+    return total / (float(attrs["normalizer"]) * _rows(prediction))
+
+
+def _sigmoid_cross_entropy_loss(inputs, attrs):
+    """sum(weight * (max(z, 0) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1), with max(z, 0)
+    and -|z| selected by z >= 0 (TensorFlow's form): relu's and abs's zero gradient at z = 0
+    would give a logit of exactly 0 the gradient -y instead of sigmoid(0) - y."""
+    z, weight = inputs["logits"], inputs["weight"]
+    positive = C.greater_equal(z, 0.0)
+    bce = C.element_select(positive, z, C.zeros_like(z)) - z * inputs["labels"] + \
+        C.log(1.0 + C.exp(C.element_select(positive, -z, z)))
+    total = C.reduce_sum(weight * bce, axis=C.Axis.all_axes())
+    return total / C.element_max(C.reduce_sum(weight, axis=C.Axis.all_axes()), 1.0)
+
+
+_LOSSES.update({"smooth_l1": _smooth_l1_loss, "sigmoid_cross_entropy": _sigmoid_cross_entropy_loss})

@@ -9,6 +9,7 @@ import numpy as np
 
 from ...spec import losses as spec_losses
 from ...spec import ops as spec_ops
+from . import regions
 
 # op -> (index of its lengths input, index of the sequence input whose T bounds it)
 LENGTHS_SLOTS = {"lstm": (1, 0), "gru": (1, 0), "sequence_batchnorm": (1, 0),
@@ -40,7 +41,8 @@ def check_batch(graph, batch):
     """Raise ValueError when a lengths value leaves [1, T] of the sequence it describes (an
     input ``<x>_lengths`` describes input ``<x>``'s first axis; a node's lengths input the
     sequence it reads), or a CTC loss cannot score an example (tbdzoo/spec/losses.py
-    check_ctc_batch)."""
+    check_ctc_batch), or a roi_align index leaves its feature map (common/regions.py)."""
+    regions.check_batch(graph, batch)
     program = graph.program
     ctc_losses = [loss for loss in (program.losses.values() if program is not None else ())
                   if loss["kind"] == "ctc"]

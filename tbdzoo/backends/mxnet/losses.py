@@ -28,5 +28,14 @@ def _ctc(F, inputs, attrs, shapes):
                    inputs["label_lengths"], shapes["logits"][0], shapes["labels"][0])
 
 
+def _smooth_l1(F, inputs, attrs, shapes):
+    return ops.smooth_l1_loss(F, inputs["prediction"], inputs["target"], inputs["weight"], attrs)
+
+
+def _sigmoid_cross_entropy(F, inputs, attrs, shapes):
+    return ops.sigmoid_cross_entropy_loss(F, inputs["logits"], inputs["labels"], inputs["weight"])
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy, "mean": _mean,
-           "norm_penalty": _norm_penalty, "ctc": _ctc}
+           "norm_penalty": _norm_penalty, "ctc": _ctc, "smooth_l1": _smooth_l1,
+           "sigmoid_cross_entropy": _sigmoid_cross_entropy}

@@ -489,3 +489,51 @@ def ctc(F, logits, labels, input_lengths, label_lengths, frames, max_labels):
     costs = F.ctc_loss(F.swapaxes(logits, dim1=0, dim2=1), labels, input_lengths, label_lengths,
                        use_data_lengths=True, use_label_lengths=True, blank_label="first")
     return F.mean(costs)
+
+
+# -- detection -----------------------------------------------------------------------------------
+def roi_align(F, inputs, p, a, ctx):
+    """One ``take`` of the batch's (N H W, C) feature rows at each example's indices offset by
+    n H W (indices travel as float32, exact below 2**24); take's backward is the scatter-add
+    the spec asks. Output canonical (N, R, C, oh, ow)."""
+    features, indices, weights = inputs
+    (c, h, w), (rois, samples, _) = ctx.in_shapes[0], ctx.in_shapes[1]
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rows = F.reshape(F.transpose(features, axes=(0, 2, 3, 1)), shape=(-1, c))
+    offsets = F.contrib.arange_like(indices, axis=0) * float(h * w)
+    flat = F.broadcast_add(F.reshape(indices, shape=(0, -1)), F.reshape(offsets, shape=(-1, 1)))
+    taps = F.take(rows, flat, axis=0)                                    # (N, R S 4, C)
+    taps = F.broadcast_mul(taps, F.reshape(weights, shape=(0, -1, 1)))
+    out = F.sum(F.reshape(taps, shape=(-1, rois, oh, ow, sr * sr * 4, c)), axis=4)
+    return F.transpose(out / float(sr * sr), axes=(0, 1, 4, 2, 3))
+
+
+def to_batch(F, inputs, p, a, ctx):
+    """(N, R, ...) -> (N R, ...): reshape's -3 merges the first two axes, image-major."""
+    return F.reshape(inputs[0], shape=(-3, -2))
+
+
+def frozen_batchnorm(F, inputs, p, a, ctx):
+    """The folded per-channel affine: scale = gamma / sqrt(var + eps), shift = beta - mean scale."""
+    x, rank = inputs[0], len(ctx.in_shapes[0]) + 1
+    scale = p["gamma"] * F.rsqrt(p["running_var"] + a["eps"])
+    shift = p["beta"] - p["running_mean"] * scale
+    return F.broadcast_add(F.broadcast_mul(x, _per_channel(F, scale, rank)),
+                           _per_channel(F, shift, rank))
+
+
+def smooth_l1_loss(F, prediction, target, weight, a):
+    """MXNet's ``smooth_l1`` is mx-rcnn's smoothL1_sigma; summed per example, averaged over the
+    rows, divided by the normalizer."""
+    per = F.smooth_l1(prediction - target, scalar=float(a["sigma"])) * weight
+    return F.mean(F.sum(F.reshape(per, shape=(0, -1)), axis=1)) / float(a["normalizer"])
+
+
+def sigmoid_cross_entropy_loss(F, logits, labels, weight):
+    """sum(weight * (max(z, 0) - z y + log(1 + exp(-|z|)))) / max(sum(weight), 1), with max(z, 0)
+    and -|z| selected by z >= 0 (TensorFlow's form): relu's and abs's zero gradient at z = 0
+    would give a logit of exactly 0 the gradient -y instead of sigmoid(0) - y."""
+    positive = logits >= 0
+    bce = F.where(positive, logits, F.zeros_like(logits)) - logits * labels + \
+        F.log1p(F.exp(F.where(positive, -logits, logits)))
+    return F.broadcast_div(F.sum(weight * bce), F.maximum(F.sum(weight), 1.0))

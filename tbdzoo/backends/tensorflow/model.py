@@ -132,7 +132,8 @@ class SpecModel(keras.Model):
 # -- layouts: which nodes hold NHWC tensors inside SpecModel ---------------------------------------
 _NHWC_OPS = ("conv2d", "maxpool2d", "avgpool2d", "upsample_nearest", "conv2d_input_grad")
 # Ops over a whole image example that compute in NHWC when their example is (C, H, W).
-_NHWC_IMAGE_OPS = ("batchnorm", "channel_layernorm", "channel_layernorm_input_grad")
+_NHWC_IMAGE_OPS = ("batchnorm", "channel_layernorm", "channel_layernorm_input_grad",
+                   "frozen_batchnorm")
 # Element-wise ops (and concat, which maps its axis): NHWC when an input is.
 _PASS_THROUGH_OPS = ("relu", "dropout", "add", "tanh", "scale", "stop_gradient", "ones_like",
                      "relu_grad", "lerp", "concat", "clipped_relu")
@@ -338,7 +339,24 @@ def _lengths_after_conv(args, p, a, training, update):
     return ops.lengths_after_conv(args[0][0], a)
 
 
+# -- detection: roi_align reads NHWC features and writes canonical (N, R, C, oh, ow) ------------
+def _roi_align(args, p, a, training, update):
+    # the weights (R, S, 4) look like an image input, so they may arrive NHWC
+    return ops.roi_align(_to(args[0], NHWC), args[1][0], _to(args[2], CANONICAL), a)
+
+
+def _to_batch(args, p, a, training, update):
+    return ops.to_batch(_to(args[0], CANONICAL))
+
+
+def _frozen_batchnorm(args, p, a, training, update):
+    x, axis = _image_or_canonical(args[0])
+    return ops.frozen_batchnorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"], a,
+                                axis)
+
+
 _RUN = {
+    "roi_align": _roi_align, "to_batch": _to_batch, "frozen_batchnorm": _frozen_batchnorm,
     "conv2d": _conv2d, "batchnorm": _batchnorm, "relu": _relu, "add": _add,
     "maxpool2d": _maxpool2d, "avgpool2d": _avgpool2d, "global_avgpool": _global_avgpool,
     "flatten": _flatten, "dense": _dense, "embedding": _embedding,
@@ -569,6 +587,11 @@ def _loss_value(loss, values, xla=False):
         return ops.mean_loss(x["x"])
     if kind == "norm_penalty":
         return ops.norm_penalty(x["x"], attrs["target"])
+    if kind in ("smooth_l1", "sigmoid_cross_entropy"):  # element-wise: canonical order
+        x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
+        if kind == "smooth_l1":
+            return ops.smooth_l1_loss(x["prediction"], x["target"], x["weight"], attrs)
+        return ops.sigmoid_cross_entropy_loss(x["logits"], x["labels"], x["weight"])
     if kind == "ctc":
         return ops.ctc_loss(_to(values[loss["inputs"]["logits"]], CANONICAL), x["labels"],
                             x["input_lengths"], x["label_lengths"], xla)

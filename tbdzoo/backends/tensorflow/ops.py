@@ -583,3 +583,46 @@ def ctc_loss(logits, labels, input_lengths, label_lengths, xla=False):
                                  logit_length=input_lengths, logits_time_major=False,
                                  blank_index=0)
     return tf.reduce_mean(per_example)
+
+
+# -- detection -------------------------------------------------------------------------------------
+def roi_align(features, indices, weights, a):
+    """features NHWC (N, H, W, C), indices and weights (N, R, S, 4); returns canonical
+    (N, R, C, oh, ow). tf.gather with batch_dims=1 gathers each example's own (H W, C) rows;
+    its gradient is the scatter-add the spec asks (IndexedSlices summed into the features)."""
+    n, h, w, c = [int(d) if d is not None else -1 for d in features.shape]
+    rows = tf.reshape(features, [-1, h * w, c])
+    rois, samples = int(indices.shape[1]), int(indices.shape[2])
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    taps = tf.gather(rows, tf.reshape(indices, [-1, rois * samples * 4]), batch_dims=1)
+    taps = taps * tf.reshape(weights, [-1, rois * samples * 4, 1])
+    out = tf.reduce_sum(tf.reshape(taps, [-1, rois, oh, ow, sr * sr * 4, c]), axis=4) / float(sr * sr)
+    return tf.transpose(out, [0, 1, 4, 2, 3])
+
+
+def to_batch(x):
+    """(N, R, ...) -> (N R, ...), image-major."""
+    return tf.reshape(x, [-1] + [int(d) for d in x.shape[2:]])
+
+
+def frozen_batchnorm(x, gamma, beta, running_mean, running_var, a, channel_axis):
+    """The folded per-channel affine, scale = gamma / sqrt(var + eps), shift = beta - mean scale."""
+    scale = gamma * tf.math.rsqrt(running_var + a["eps"])
+    shift = beta - running_mean * scale
+    shape = _channel_shape(x, channel_axis)
+    return x * tf.reshape(scale, shape) + tf.reshape(shift, shape)
+
+
+def smooth_l1_loss(prediction, target, weight, a):
+    """sum(weight * smoothL1_sigma(prediction - target)) / (normalizer * rows)."""
+    s2 = float(a["sigma"]) ** 2
+    d = tf.abs(prediction - tf.cast(target, prediction.dtype))
+    per = tf.where(d < 1.0 / s2, 0.5 * s2 * d * d, d - 0.5 / s2)
+    rows = tf.cast(tf.shape(prediction)[0], prediction.dtype)
+    return tf.reduce_sum(weight * per) / (float(a["normalizer"]) * rows)
+
+
+def sigmoid_cross_entropy_loss(logits, labels, weight):
+    """sum(weight * BCE-with-logits) / max(sum(weight), 1)."""
+    bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, logits.dtype), logits=logits)
+    return tf.reduce_sum(weight * bce) / tf.maximum(tf.reduce_sum(weight), 1.0)

@@ -84,7 +84,7 @@ class SpecModule(nn.Module):
 
     # Ops whose output autograd never keeps for their own backward pass: a consumer may
     # overwrite it once nothing else reads it.
-    _UNSAVED_OUTPUTS = ("batchnorm", "add")
+    _UNSAVED_OUTPUTS = ("batchnorm", "add", "frozen_batchnorm")  # frozen: x * scale + shift
 
     @classmethod
     def _may_overwrite(cls, graph, node, dead):

@@ -1,0 +1,223 @@
+"""The detection ops and loss kinds (docs/spec.md, "Detection"): roi_align against torchvision's
+RoIAlign, to_batch's bookkeeping of a batch that grows inside the graph, frozen_batchnorm's
+state, the loss kinds' checks, and a bad batch refused before any framework sees it.
+Cross-backend agreement is tests/test_consistency.py's (probes roi_align,
+roi_align_to_batch_head, frozen_batchnorm, sigmoid_cross_entropy)."""
+import numpy as np
+import pytest
+
+import tbdzoo
+from tbdzoo.spec import Graph
+from tbdzoo.spec.program import Program
+
+from conftest import require_backend, require_framework
+
+require_framework("torch")
+
+import numpy_reference as ref  # noqa: E402
+
+
+def bilinear_taps(box, output_size, sampling_ratio, height, width):
+    """(indices (S, 4), weights (S, 4)) of one box, as torchvision's RoIAlign with
+    aligned=True samples it (samples ordered (oh, ow, sr_y, sr_x), the edge rule included)."""
+    x1, y1, x2, y2 = [v - 0.5 for v in box]
+    (oh, ow), sr = output_size, sampling_ratio
+    bin_h, bin_w = (y2 - y1) / oh, (x2 - x1) / ow
+    indices, weights = [], []
+    for i in range(oh):
+        for j in range(ow):
+            for u in range(sr):
+                for v in range(sr):
+                    y = min(max(y1 + i * bin_h + (u + 0.5) * bin_h / sr, 0.0), height - 1.0)
+                    x = min(max(x1 + j * bin_w + (v + 0.5) * bin_w / sr, 0.0), width - 1.0)
+                    y0, x0 = int(np.floor(y)), int(np.floor(x))
+                    y1_, x1_ = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
+                    ly, lx = y - y0, x - x0
+                    indices.append([y0 * width + x0, y0 * width + x1_, y1_ * width + x0,
+                                    y1_ * width + x1_])
+                    weights.append([(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx])
+    return np.array(indices, np.int32), np.array(weights, np.float32)
+
+
+def test_roi_align_is_torchvisions_roi_align_with_its_sample_points_as_inputs():
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from tbdzoo.backends.torch import ops as torch_ops
+    rng = np.random.RandomState(0)
+    features = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    boxes = [[[0.0, 0.0, 11.0, 9.0], [2.3, 1.7, 6.1, 8.4]], [[5.5, 3.25, 10.9, 4.0],
+                                                             [0.2, 0.4, 1.1, 0.9]]]
+    a = {"output_size": (3, 2), "sampling_ratio": 2}
+    taps = [[bilinear_taps(b, a["output_size"], 2, 9, 11) for b in image] for image in boxes]
+    indices = np.array([[t[0] for t in image] for image in taps])
+    weights = np.array([[t[1] for t in image] for image in taps])
+    theirs = torchvision.ops.roi_align(
+        torch.from_numpy(features), [torch.tensor(b) for b in boxes], output_size=(3, 2),
+        spatial_scale=1.0, sampling_ratio=2, aligned=True).numpy().reshape(2, 2, 3, 3, 2)
+    np.testing.assert_allclose(ref.roi_align(features, indices, weights, a), theirs, atol=1e-5)
+    x = torch.from_numpy(features).requires_grad_()
+    ours = torch_ops.roi_align([x, torch.from_numpy(indices), torch.from_numpy(weights)], {}, a,
+                               True)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs, atol=1e-5)
+    # the backward pass scatters each output's gradient back through its taps
+    ours.sum().backward()
+    expected = np.zeros((2, 9 * 11))
+    for n in range(2):
+        np.add.at(expected[n], indices[n].ravel(), weights[n].ravel() / 4.0 * 3)  # C rows add
+    np.testing.assert_allclose(x.grad.numpy().sum(axis=1).reshape(2, -1), expected, atol=1e-5)
+
+
+def _head_graph():
+    g = Graph("head")
+    x = g.input("x", (4, 6, 5))
+    idx = g.input("idx", (3, 6 * 4, 4), dtype="int32")
+    w = g.input("w", (3, 6 * 4, 4))
+    roi = g.add("roi", "roi_align", [x, idx, w], output_size=(2, 3), sampling_ratio=2)
+    rois = g.add("rois", "to_batch", roi)
+    conv = g.add("conv", "conv2d", rois, filters=5, kernel=3, padding=1)
+    return g, x, rois, conv
+
+
+def test_to_batch_counts_rows_per_example_in_flops_and_refuses_mixing_batches():
+    g, x, rois, conv = _head_graph()
+    assert g.shape_of("roi") == (3, 4, 2, 3) and g.shape_of(rois) == (4, 2, 3)
+    assert g.rows_per_example(x) == 1 and g.rows_per_example(rois) == 3
+    assert g.rows_per_example(conv) == 3
+    per_roi = 2 * 5 * 2 * 3 * 4 * 9
+    assert g.flops()["conv"] == 3 * per_roi  # FLOPs per example of the input batch
+    assert g.flops()["roi"] == 2 * 4 * 4 * (3 * 4 * 2 * 3)
+    pooled = g.add("pool", "global_avgpool", x)
+    with pytest.raises(ValueError, match="batches of different sizes"):
+        g.add("mixed", "concat", [pooled, g.add("pool2", "global_avgpool", conv)])
+    labels = g.add("labels", "to_batch", g.input("y", (3,), dtype="int32", role="target"))
+    assert g.dtype_of(labels) == "int32" and g.shape_of(labels) == ()
+    assert Graph.from_json(g.dumps()).hash() == g.hash()
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"output_size": (2, 2), "sampling_ratio": 2}, r"indices must be \(R, 16, 4\)"),
+    ({"output_size": (2, 3), "sampling_ratio": 0}, "sampling_ratio must be an integer >= 1"),
+])
+def test_roi_align_refuses_shapes_that_do_not_fit_its_attributes(attrs, message):
+    g = Graph("bad")
+    x, idx = g.input("x", (4, 6, 5)), g.input("idx", (3, 24, 4), dtype="int32")
+    w = g.input("w", (3, 24, 4))
+    with pytest.raises(ValueError, match=message):
+        g.add("roi", "roi_align", [x, idx, w], **attrs)
+    with pytest.raises(ValueError, match="indices must be int32"):
+        g.add("roi", "roi_align", [x, w, w], output_size=(2, 3))
+
+
+def test_frozen_batchnorm_holds_state_only_and_folds_exactly():
+    g = Graph("frozen")
+    x = g.input("x", (3, 4, 4))
+    g.add("bn", "frozen_batchnorm", x, eps=0.0)
+    assert g.trainable_count() == 0
+    assert [(n, p.trainable) for n, p in g.params().items()] == [
+        ("bn.gamma", False), ("bn.beta", False), ("bn.running_mean", False),
+        ("bn.running_var", False)]
+    assert g.flops()["bn"] == 2 * 3 * 16
+    with pytest.raises(ValueError, match="eps must be a number >= 0"):
+        g.add("bn2", "frozen_batchnorm", x, eps=-1.0)
+    import torch
+    from tbdzoo.backends.torch import ops as torch_ops
+    rng = np.random.RandomState(1)
+    p = {"gamma": rng.standard_normal(3), "beta": rng.standard_normal(3),
+         "running_mean": rng.standard_normal(3), "running_var": rng.uniform(0.5, 2, 3)}
+    xs = rng.standard_normal((2, 3, 4, 4))
+    ours = torch_ops.frozen_batchnorm([torch.from_numpy(xs)], {k: torch.from_numpy(v) for k, v
+                                                               in p.items()}, {"eps": 1e-5}, True)
+    np.testing.assert_allclose(ours.numpy(), ref.frozen_batchnorm(xs, p, {"eps": 1e-5}),
+                               rtol=1e-12)
+
+
+def _loss_graph():
+    g, x, rois, conv = _head_graph()
+    box = g.add("box", "dense", g.add("pool", "global_avgpool", conv), units=4)
+    g.input("t", (3, 4), role="target")
+    g.input("tw", (3, 4), role="target")
+    return g, box
+
+
+@pytest.mark.parametrize("inputs,attrs,message", [
+    ({"target": "t_folded", "weight": "tw_folded"}, {"sigma": 0.0}, "sigma must be a number > 0"),
+    ({"target": "t", "weight": "tw"}, {}, "inputs must have one shape"),
+    ({"target": "t_folded", "weight": "x_feat"}, {}, "batches of different sizes"),
+])
+def test_smooth_l1_refuses_bad_inputs_and_attributes(inputs, attrs, message):
+    g, box = _loss_graph()
+    g.add("t_folded", "to_batch", "t")
+    g.add("tw_folded", "to_batch", "tw")
+    g.add("x_feat", "global_avgpool", "x")  # (4,), the box's shape, but one row per image
+    p = Program()
+    p.loss("box", "smooth_l1", prediction=box, **dict(inputs, **attrs))
+    p.objective("o", {"box": 1.0})
+    p.group("all", "*", {"kind": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                         "weight_decay": 0.0})
+    p.phase("train", "o", "all")
+    with pytest.raises(ValueError, match=message):
+        g.set_program(p)
+
+
+def test_losses_refuse_inputs_from_batches_of_different_sizes():
+    g, box = _loss_graph()
+    g.add("x4", "dense", g.add("x_feat", "global_avgpool", "x"), units=4)
+    g.add("tw_folded", "to_batch", "tw")
+    p = Program()
+    p.loss("box", "smooth_l1", prediction=box, target="x4", weight="tw_folded")
+    p.objective("o", {"box": 1.0})
+    p.group("all", "*", {"kind": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                         "weight_decay": 0.0})
+    p.phase("train", "o", "all")
+    with pytest.raises(ValueError, match="batches of different sizes"):
+        g.set_program(p)
+
+
+def test_the_loss_kinds_reduce_as_the_spec_says():
+    d = np.array([[0.05, -0.5], [2.0, 0.0]])
+    # sigma 3: quadratic below 1/9, linear above; normalizer 2 over 2 rows
+    expected = (0.5 * 9 * 0.05 ** 2 + (0.5 - 0.5 / 9) + 2 * (2.0 - 0.5 / 9)) / (2 * 2)
+    assert ref.smooth_l1(d, 0.0, np.array([[1, 1], [2, 0]]), 3.0, 2.0) == pytest.approx(expected)
+    z, y = np.array([0.3, -2.0, 4.0]), np.array([1.0, 0.0, 0.0])
+    bce = np.log1p(np.exp(-z)) * y + np.log1p(np.exp(z)) * (1 - y)
+    assert ref.sigmoid_cross_entropy(z, y, np.array([1, 1, 0])) == pytest.approx(bce[:2].mean())
+    assert ref.sigmoid_cross_entropy(z, y, np.zeros(3)) == 0.0  # no sampled anchor: no NaN
+
+
+@pytest.mark.parametrize("backend", ["torch", "cntk"])
+def test_a_tap_outside_the_feature_map_is_refused_naming_the_example(backend):
+    require_backend(backend)
+    model = tbdzoo.build("probe/roi_align", backend=backend, config="tiny",
+                         isolate=backend != "torch")
+    try:
+        batch = model.synthetic_batch(seed=0)
+        batch["roi_indices"][1, 2, 5, 3] = 6 * 5  # the feature map is 6 x 5
+        with pytest.raises(ValueError, match=r"example 1, RoI 2, sample 5, tap 3 is index 30, "
+                                             r"outside \[0, 30\) of the 6 x 5 feature map"):
+            model.loss_and_gradients(batch)
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+def test_sigmoid_cross_entropy_at_a_logit_of_exactly_zero_has_the_gradient_sigmoid_0_minus_y(backend):
+    """A zero-initialised objectness layer over ReLU outputs gives logits of exactly 0, where a
+    relu/abs form of the loss would give -y instead of 0.5 - y."""
+    require_backend(backend)
+    reference = tbdzoo.build("probe/sigmoid_cross_entropy", backend="torch", config="tiny",
+                             device="cpu")
+    other = tbdzoo.build("probe/sigmoid_cross_entropy", backend=backend, config="tiny",
+                         isolate=True)
+    try:
+        weights = {k: (np.zeros_like(v) if k.startswith("objectness") else v)
+                   for k, v in reference.get_weights().items()}
+        reference.set_weights(weights)
+        other.set_weights(weights)
+        batch = reference.synthetic_batch(seed=0)
+        labels, sampled = batch["labels"], batch["labels_weight"]
+        expected = ((0.5 - labels) * sampled).sum(axis=(0, 2, 3)) / max(sampled.sum(), 1.0)
+        for model in (reference, other):
+            grads = model.loss_and_gradients(batch)[1]
+            np.testing.assert_allclose(grads["objectness.bias"], expected, rtol=1e-5, atol=1e-7)
+    finally:
+        other.close()
