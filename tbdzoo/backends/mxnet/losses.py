@@ -28,5 +28,21 @@ def _ctc(F, inputs, attrs, shapes):
                    inputs["label_lengths"], shapes["logits"][0], shapes["labels"][0])
 
 
+def _policy_gradient(F, inputs, attrs, shapes):
+    """-mean_n log softmax(logits_n)[a_n] * A_n; the actions arrive as float32 ids."""
+    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    return -F.mean(F.pick(log_p, inputs["actions"], axis=-1) * inputs["advantages"])
+
+
+def _entropy(F, inputs, attrs, shapes):
+    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    return F.mean(-F.sum(F.exp(log_p) * log_p, axis=-1))
+
+
+def _squared_error(F, inputs, attrs, shapes):
+    return 0.5 * F.mean(F.square(inputs["prediction"] - inputs["target"]))
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy, "mean": _mean,
-           "norm_penalty": _norm_penalty, "ctc": _ctc}
+           "norm_penalty": _norm_penalty, "ctc": _ctc, "policy_gradient": _policy_gradient,
+           "entropy": _entropy, "squared_error": _squared_error}

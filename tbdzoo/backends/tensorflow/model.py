@@ -569,6 +569,9 @@ def _loss_value(loss, values, xla=False):
         return ops.mean_loss(x["x"])
     if kind == "norm_penalty":
         return ops.norm_penalty(x["x"], attrs["target"])
+    if kind in ("policy_gradient", "entropy", "squared_error"):  # (N, A) and per-example values
+        x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
+        return getattr(ops, kind)(**x)
     if kind == "ctc":
         return ops.ctc_loss(_to(values[loss["inputs"]["logits"]], CANONICAL), x["labels"],
                             x["input_lengths"], x["label_lengths"], xla)
