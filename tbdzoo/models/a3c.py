@@ -20,7 +20,7 @@ import numpy as np
 
 from ..spec import Graph
 from ..spec.program import Program, optimizer_of, schedule_of
-from .constraints import Rule, choice, integer, integers, number
+from .constraints import Rule, boolean, choice, integer, integers, number
 from .registry import register_model
 
 NETWORKS = ("atari", "mlp")
@@ -32,10 +32,12 @@ PAPER = {
     "num_actions": 6,               # Pong's full action set; the trainer checks it against the game
     "conv_filters": (16, 32), "conv_kernels": (8, 4), "conv_strides": (4, 2),  # [M], [D] 2013
     "hidden": (256,),               # [M] fully connected 256, every hidden layer followed by a ReLU
+    "shared_hidden": True,          # [M] one torso for both heads; False: a value network of its own
     "learners": 16,                 # [M] 16 actor-learner threads
     "t_max": 5,                     # [M] t_max = 5: an update every 5 actions
     "batch_size": 80,               # learners * t_max: one synchronous update's examples
     "gamma": 0.99,                  # [M] discount 0.99
+    "reward_clip": 1.0,             # [M] rewards clipped to [-1, 1] as in [D]; 0: unclipped
     "entropy_weight": 0.01,         # [M] entropy regularisation beta = 0.01
     "value_weight": 1.0,            # on 0.5 * mean squared error: [B] vf_coef 0.5 on the MSE
     # [M] RMSProp with statistics shared across learners, decay alpha 0.99, epsilon 0.1 inside
@@ -52,8 +54,8 @@ PAPER = {
 # CartPole-v1 solved by the synchronous trainer in minutes on a 2-core CPU (docs/models.md has
 # the runs): a small tanh MLP, 8 environments, Adam at 1e-3 without annealing.
 CARTPOLE = dict(PAPER, env="CartPole-v1", network="mlp", observation_shape=(4,), num_actions=2,
-                hidden=(64, 64), learners=8, batch_size=40, optimizer="adam", lr=1e-3,
-                eps=1e-5, lr_schedule="constant", grad_clip_norm=0.5)
+                hidden=(64, 64), shared_hidden=False, learners=8, batch_size=40, optimizer="adam", lr=1e-3,
+                eps=1e-5, lr_schedule="constant", grad_clip_norm=0.5, reward_clip=0.0)
 
 # The consistency tests' config: both convolutions on a 2 x 20 x 20 input (20 -> 4 -> 1 pixels)
 # and two learners of t_max 3, so every path of the paper's network runs in milliseconds.
@@ -63,8 +65,8 @@ TINY = dict(PAPER, observation_shape=(2, 20, 20), num_actions=3, conv_filters=(3
 RULES = {
     "env": Rule(str), "network": choice(*NETWORKS), "observation_shape": integers(1),
     "num_actions": integer(2), "conv_filters": integers(1), "conv_kernels": integers(1),
-    "conv_strides": integers(1), "hidden": integers(1), "learners": integer(1),
-    "t_max": integer(1), "gamma": number(0.0, 1.0), "entropy_weight": number(0.0),
+    "conv_strides": integers(1), "hidden": integers(1), "shared_hidden": boolean(), "learners": integer(1),
+    "t_max": integer(1), "gamma": number(0.0, 1.0), "reward_clip": number(0.0), "entropy_weight": number(0.0),
     "value_weight": number(0.0),
 }
 
@@ -105,7 +107,8 @@ def _check_network(hp):
 def _check_batch(hp):
     if hp["batch_size"] != hp["learners"] * hp["t_max"]:
         return ("batch_size {} must be learners * t_max = {} (one synchronous update reads "
-                "every learner's rollout)".format(hp["batch_size"], hp["learners"] * hp["t_max"]))
+                "every learner's rollout); fix: batch_size={}".format(
+                    hp["batch_size"], hp["learners"] * hp["t_max"], hp["learners"] * hp["t_max"]))
     return None
 
 
@@ -123,6 +126,13 @@ def _batch(hp, batch_size, seed):
             "actions": rng.randint(0, hp["num_actions"], batch_size).astype(np.int32),
             "advantages": rng.standard_normal(batch_size).astype(np.float32),
             "returns": returns}
+
+
+def _hidden(g, prefix, x, sizes, activation):
+    for i, units in enumerate(sizes):
+        x = g.add("{}{}".format(prefix, i + 1), "dense", x, units=units)
+        x = g.add("{}{}.{}".format(prefix, i + 1, activation), activation, x)
+    return x
 
 
 @register_model("a3c", domain="reinforcement learning",
@@ -143,11 +153,11 @@ def build(hp):
         activation = "relu"
     else:
         activation = "tanh"   # [B] the mlp policy of Baselines
-    for i, units in enumerate(hp["hidden"]):
-        x = g.add("fc{}".format(i + 1), "dense", x, units=units)
-        x = g.add("fc{}.{}".format(i + 1, activation), activation, x)
-    logits = g.add("policy", "dense", x, units=hp["num_actions"])
-    value = g.add("value", "dense", x, units=1)
+    trunk = _hidden(g, "fc", x, hp["hidden"], activation)
+    logits = g.add("policy", "dense", trunk, units=hp["num_actions"])
+    if not hp["shared_hidden"]:   # [B] the mlp value function's own layers of the same sizes
+        trunk = _hidden(g, "value_fc", x, hp["hidden"], activation)
+    value = g.add("value", "dense", trunk, units=1)
     g.set_output(g.add("policy_and_value", "concat", [logits, value], axis=0))
     actions = g.input("actions", (), dtype="int32", role="target")
     advantages = g.input("advantages", (), role="target")
