@@ -12,9 +12,9 @@ graph's first node: every backend divides the same exact integers, and a rollout
 frames feed it unchanged but for the cast.
 
 Values carry their source: [M] Mnih et al. 2016 (Asynchronous Methods for Deep Reinforcement
-Learning, section 8 and supplementary section 8: Experimental Setup), [D] Mnih et al. 2013 /
-2015 (the DQN network it reuses), [B] OpenAI Baselines' a2c (defaults of a2c.learn), [S]
-Stable-Baselines3's A2C with its default MlpPolicy, [U] universe-starter-agent's a3c.py. Valid Python 3.6: the CNTK worker imports it.
+Learning, its Experimental Setup), [D] Mnih et al. 2013 / 2015 (the DQN network it reuses),
+[B] OpenAI Baselines' a2c (defaults of a2c.learn), [S] Stable-Baselines3's A2C with its default
+MlpPolicy, [U] universe-starter-agent's a3c.py. Valid Python 3.6: the CNTK worker imports it.
 """
 import numpy as np
 
@@ -27,17 +27,17 @@ NETWORKS = ("atari", "mlp")
 
 PAPER = {
     "env": "pong",                  # any Atari game of tbdzoo.environments; Pong as the default
-    "network": "atari",             # [M] the network of [D] 2013: conv 16 8x8/4, conv 32 4x4/2, fc 256
+    "network": "atari",             # [M] [D] 2013's: conv 16 8x8/4, conv 32 4x4/2, fc 256
     "observation_shape": (4, 84, 84),  # [D] 4 stacked 84 x 84 grey frames
     "num_actions": 6,               # Pong's full action set; the trainer checks it against the game
     "conv_filters": (16, 32), "conv_kernels": (8, 4), "conv_strides": (4, 2),  # [M], [D] 2013
     "hidden": (256,),               # [M] fully connected 256, every hidden layer followed by a ReLU
-    "shared_hidden": True,          # [M] one torso for both heads; False: a value network of its own
+    "shared_hidden": True,          # [M] one torso for both heads; False: the value's own layers
     "learners": 16,                 # [M] 16 actor-learner threads
     "t_max": 5,                     # [M] t_max = 5: an update every 5 actions
     "batch_size": 80,               # learners * t_max: one synchronous update's examples
     "gamma": 0.99,                  # [M] discount 0.99
-    "reward_clip": 1.0,             # [M] rewards clipped to [-1, 1] as in [D]; 0: unclipped
+    "reward_clip": 1.0,             # [D] rewards clipped to [-1, 1] ([M] keeps [D]'s Atari setup)
     "entropy_weight": 0.01,         # [M] entropy regularisation beta = 0.01
     "value_weight": 1.0,            # on 0.5 * mean squared error: [B] vf_coef 0.5 on the MSE
     # [M] RMSProp with statistics shared across learners, decay alpha 0.99, epsilon 0.1 inside
@@ -46,7 +46,8 @@ PAPER = {
     "optimizer": "rmsprop", "lr": 7e-4, "alpha": 0.99, "eps": 0.1, "momentum": 0.0,
     "centered": False, "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999,
     "lr_schedule": "linear",
-    # [M] trains on 80 million frames: 80e6 / (4 frames per step * 80 steps per update)
+    # an assumption: annealed over 80 million frames, 80e6 / (4 frames x 80 steps per update);
+    # [M] anneals over its whole run, [B] over its total_timesteps 80e6
     "anneal_steps": 250000,
     "grad_clip_norm": 40.0,         # [U] clip_by_global_norm(grads, 40.0)
 }
@@ -69,9 +70,9 @@ TINY = dict(PAPER, observation_shape=(2, 20, 20), num_actions=3, conv_filters=(3
 RULES = {
     "env": Rule(str), "network": choice(*NETWORKS), "observation_shape": integers(1),
     "num_actions": integer(2), "conv_filters": integers(1), "conv_kernels": integers(1),
-    "conv_strides": integers(1), "hidden": integers(1), "shared_hidden": boolean(), "learners": integer(1),
-    "t_max": integer(1), "gamma": number(0.0, 1.0), "reward_clip": number(0.0), "entropy_weight": number(0.0),
-    "value_weight": number(0.0),
+    "conv_strides": integers(1), "hidden": integers(1), "shared_hidden": boolean(),
+    "learners": integer(1), "t_max": integer(1), "gamma": number(0.0, 1.0),
+    "reward_clip": number(0.0), "entropy_weight": number(0.0), "value_weight": number(0.0),
 }
 
 
