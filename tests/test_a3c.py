@@ -27,7 +27,7 @@ def one_torch_thread():
 
 
 # CartPole's network, narrowed, and 8 learners: a rollout of 8 x 5 steps is the update's batch.
-SMALL = {"hidden": (8, 8), "learners": 8, "batch_size": 40}
+SMALL = {"hidden": (8, 8), "learners": 8}
 
 
 @pytest.fixture(scope="module")
@@ -141,5 +141,3 @@ def test_bad_input_gets_a_clear_error():
         build("a3c", backend="torch", config="paper", observation_shape=(4, 10, 10))
     with pytest.raises(HyperparameterError, match="cannot feed the atari network"):
         build("a3c", backend="torch", config="paper", observation_shape=(4,))
-    with pytest.raises(HyperparameterError, match="batch_size 80 must be learners .*batch_size=20"):
-        build("a3c", backend="torch", config="cartpole", learners=4)
