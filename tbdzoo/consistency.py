@@ -140,6 +140,7 @@ def cases():
     out["transformer"] = {"dropout": 0.0}
     out["seq2seq"] = {}        # ragged sentences: padding, masks and lengths exercised
     out["deepspeech2"] = {}    # ragged utterances through the convolutions, GRUs and CTC
+    out["a3c"] = {}            # a recorded rollout's update: policy gradient, entropy, value
     return out
 
 

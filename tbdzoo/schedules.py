@@ -26,12 +26,15 @@ def learning_rate(hp, step):
         # lr x decay every ``decay_epochs`` whole epochs (a staircase, as Inception-v3 trains)
         epoch = step // hp["steps_per_epoch"]
         return float(hp["lr"] * hp["lr_decay"] ** (epoch // hp["decay_epochs"]))
+    if kind == "linear":
+        # annealed linearly to 0 over ``anneal_steps`` steps, then held at 0 (A3C)
+        return float(hp["lr"] * max(0.0, 1.0 - step / float(hp["anneal_steps"])))
     if kind == "inverse_sqrt":
         # Vaswani et al.: lr * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), n counted from 1
         n = step + 1
         return float(hp["lr"] * hp["d_model"] ** -0.5 *
                      min(n ** -0.5, n * hp["warmup_steps"] ** -1.5))
-    raise ValueError("unknown lr_schedule {!r}; known: constant, step, exponential, inverse_sqrt".format(kind))
+    raise ValueError("unknown lr_schedule {!r}; known: constant, step, exponential, linear, inverse_sqrt".format(kind))
 
 
 def check(hp):

@@ -378,6 +378,17 @@ def loss_term(kind, values, attrs):
     if kind == "ctc":
         return ctc(values["logits"], values["labels"], values["input_lengths"],
                    values["label_lengths"], attrs["blank"])
+    if kind == "policy_gradient":
+        log_p = log_softmax(np.asarray(values["logits"], np.float64))
+        actions = np.asarray(values["actions"]).astype(int)
+        picked = log_p[np.arange(len(actions)), actions]
+        return float(-np.mean(picked * np.asarray(values["advantages"], np.float64)))
+    if kind == "entropy":
+        log_p = log_softmax(np.asarray(values["logits"], np.float64))
+        return float(np.mean(-(np.exp(log_p) * log_p).sum(axis=-1)))
+    if kind == "squared_error":
+        diff = np.asarray(values["prediction"], np.float64) - np.asarray(values["target"])
+        return float(0.5 * np.mean(diff ** 2))
     if kind == "mean":
         return float(np.mean(values["x"]))
     if kind == "norm_penalty":

@@ -19,7 +19,7 @@ def test_list_shows_models_and_backends():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: deepspeech2, inception_v3, resnet50, seq2seq, transformer, wgan"),
+    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: a3c, deepspeech2, inception_v3, resnet50, seq2seq, transformer, wgan"),
     (["run", "resnet50", "--backend", "caffe"], "unknown backend 'caffe'"),
     (["bench", "--models", "vgg"], "unknown model 'vgg'"),
 ])
@@ -87,7 +87,7 @@ def main(capsys, *args):
      "unknown hyperparameter of resnet50 'vocab'; known: batch_size, blocks"),
     (["bench", "--backends", "torch", "--set", "depth=3"],
      "unknown hyperparameter of resnet50 or transformer or inception_v3 or wgan or seq2seq or "
-     "deepspeech2 'depth'; known: alpha"),
+     "deepspeech2 or a3c 'depth'; known: alpha"),
     (["run", "resnet50", "--backend", "torch", "--set", "lr"], "NAME=VALUE, e.g. lr=0.05"),
     (["run", "resnet50", "--backend", "torch", "--precision", "fp64"], "invalid choice: 'fp64'"),
     (["run", "resnet50", "--backend", "torch", "--batch-size", "8", "--set", "batch_size=16"],
@@ -164,7 +164,8 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
         ("resnet50", "torch", None), ("resnet50", "mxnet", 8), ("transformer", "torch", None),
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),
         ("wgan", "torch", None), ("wgan", "mxnet", 2), ("seq2seq", "torch", None),
-        ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1)]
+        ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1),
+        ("a3c", "torch", None), ("a3c", "mxnet", None)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
     # Deep Speech 2's utterances shrink on a CPU only (torch is on a GPU here, mxnet not)
     assert suite.bench_overrides("deepspeech2", "mxnet") == {"max_frames": 100}

@@ -174,13 +174,14 @@ COMMON = {
     "dropout": fraction(),
     "attention_dropout": fraction(),
     # the learning-rate schedule (tbdzoo/schedules.py)
-    "lr_schedule": choice("constant", "step", "exponential", "inverse_sqrt"),
+    "lr_schedule": choice("constant", "step", "exponential", "inverse_sqrt", "linear"),
     "decay_epochs": integer(1),
     "lr_decay": number(0.0, 1.0, open_low=True),
     "lr_milestones": integers(0, ascending=True),
     "train_examples": integer(1),
     "steps_per_epoch": integer(1),
     "warmup_steps": integer(1),
+    "anneal_steps": integer(1),          # the linear schedule reaches 0 after this many steps
     # how a step executes (tbdzoo/models/registry.py: EXECUTION_DEFAULTS)
     "precision": choice("fp32", "tf32", "bf16"),
     "execution": choice("default", "eager", "compiled"),

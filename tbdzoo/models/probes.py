@@ -418,6 +418,38 @@ def sigmoid_cross_entropy(g, hp):
                                   "sigma": 3.0, "normalizer": 16.0}))]))
 
 
+def _policy(g):
+    """Logits over 5 actions from a (7,) observation: the actor-critic losses' probes."""
+    return g.add("policy", "dense", g.input("x", (7,)), units=HPARAMS["num_classes"])
+
+
+def policy_gradient(g, hp):
+    """The policy-gradient loss on recorded actions (``labels``) and advantages."""
+    logits = _policy(g)
+    actions = g.input("labels", (), dtype="int32", role="target")
+    advantages = g.input("advantages", (), role="target")
+    g.set_output(logits)
+    g.set_program(single_objective(g, hp, "policy_gradient", logits=logits, actions=actions,
+                                   advantages=advantages))
+    return g
+
+
+def entropy(g, hp):
+    logits = _policy(g)
+    g.set_output(logits)
+    g.set_program(single_objective(g, hp, "entropy", logits=logits))
+    return g
+
+
+def squared_error(g, hp):
+    """A (3,) prediction against a target: the value loss's kind on more than one element."""
+    prediction = g.add("value", "dense", g.input("x", (7,)), units=3)
+    target = g.input("target", (3,), role="target")
+    g.set_output(prediction)
+    g.set_program(single_objective(g, hp, "squared_error", prediction=prediction, target=target))
+    return g
+
+
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
     conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
     relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
@@ -426,7 +458,8 @@ PROBES = OrderedDict((fn.__name__, fn) for fn in (
     stop_gradient, ones_like, conv2d_input_grad, dense_input_grad, relu_grad,
     channel_layernorm_input_grad, lstm, lstm_bidirectional_sum, gru, gru_bidirectional,
     additive_attention, sequence_batchnorm, clipped_relu, transpose, ctc, roi_align,
-    roi_align_to_batch_head, frozen_batchnorm, sigmoid_cross_entropy))
+    roi_align_to_batch_head, frozen_batchnorm, sigmoid_cross_entropy, policy_gradient,
+    entropy, squared_error))
 
 
 def ragged_lengths(rng, batch_size, t):
@@ -484,7 +517,9 @@ def _batch_for(build_graph):
             elif inp.role == "target" and graph.program is not None and \
                     inp.name + "_lengths" in graph.inputs:
                 pass  # CTC labels, drawn below with their lengths
-            elif inp.role == "target" and inp.dtype == "int32":
+            elif inp.role == "target" and inp.dtype == "float32":  # advantages, value targets
+                batch[inp.name] = rng.standard_normal(shape).astype(np.float32)
+            elif inp.role == "target":
                 batch[inp.name] = rng.randint(0, hp["num_classes"], size=shape).astype(np.int32)
             elif inp.dtype == "int32":
                 tokens = rng.randint(1, hp["vocab"], size=shape).astype(np.int32)
@@ -540,4 +575,4 @@ def get_probe(name):
         return fn(Graph("probe/" + name), hp)
     return ModelDef("probe/" + name, "node test", {"tiny": dict(HPARAMS), "paper": dict(HPARAMS)},
                     build_graph, _batch_for(build_graph), "examples/s",
-                    lambda hp, batch: len(batch["labels"])).constrain(RULES)
+                    lambda hp, batch: len(next(iter(batch.values())))).constrain(RULES)

@@ -101,7 +101,7 @@ def get_model(name):
     return _MODELS[name]
 
 
-BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepspeech2")
+BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepspeech2", "a3c")
 
 
 def list_models():
@@ -112,4 +112,4 @@ def list_models():
 
 
 def _load_builtin():
-    from . import resnet, transformer, inception, wgan, seq2seq, deepspeech2  # noqa: F401  (registration on import)
+    from . import resnet, transformer, inception, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)

@@ -177,6 +177,58 @@ class SigmoidCrossEntropy(_Elementwise):
     inputs = ("logits", "labels", "weight")
 
 
+@register
+class PolicyGradient(LossDef):
+    """-mean over the batch of log softmax(logits)[action] * advantage: the policy-gradient term
+    of A3C (Mnih et al. 2016). The advantages are an input, computed outside the graph from a
+    rollout, so no gradient reaches the value estimate through them (the stop-gradient)."""
+    kind = "policy_gradient"
+    inputs = ("logits", "actions", "advantages")
+
+    def check(self, graph, inputs, attrs, name):
+        logits = tuple(graph.shape_of(inputs["logits"]))
+        if len(logits) != 1 or logits[0] < 2:
+            self._fail(name, self.kind, "logits must be (A,) per example with A >= 2 actions, "
+                       "got {}".format(logits))
+        for role, dtype in (("actions", "int32"), ("advantages", "float32")):
+            shape = tuple(graph.shape_of(inputs[role]))
+            if shape != () or graph.dtype_of(inputs[role]) != dtype:
+                self._fail(name, self.kind, "{} must be one {} per example (shape ()), got {} "
+                           "{}".format(role, dtype, shape, graph.dtype_of(inputs[role])))
+
+
+@register
+class Entropy(LossDef):
+    """Mean over the batch of the entropy -sum_a p_a log p_a of p = softmax(logits). A bonus is
+    a negative weight in the objective (A3C: -0.01)."""
+    kind = "entropy"
+    inputs = ("logits",)
+
+    def check(self, graph, inputs, attrs, name):
+        logits = tuple(graph.shape_of(inputs["logits"]))
+        if len(logits) != 1 or logits[0] < 2:
+            self._fail(name, self.kind, "logits must be (A,) per example with A >= 2, got {}"
+                       .format(logits))
+
+
+@register
+class SquaredError(LossDef):
+    """0.5 * the mean over every element of (prediction - target)^2: the half makes the
+    gradient the plain error (prediction - target), so a weight of 1 is the common A2C/A3C value
+    loss (OpenAI Baselines' vf_coef 0.5 times the mean squared error)."""
+    kind = "squared_error"
+    inputs = ("prediction", "target")
+
+    def check(self, graph, inputs, attrs, name):
+        a, b = tuple(graph.shape_of(inputs["prediction"])), tuple(graph.shape_of(inputs["target"]))
+        if a != b:
+            self._fail(name, self.kind, "prediction {} and target {} must have one shape".format(
+                a, b))
+        for role in self.inputs:
+            if graph.dtype_of(inputs[role]) != "float32":
+                self._fail(name, self.kind, "{} must be float32".format(role))
+
+
 def ctc_required_frames(labels):
     """Frames a CTC alignment of ``labels`` needs: one per label plus one blank between each
     pair of equal neighbours."""

@@ -242,7 +242,8 @@ def schedule_of(hp):
     kind = hp["lr_schedule"]
     reads = {"constant": (), "step": ("lr_decay", "lr_milestones", "steps_per_epoch"),
              "inverse_sqrt": ("d_model", "warmup_steps"),
-             "exponential": ("lr_decay", "decay_epochs", "steps_per_epoch")}
+             "exponential": ("lr_decay", "decay_epochs", "steps_per_epoch"),
+             "linear": ("anneal_steps",)}
     if kind not in reads:
         raise ProgramError("lr_schedule {!r}; known: {}".format(kind, ", ".join(sorted(reads))))
     out = OrderedDict([("kind", kind)])

@@ -674,8 +674,30 @@ def _norm_penalty_loss(inputs, attrs):
     return C.reduce_mean(C.square(norm - float(attrs["target"])), axis=C.Axis.all_axes())
 
 
+def _policy_gradient_loss(inputs, attrs):
+    """-mean over the minibatch of log softmax(logits)[action] * advantage."""
+    logits = inputs["logits"]
+    log_p = C.log_softmax(logits, axis=-1)
+    picked = C.reduce_sum(C.one_hot(inputs["actions"], logits.shape[-1]) * log_p, axis=-1,
+                          keepdims=False)
+    return -C.reduce_mean(picked * inputs["advantages"], axis=C.Axis.all_axes())
+
+
+def _entropy_loss(inputs, attrs):
+    log_p = C.log_softmax(inputs["logits"], axis=-1)
+    per_example = -C.reduce_sum(C.exp(log_p) * log_p, axis=-1, keepdims=False)
+    return C.reduce_mean(per_example, axis=C.Axis.all_axes())
+
+
+def _squared_error_loss(inputs, attrs):
+    diff = inputs["prediction"] - inputs["target"]
+    return 0.5 * C.reduce_mean(C.square(diff), axis=C.Axis.all_axes())
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
-           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss}
+           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss,
+           "policy_gradient": _policy_gradient_loss, "entropy": _entropy_loss,
+           "squared_error": _squared_error_loss}
 
 
 # -- detection -------------------------------------------------------------------------------------

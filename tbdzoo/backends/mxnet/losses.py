@@ -36,6 +36,22 @@ def _sigmoid_cross_entropy(F, inputs, attrs, shapes):
     return ops.sigmoid_cross_entropy_loss(F, inputs["logits"], inputs["labels"], inputs["weight"])
 
 
+def _policy_gradient(F, inputs, attrs, shapes):
+    """-mean_n log softmax(logits_n)[a_n] * A_n; the actions arrive as float32 ids."""
+    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    return -F.mean(F.pick(log_p, inputs["actions"], axis=-1) * inputs["advantages"])
+
+
+def _entropy(F, inputs, attrs, shapes):
+    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    return F.mean(-F.sum(F.exp(log_p) * log_p, axis=-1))
+
+
+def _squared_error(F, inputs, attrs, shapes):
+    return 0.5 * F.mean(F.square(inputs["prediction"] - inputs["target"]))
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy, "mean": _mean,
-           "norm_penalty": _norm_penalty, "ctc": _ctc, "smooth_l1": _smooth_l1,
-           "sigmoid_cross_entropy": _sigmoid_cross_entropy}
+           "norm_penalty": _norm_penalty, "ctc": _ctc, "policy_gradient": _policy_gradient,
+           "entropy": _entropy, "squared_error": _squared_error,
+           "smooth_l1": _smooth_l1, "sigmoid_cross_entropy": _sigmoid_cross_entropy}

@@ -592,6 +592,9 @@ def _loss_value(loss, values, xla=False):
         if kind == "smooth_l1":
             return ops.smooth_l1_loss(x["prediction"], x["target"], x["weight"], attrs)
         return ops.sigmoid_cross_entropy_loss(x["logits"], x["labels"], x["weight"])
+    if kind in ("policy_gradient", "entropy", "squared_error"):  # (N, A) and per-example values
+        x = {role: _to(values[name], CANONICAL) for role, name in loss["inputs"].items()}
+        return getattr(ops, kind)(**x)
     if kind == "ctc":
         return ops.ctc_loss(_to(values[loss["inputs"]["logits"]], CANONICAL), x["labels"],
                             x["input_lengths"], x["label_lengths"], xla)

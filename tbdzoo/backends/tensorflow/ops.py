@@ -281,6 +281,23 @@ def norm_penalty(x, target):
     return tf.reduce_mean(tf.square(norms - target))
 
 
+def policy_gradient(logits, actions, advantages):
+    """-mean_n log softmax(logits_n)[a_n] * A_n; the sparse cross-entropy is -log p[a]."""
+    neg_log_p = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(actions, tf.int32), logits=logits)
+    return tf.reduce_mean(neg_log_p * tf.cast(advantages, neg_log_p.dtype))
+
+
+def entropy(logits):
+    """mean_n of -sum_a p_a log p_a."""
+    log_p = tf.nn.log_softmax(logits, axis=-1)
+    return tf.reduce_mean(-tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1))
+
+
+def squared_error(prediction, target):
+    return 0.5 * tf.reduce_mean(tf.square(prediction - target))
+
+
 # -- ops of the generative and Inception models ---------------------------------------------------
 def concat(xs, axis):
     """``axis`` is the native tensor's axis (model.py maps the spec's example axis to it)."""

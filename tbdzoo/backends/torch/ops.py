@@ -324,9 +324,32 @@ def _sigmoid_cross_entropy_loss(inputs, attrs):
     return total / weight.sum().clamp(min=1.0)
 
 
+def _log_policy(logits):
+    """log softmax over the actions in float32 at least (bf16 logits under autocast)."""
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
+def _policy_gradient_loss(inputs, attrs):
+    log_p = _log_policy(inputs["logits"])
+    picked = log_p.gather(-1, inputs["actions"].long().unsqueeze(-1)).squeeze(-1)
+    return -(picked * inputs["advantages"].float()).mean()
+
+
+def _entropy_loss(inputs, attrs):
+    log_p = _log_policy(inputs["logits"])
+    return -(log_p.exp() * log_p).sum(dim=-1).mean()
+
+
+def _squared_error_loss(inputs, attrs):
+    diff = inputs["prediction"].float() - inputs["target"].float()
+    return 0.5 * (diff * diff).mean()
+
+
 _LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
-           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss, "smooth_l1": _smooth_l1_loss,
-           "sigmoid_cross_entropy": _sigmoid_cross_entropy_loss}
+           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss,
+           "policy_gradient": _policy_gradient_loss, "entropy": _entropy_loss,
+           "squared_error": _squared_error_loss,
+           "smooth_l1": _smooth_l1_loss, "sigmoid_cross_entropy": _sigmoid_cross_entropy_loss}
 
 
 # -- recurrent models ------------------------------------------------------------------------

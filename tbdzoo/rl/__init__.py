@@ -1,0 +1,9 @@
+"""Training an actor-critic from an environment, on any backend (docs/programs.md).
+
+``train_a2c`` is A3C's synchronous, seeded mode (A2C): the learners' environments step in
+lockstep, and their rollouts make one update through the backend's ``train_step``.
+"""
+from .a2c import A2CResult, train_a2c
+from .rollouts import sample_actions, update_batch
+
+__all__ = ["train_a2c", "A2CResult", "sample_actions", "update_batch"]

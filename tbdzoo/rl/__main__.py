@@ -1,0 +1,57 @@
+"""python -m tbdzoo.rl: train the a3c model synchronously (A2C) and print what it measured.
+
+    python -m tbdzoo.rl --backend torch --config cartpole --target 475 --max-seconds 600
+"""
+import argparse
+import os
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m tbdzoo.rl", description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="torch")
+    p.add_argument("--config", default="cartpole")
+    p.add_argument("--env", help="environment (default: the config's env)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", type=float, help="stop at this mean return over 100 episodes")
+    p.add_argument("--max-frames", type=int)
+    p.add_argument("--max-seconds", type=float)
+    p.add_argument("--log-every", type=int, default=200)
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads per framework (default 1: the networks are small, and idle "
+                        "threads spinning on a loaded machine cost 100x on CartPole's MLP)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a hyperparameter (repeatable)")
+    args = p.parse_args(argv)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+                 "TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
+        os.environ.setdefault(name, str(args.threads))   # read when a framework is imported
+    from ..backends.registry import build
+    from .a2c import train_a2c
+    overrides = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        overrides[name] = _parse(value)
+    model = build("a3c", backend=args.backend, config=args.config, seed=args.seed, **overrides)
+    try:
+        result = train_a2c(model, args.env, seed=args.seed, max_frames=args.max_frames,
+                           max_seconds=args.max_seconds, target_return=args.target,
+                           log_every=args.log_every, progress=print)
+    finally:
+        model.close()
+    print(result.summary())
+    return 0 if args.target is None or result.solved_at is not None else 1
+
+
+def _parse(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text:
+        return tuple(_parse(t) for t in text.split(","))
+    return text
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""A3C: the model on every backend against PyTorch on a recorded CartPole rollout, its loss terms
+against NumPy, the synchronous trainer (seeded, learning) and the errors of bad input."""
+import numpy as np
+import pytest
+
+from tbdzoo import consistency
+from tbdzoo.backends import programs
+from tbdzoo.backends.registry import build
+from tbdzoo.environments import Rollout, UnknownEnvironmentError
+from tbdzoo.errors import HyperparameterError
+from tbdzoo.rl import sample_actions, train_a2c, update_batch
+from tbdzoo.rl.a2c import EnvironmentMismatchError
+from tbdzoo.rl.rollouts import split_output
+
+import numpy_reference
+from conftest import random_weights, require_backend
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The networks here are tiny: one intra-op thread, since idle threads spinning on a loaded
+    2-core machine make each small forward pass 100x slower (docs/models.md)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# CartPole's network, narrowed, and 8 learners: a rollout of 8 x 5 steps is the update's batch.
+SMALL = {"hidden": (8, 8), "learners": 8}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A CartPole rollout taken by the torch policy, written to its file and read back, and
+    the reference protocol (forward, loss, gradients, three steps) on its update batch."""
+    from tbdzoo.environments import VectorEnv, collect
+    model = build("a3c", backend="torch", config="cartpole", seed=0, **SMALL)
+    weights = model.get_weights()
+    rng = np.random.default_rng(0)
+
+    def policy(obs):
+        logits, values = split_output(model.predict({"observations": obs.astype(np.float32)}), 2)
+        return sample_actions(logits, rng), values
+
+    with VectorEnv("CartPole-v1", n=8, seed=0) as envs:
+        for _ in range(4):   # into the episodes, so the returns see some episode ends
+            rollout = collect(envs, policy, 5)
+    path = str(tmp_path_factory.mktemp("rollout") / "cartpole.npz")
+    rollout.save(path)
+    batch = update_batch(Rollout.load(path), model.hparams["gamma"])
+    record = consistency.run_protocol(model, weights, batch, steps=3)
+    return weights, batch, record
+
+
+def test_the_loss_is_its_three_terms(recorded):
+    """policy gradient - 0.01 entropy + 0.5 mean squared error, each term in NumPy (float64)
+    from the reference's own logits and values."""
+    weights, batch, record = recorded
+    logits, values = record["forward"][:, :2], record["forward"][:, 2:]
+    terms = {kind: numpy_reference.loss_term(kind, values_, {}) for kind, values_ in (
+        ("policy_gradient", {"logits": logits, "actions": batch["actions"],
+                             "advantages": batch["advantages"]}),
+        ("entropy", {"logits": logits}),
+        ("squared_error", {"prediction": values, "target": batch["returns"]}))}
+    assert 0.0 < terms["entropy"] <= np.log(2.0)
+    expected = terms["policy_gradient"] - 0.01 * terms["entropy"] + terms["squared_error"]
+    assert record["loss"] == pytest.approx(expected, rel=1e-5)
+    assert terms["squared_error"] == pytest.approx(
+        0.5 * np.mean((values[:, 0] - batch["returns"][:, 0]) ** 2))
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+def test_a_recorded_rollout_trains_alike_on_every_backend(backend, recorded):
+    """Forward, loss, every gradient and a three-step trajectory at docs/consistency.md's
+    tolerances; the weights survive a round trip; the Atari network (tiny) predicts alike."""
+    require_backend(backend)
+    weights, batch, record = recorded
+    model = build("a3c", backend=backend, config="cartpole", seed=1, isolate=backend == "cntk",
+                  **SMALL)
+    try:
+        assert consistency.compare(record, consistency.run_protocol(model, weights, batch)) == []
+        drawn = random_weights(model)
+        model.set_weights(drawn)
+        assert all(np.array_equal(model.get_weights()[k], v) for k, v in drawn.items())
+    finally:
+        model.close()
+    reference = build("a3c", backend="torch", config="tiny")
+    frames = reference.synthetic_batch(seed=2)
+    other = build("a3c", backend=backend, config="tiny", seed=1, isolate=backend == "cntk")
+    try:
+        other.set_weights(reference.get_weights())
+        np.testing.assert_allclose(other.predict(frames), reference.predict(frames),
+                                   rtol=1e-4, atol=1e-5)
+    finally:
+        other.close()
+
+
+def test_the_learning_rate_anneals_linearly_to_zero():
+    model = build("a3c", backend="torch", config="tiny", anneal_steps=10)
+    group = model.program.groups["all"]
+    rates = [programs.learning_rate(group, step) for step in (0, 5, 10, 20)]
+    assert rates == pytest.approx([7e-4, 3.5e-4, 0.0, 0.0])
+    assert group["clip"] == {"kind": "global_norm", "value": 40.0}
+
+
+def test_the_synchronous_trainer_is_seeded():
+    """Two runs of one seed take the same actions, so they see the same episodes and end at
+    the same weights; the result counts frames and updates."""
+    def run():
+        model = build("a3c", backend="torch", config="cartpole", seed=0, **SMALL)
+        result = train_a2c(model, seed=3, max_updates=15)
+        return result, model.get_weights()
+    (a, wa), (b, wb) = run(), run()
+    assert (a.frames, a.updates) == (b.frames, b.updates) == (15 * 8 * 5, 15)
+    assert a.episode_returns == b.episode_returns and len(a.episode_returns) > 0
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    assert a.frames_per_second > 0 and a.updates_per_second > 0
+
+
+def test_cartpole_learns():
+    """The mean return climbs well above a random policy's (about 22) within 16,000 frames;
+    docs/models.md records the runs that reach 475."""
+    model = build("a3c", backend="torch", config="cartpole", seed=0)
+    result = train_a2c(model, seed=0, max_frames=16000)
+    random_policy = 22.0
+    assert result.mean_return(last=20) > 2.5 * random_policy, result.summary()
+
+
+def test_bad_input_gets_a_clear_error():
+    model = build("a3c", backend="torch", config="cartpole", **SMALL)
+    with pytest.raises(UnknownEnvironmentError, match="unknown environment 'pongg'.*pong"):
+        train_a2c(model, env="pongg", max_updates=1)
+    with pytest.raises(EnvironmentMismatchError, match=r"\(4, 84, 84\).*observation_shape=4,84,84"):
+        train_a2c(model, env="pong", max_updates=1)
+    with pytest.raises(ValueError, match="stopping rule"):
+        train_a2c(model)
+    with pytest.raises(HyperparameterError, match="learners .* = 0"):
+        build("a3c", backend="torch", config="tiny", learners=0)
+    with pytest.raises(HyperparameterError, match=r"too small .*\(4, 84, 84\)"):
+        build("a3c", backend="torch", config="paper", observation_shape=(4, 10, 10))
+    with pytest.raises(HyperparameterError, match="cannot feed the atari network"):
+        build("a3c", backend="torch", config="paper", observation_shape=(4,))
