@@ -131,16 +131,24 @@ def check_batch(hp, batch):
     """Raise ValueError naming the input when a batch cannot be this model's: an utterance
     length outside [receptive field, padded length], a transcript length outside [0, padded
     length], a character id outside [1, num_classes) (0 is the blank, and pads), or a
-    transcript longer than CTC can align with the utterance's output steps."""
-    frames, lengths = np.asarray(batch["spectrogram"]), np.asarray(batch["spectrogram_lengths"])
+    transcript longer than CTC can align with the utterance's output steps. Checks the inputs
+    the batch holds (a prediction needs no transcripts); every backend runs it on every batch
+    (BackendModel._check_batch)."""
+    lengths = None
+    if "spectrogram_lengths" in batch:
+        lengths = np.asarray(batch["spectrogram_lengths"])
+        low = min_frames(hp)
+        padded = np.shape(batch["spectrogram"])[1] if "spectrogram" in batch else hp["max_frames"]
+        bad = (lengths < low) | (lengths > padded)
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise ValueError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at most "
+                             "the padded length, and at least the {} frames the convolutions "
+                             "read for one output step".format(row, int(lengths[row]), low,
+                                                                padded, low))
+    if "labels" not in batch or "label_lengths" not in batch:
+        return
     labels, label_lengths = np.asarray(batch["labels"]), np.asarray(batch["label_lengths"])
-    low, padded = min_frames(hp), frames.shape[1]
-    bad = (lengths < low) | (lengths > padded)
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at most the "
-                         "padded length, and at least the {} frames the convolutions read for "
-                         "one output step".format(row, int(lengths[row]), low, padded, low))
     bad = (label_lengths < 0) | (label_lengths > labels.shape[1])
     if bad.any():
         row = int(np.argwhere(bad)[0][0])
@@ -154,6 +162,8 @@ def check_batch(hp, batch):
                          "label_lengths[{}] = {} and 0 after it (0 is CTC's blank)".format(
                              row, col, labels[row, col], hp["num_classes"], row,
                              label_lengths[row]))
+    if lengths is None:
+        return
     steps = output_steps(hp, lengths)
     for row in range(len(labels)):
         need = ctc_required_frames(labels[row, :label_lengths[row]])
@@ -166,9 +176,7 @@ def check_batch(hp, batch):
 
 
 def _audio_seconds(hp, batch):
-    """Seconds of audio in the batch (valid frames of 10 ms each): the throughput unit. The
-    batch is checked first: every step's batch passes here before it runs."""
-    check_batch(hp, batch)
+    """Seconds of audio in the batch (valid frames of 10 ms each): the throughput unit."""
     return float(np.asarray(batch["spectrogram_lengths"]).sum()) * hp["hop_ms"] / 1000.0
 
 
@@ -179,7 +187,7 @@ def _xavier(fan_in):
 
 @register_model("deepspeech2", domain="speech recognition", configs={"paper": PAPER, "tiny": TINY},
                 unit="audio s/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
-                checks=(_pairs, _input_fits))
+                checks=(_pairs, _input_fits), check_batch=check_batch)
 def build(hp):
     g = Graph("deepspeech2")
     bins = spectrogram.num_bins(hp["sample_rate"], hp["window_ms"])
