@@ -25,7 +25,7 @@ import numpy as np
 from ..datasets import spectrogram, synthetic
 from ..spec import Graph
 from ..spec.losses import ctc_required_frames
-from ..spec.program import Program, optimizer_of, schedule_of
+from ..spec.program import clip_of, single_objective
 from .constraints import integer, integers, number
 from .registry import register_model
 
@@ -234,12 +234,7 @@ def build(hp):
     logits = g.add("output", "dense", x, units=hp["num_classes"], init=_xavier(g.shape_of(x)[-1]))
     g.set_output(logits)
 
-    p = Program()
-    p.loss("ctc", "ctc", logits=logits, labels="labels", input_lengths=lengths,
-           label_lengths="label_lengths")
-    p.objective("ctc", {"ctc": 1.0})
-    clip = {"kind": "value", "value": hp["grad_clip_value"]} if hp["grad_clip_value"] else None
-    p.group("all", "*", optimizer_of(hp), schedule_of(hp), clip)
-    p.phase("train", "ctc", "all")
-    g.set_program(p)
+    g.set_program(single_objective(g, hp, "ctc", clip=clip_of(hp), name="ctc", logits=logits,
+                                   labels="labels", input_lengths=lengths,
+                                   label_lengths="label_lengths"))
     return g

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..datasets import synthetic
 from ..spec import Graph
-from ..spec.program import Program, optimizer_of, schedule_of
+from ..spec.program import clip_of, single_objective
 from .constraints import boolean, integer, number
 from .registry import register_model
 
@@ -164,12 +164,7 @@ def build(hp):
                    init=init)   # [N] output_layer: Dense(tgt_vocab_size, use_bias=False)
     g.set_output(logits)
 
-    p = Program()
-    p.loss("loss", "softmax_cross_entropy", logits=logits, labels="labels",
-           label_smoothing=0.0, ignore_index=hp["pad_id"])
-    p.objective("loss", {"loss": 1.0})
-    clip = {"kind": "global_norm", "value": hp["grad_clip_norm"]} if hp["grad_clip_norm"] else None
-    p.group("all", "*", optimizer_of(hp), schedule_of(hp), clip)
-    p.phase("train", "loss", "all")
-    g.set_program(p)
+    g.set_program(single_objective(g, hp, "softmax_cross_entropy", clip=clip_of(hp),
+                                   logits=logits, labels="labels", label_smoothing=0.0,
+                                   ignore_index=hp["pad_id"]))
     return g
