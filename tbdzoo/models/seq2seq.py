@@ -147,11 +147,12 @@ def build(hp):
         return g.add(name, "lstm", [x, lengths], units=hp["units"], num_layers=layers,
                      init=init, forget_bias=hp["forget_bias"])
 
-    # The embedding node draws its own initial values (docs/models.md: the one parameter
-    # family not at U(-0.1, 0.1)).
-    x = g.add("encoder.embedding", "embedding", src, vocab=hp["src_vocab"], dim=hp["embed_dim"])
+    # [N] the embeddings too are drawn by the scope's initializer, U(-0.1, 0.1)
+    x = g.add("encoder.embedding", "embedding", src, vocab=hp["src_vocab"], dim=hp["embed_dim"],
+              init=init)
     memory = lstm("encoder.lstm", x, src_lengths, hp["encoder_layers"])
-    y = g.add("decoder.embedding", "embedding", tgt, vocab=hp["tgt_vocab"], dim=hp["embed_dim"])
+    y = g.add("decoder.embedding", "embedding", tgt, vocab=hp["tgt_vocab"], dim=hp["embed_dim"],
+              init=init)
     y = lstm("decoder.lstm", y, tgt_lengths, hp["decoder_layers"])
     context = g.add("attention", "additive_attention", [y, memory, src_lengths],
                     units=hp["attention_units"], init=init)
