@@ -142,8 +142,8 @@ def test_recurrent_and_additive_attention_flops_match_the_hand_count():
 
 def test_a_ctc_loss_adds_no_model_flops():
     """Losses are not nodes: the FLOPs count the network, as for cross-entropy. CTC's
-    recursion is (2L + 1) states per frame, a few hundred FLOPs per frame at Deep Speech 2's
-    sizes against the GRUs' millions (docs/profiling.md)."""
+    recursion is (2L + 1) states per frame, some thousands of FLOPs per frame at Deep Speech 2's
+    sizes against 0.72 GFLOPs per frame in its GRUs (docs/profiling.md)."""
     from tbdzoo.spec.program import single_objective
     g = Graph("hand/ctc")
     lengths = g.input("x_lengths", (), dtype="int32")
