@@ -186,7 +186,7 @@ def _xavier(fan_in):
 
 
 @register_model("deepspeech2", domain="speech recognition", configs={"paper": PAPER, "tiny": TINY},
-                unit="audio s/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
+                unit="audio seconds/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
                 checks=(_pairs, _input_fits), check_batch=check_batch)
 def build(hp):
     g = Graph("deepspeech2")

@@ -132,7 +132,7 @@ def _target_tokens(hp, batch):
 
 
 @register_model("seq2seq", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},
-                unit="tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
+                unit="target tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
                 checks=(_special_ids_fit,), check_batch=check_batch)
 def build(hp):
     g = Graph("seq2seq")
