@@ -156,6 +156,36 @@ def test_an_unknown_optimizer_is_refused_before_a_worker_starts(monkeypatch):
         remote.RemoteModel(model_def, hparams, 0, "cntk")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_batch_the_model_cannot_take_is_refused_the_same_way_everywhere(backend, monkeypatch):
+    """The one batch check (BackendModel._check_batch): the model's own rules, then the
+    sequences', on every path of every backend; a worker-backed model refuses the batch before
+    it crosses to the worker."""
+    require_backend(backend)
+    with tbdzoo.build("seq2seq", backend=backend, config="tiny") as model:
+        requests = []
+        if isinstance(model, remote.RemoteModel):
+            send = model._call
+            monkeypatch.setattr(model, "_call", lambda method, **kw: requests.append(method) or
+                                send(method, **kw))
+        batch = {k: np.array(v) for k, v in model.synthetic_batch(seed=0).items()}
+        unknown = dict(batch, src=batch["src"].copy())
+        unknown["src"][0, 1] = 19
+        for step in (model.predict, model.train_step, model.loss_and_gradients):
+            with pytest.raises(ValueError, match=r"batch\['src'\]\[0, 1\] = 19 is outside the "
+                                                 r"vocabulary of 19 ids"):
+                step(unknown)
+        long = dict(batch, tgt_lengths=batch["tgt_lengths"].copy())
+        long["tgt_lengths"][1] = 7
+        with pytest.raises(ValueError, match=r"batch\['tgt_lengths'\]\[1\] = 7 is outside "
+                                             r"\[1, 6\], the padded length"):
+            model.train_step(long)
+        with pytest.raises(ValueError, match=r"batch\['tgt_lengths'\]\[1\] = 7"):
+            model.predict({k: long[k] for k in ("src", "src_lengths", "tgt_in", "tgt_lengths")})
+        assert model.step_count == 0 and "prepare" not in requests
+        assert np.isfinite(model.predict(batch)).all()  # a prediction needs no labels
+
+
 # -- the shared tables, against direct computations ---------------------------------------------------
 
 @pytest.mark.parametrize("include_pad", [False, True])

@@ -114,3 +114,48 @@ def test_a_training_step_of_matrix_layers_is_three_products_per_layer():
     g.set_output(x)
     g.set_loss("softmax_cross_entropy", logits=x, labels="labels")
     assert flops.training_step(g, 2) == 12000
+
+
+def test_recurrent_and_additive_attention_flops_match_the_hand_count():
+    """Per step and direction a gated layer multiplies its input (D) and state (H) into every
+    gate: 2 x gates x H x (D + H); then its element-wise work per unit (LSTM 13: four bias
+    adds, four activations, c' = f c + i g as three, tanh(c'), h' = o tanh(c'); GRU 12: four
+    bias adds, three activations, r (U_n h + b_hn), h' = (1 - z) n + z h as three, one add)."""
+    g = Graph("hand/recurrent")
+    lengths = g.input("x_lengths", (), dtype="int32")
+    x = g.input("x", (5, 3))
+    # layer 0 reads D = 3; layer 1 the two directions of layer 0, D = 8; H = 4
+    g.add("lstm", "lstm", [x, lengths], units=4, num_layers=2, bidirectional=True)
+    g.add("gru", "gru", [x, lengths], units=4, bidirectional=True, merge="sum")
+    q, m = g.input("q", (4, 3)), g.input("m", (5, 2))
+    g.add("attn", "additive_attention", [q, m, g.input("m_lengths", (), dtype="int32")], units=6)
+    assert dict(g.flops()) == {
+        "lstm": 5 * 2 * (2 * 4 * 4 * (3 + 4) + 13 * 4) + 5 * 2 * (2 * 4 * 4 * (8 + 4) + 13 * 4),
+        # the two directions' outputs summed: one add per step and unit
+        "gru": 5 * 2 * (2 * 3 * 4 * (3 + 4) + 12 * 4) + 5 * 4,
+        # W_q over 4 queries of 3, W_m over 5 memories of 2, into 6 units: 2 x 6 x (12 + 10);
+        # per (t, s) pair: the add, tanh and the dot with v (2 per unit): 4 x 6 = 24 per pair;
+        # mask, exp, sum, divide and max per pair (5); context: 4 x 5 weights x 2 features x 2
+        "attn": 2 * 6 * (4 * 3 + 5 * 2) + 4 * 5 * 24 + 5 * 4 * 5 + 2 * 4 * 5 * 2,
+    }
+
+
+def test_a_ctc_loss_adds_no_model_flops():
+    """Losses are not nodes: the FLOPs count the network, as for cross-entropy. CTC's
+    recursion is (2L + 1) states per frame, some thousands of FLOPs per frame at Deep Speech 2's
+    sizes against 0.72 GFLOPs per frame in its GRUs (docs/profiling.md)."""
+    from tbdzoo.spec.program import single_objective
+    g = Graph("hand/ctc")
+    lengths = g.input("x_lengths", (), dtype="int32")
+    rnn = g.add("gru", "gru", [g.input("x", (6, 3)), lengths], units=4, bidirectional=True)
+    logits = g.add("fc", "dense", rnn, units=5)                         # (6, 5) from (6, 8)
+    g.input("labels", (3,), dtype="int32", role="target")
+    g.input("label_lengths", (), dtype="int32", role="target")
+    g.set_output(logits)
+    hp = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+          "weight_decay": 0.0, "lr_schedule": "constant"}
+    g.set_program(single_objective(g, hp, "ctc", logits=logits, labels="labels",
+                                   input_lengths=lengths, label_lengths="label_lengths"))
+    gru = 6 * 2 * (2 * 3 * 4 * (3 + 4) + 12 * 4)                      # 2,592
+    assert flops.forward_per_example(g) == gru + 2 * 6 * 5 * 8         # + 480
+    assert flops.training_step(g, 2) == 3 * 2 * (gru + 480)

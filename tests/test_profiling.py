@@ -125,6 +125,50 @@ def test_analytic_feature_maps_against_what_autograd_saves():
     assert m.measure_memory(prepared)["feature_maps"] == once
 
 
+def _recurrent_graph(op, **attrs):
+    """x (5, 2) -> dense 3 -> op (units 4) -> dense 6 -> cross-entropy, padded length 5."""
+    from tbdzoo.spec import Graph
+    g = Graph("hand/" + op)
+    x = g.add("in", "dense", g.input("x", (5, 2)), units=3)
+    r = g.add("rnn", op, [x, g.input("x_lengths", (), dtype="int32")], units=4, **attrs)
+    g.set_output(g.add("out", "dense", r, units=6))
+    g.input("labels", (5,), dtype="int32", role="target")
+    g.set_loss("softmax_cross_entropy", logits="out", labels="labels")
+    return g
+
+
+@pytest.mark.parametrize("op,attrs,per_example", [
+    # dense 'in' keeps nothing it reads (x is the batch); the LSTM keeps its input (5 x 3 = 15)
+    # and per step, layer and direction the gates i f g o and c (5 x 4 = 20) and h (4): 2 layers
+    # x 2 directions x 5 steps x (20 + 4) = 480, the last layer's h being the output (5, 8);
+    # dense 'out' keeps that output (counted once); the loss keeps the logits (5 x 6 = 30).
+    ("lstm", dict(num_layers=2, bidirectional=True), 15 + 2 * 2 * 5 * (20 + 4) + 30),
+    # one GRU layer, both directions summed: r z n and U_n h + b_hn (4 x 4) and h (4) per step
+    # and direction, 2 x 5 x 20 = 200; the sum (5, 4) is a new tensor, which dense 'out' keeps.
+    ("gru", dict(bidirectional=True, merge="sum"), 15 + 2 * 5 * (16 + 4) + 5 * 4 + 30),
+])
+def test_fused_recurrent_layers_keep_their_gates_and_states(op, attrs, per_example):
+    g = _recurrent_graph(op, **attrs)
+    assert memory.feature_map_elements(g, 3) == 3 * per_example
+    assert memory.analytic(g, {"optimizer": "sgd"}, 3, 0)["feature_maps"] == 4 * 3 * per_example
+
+
+def test_additive_attention_keeps_its_tanh_and_weights():
+    from tbdzoo.spec import Graph
+    g = Graph("hand/additive")
+    q = g.add("q", "dense", g.input("a", (4, 2)), units=3)                   # (4, 3): 12
+    m = g.add("m", "dense", g.input("b", (5, 2)), units=2)                   # (5, 2): 10
+    c = g.add("attn", "additive_attention", [q, m, g.input("b_lengths", (), dtype="int32")],
+              units=6)                                                       # (4, 2): 8
+    both = g.add("both", "concat", [c, q], axis=1)                           # (4, 5): 20
+    g.set_output(g.add("out", "dense", both, units=3))                       # (4, 3): 12
+    g.input("labels", (4,), dtype="int32", role="target")
+    g.set_loss("softmax_cross_entropy", logits="out", labels="labels")
+    # attention keeps q and m, tanh over 4 x 5 pairs of 6 units (120) and the 4 x 5 weights;
+    # concat keeps nothing; dense 'out' keeps the concatenation; the loss the logits
+    assert memory.feature_map_elements(g, 2) == 2 * (12 + 10 + 4 * 5 * 6 + 4 * 5 + 20 + 12)
+
+
 def test_bf16_weight_copies_are_not_feature_maps():
     """Under bf16 autocast a convolution or dense layer saves a bf16 cast of its weight; those
     are recorded as ``weight_copies`` (2 bytes per weight of every conv and dense layer), and

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from tbdzoo.spec import Graph
-from tbdzoo.spec.program import Program, ProgramError, single_objective
+from tbdzoo.spec.program import Program, ProgramError, clip_of, single_objective
 
 ADAM = {"kind": "adam", "lr": 1e-4, "beta1": 0.0, "beta2": 0.9, "eps": 1e-8, "weight_decay": 0.0}
 
@@ -102,3 +102,25 @@ def test_single_objective_programs_take_the_flat_hyperparameters():
     assert p.groups["all"]["schedule"]["lr_milestones"] == [30, 60]
     with pytest.raises(ValueError, match="labels"):
         single_objective(g, hp, "softmax_cross_entropy", logits="fc", labels="x")
+
+
+def test_single_objective_names_its_loss_and_clips_as_the_hyperparameters_say():
+    g = Graph("m")
+    x = g.input("x", (3,))
+    g.input("y", (), dtype="int32", role="target")
+    g.add("fc", "dense", x, units=2)
+    hp = {"optimizer": "adam", "lr": 3e-4, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+          "weight_decay": 0.0, "lr_schedule": "constant", "grad_clip_norm": 0.0,
+          "grad_clip_value": 100.0}
+    p = single_objective(g, hp, "softmax_cross_entropy", clip=clip_of(hp), name="xent",
+                         logits="fc", labels="y", label_smoothing=0.1)
+    assert list(p.losses) == ["xent"] and p.objectives == {"xent": [["xent", 1.0]]}
+    assert p.losses["xent"]["attrs"]["label_smoothing"] == 0.1
+    assert dict(p.groups["all"]["clip"]) == {"kind": "value", "value": 100.0}
+    assert [(ph["name"], ph["objective"], ph["update"]) for ph in p.phases] == \
+        [("train", "xent", "all")]
+    assert dict(clip_of(dict(hp, grad_clip_value=0.0, grad_clip_norm=1.0))) == \
+        {"kind": "global_norm", "value": 1.0}
+    assert clip_of(dict(hp, grad_clip_value=0.0)) is None and clip_of({}) is None
+    with pytest.raises(ProgramError, match="both set"):
+        clip_of(dict(hp, grad_clip_norm=1.0))

@@ -8,7 +8,7 @@ import tbdzoo
 from tbdzoo.datasets import spectrogram
 from tbdzoo.errors import HyperparameterError
 from tbdzoo.models import deepspeech2, seq2seq
-from tbdzoo.spec import ops
+from tbdzoo.spec import Graph, initial_weights, ops
 
 
 def _graph(name, config="paper", **overrides):
@@ -48,11 +48,36 @@ def test_seq2seq_wiring_lengths_init_and_loss():
     assert params["decoder.lstm.l0.fw.b_f"].init == ("shifted", 1.0, ("uniform", 0.1))
     assert params["attention.v"].init == ("uniform", 0.1)
     assert params["output_projection.weight"].init == ("uniform", 0.1)
+    for table in ("encoder.embedding.weight", "decoder.embedding.weight"):   # as TF NMT's
+        assert params[table].init == ("uniform", 0.1)
     loss = g.program.losses["loss"]
     assert loss["kind"] == "softmax_cross_entropy" and loss["attrs"]["ignore_index"] == 0
     group = g.program.groups["all"]
     assert group["clip"] == {"kind": "global_norm", "value": 1.0}
     assert group["optimizer"]["kind"] == "adam" and group["optimizer"]["lr"] == 3e-4
+
+
+def test_every_initial_value_of_seq2seq_lies_in_tf_nmts_range():
+    md, hp, g = _graph("seq2seq", "tiny")
+    weights = initial_weights(g, seed=3)
+    for name, value in weights.items():
+        low, high = (0.9, 1.1) if name.endswith(".b_f") else (-0.1, 0.1)   # forget bias + 1
+        assert low <= value.min() and value.max() <= high, name
+    table = weights["encoder.embedding.weight"]
+    assert table.max() > 0.09 and table.min() < -0.09 and abs(table.mean()) < 0.02
+
+
+def test_an_embedding_without_init_keeps_its_normal_table_and_its_attributes():
+    g = Graph("e")
+    tokens = g.input("tokens", (4,), dtype="int32")
+    g.add("plain", "embedding", tokens, vocab=50, dim=16)
+    g.add("uniform", "embedding", tokens, vocab=50, dim=16, init=["uniform", 0.1])
+    assert "init" not in g.nodes["plain"].attrs      # the Transformer's specs hash as before
+    params = g.params()
+    assert params["plain.weight"].init == ("normal", 0.25)
+    assert params["uniform.weight"].init == ("uniform", 0.1)
+    with pytest.raises(ValueError, match="embedding init must be an initialiser tuple"):
+        g.add("bad", "embedding", tokens, vocab=50, dim=16, init=0.1)
 
 
 def test_deepspeech2_paper_parameters_match_the_closed_form():

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 
 import pytest
@@ -343,3 +344,40 @@ def test_the_report_states_tbds_memory_finding_from_measured_h200_records(tmp_pa
     line = [l for l in text.splitlines() if l.startswith("- resnet50 on torch (batch 32")][0]
     share = int(line.split("feature maps is the largest category, ")[1].split("%")[0])
     assert 70 <= share <= 90 and "(measured)" in line
+
+
+def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
+    """`tbd sweep` of Seq2Seq and Deep Speech 2 (tiny, PyTorch, two batch sizes each): every run
+    is a record in the model's unit, target tokens and audio seconds per step as the model
+    counts them in its synthetic batch, and the report shows both sweeps (tables, throughput
+    against batch size) with every image loading."""
+    import tbdzoo
+    out = tmp_path / "r.jsonl"
+    for model in ("seq2seq", "deepspeech2"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tbdzoo.cli", "sweep", model, "--backend", "torch", "--config",
+             "tiny", "--batch-sizes", "1,2", "--steps", "1", "--warmup", "1", "--repeats", "1",
+             "--no-samplers", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["model"], r["batch_size"], r["status"]) for r in records] == [
+        ("seq2seq", 1, "ok"), ("seq2seq", 2, "ok"), ("deepspeech2", 1, "ok"),
+        ("deepspeech2", 2, "ok")]
+    for r in records:
+        md = tbdzoo.get_model(r["model"])
+        hp = md.hparams("tiny")
+        items = md.items(hp, md.synthetic_batch(hp, r["batch_size"], 0))
+        assert r["throughput"]["unit"] == md.unit
+        assert r["throughput"]["items_per_step"] == pytest.approx(items)
+        assert r["throughput"]["value"] == pytest.approx(items / r["step_time"]["median"])
+    assert {r["throughput"]["unit"] for r in records} == {"target tokens/s", "audio seconds/s"}
+    index = write_report(str(out), str(tmp_path / "report"))
+    rows = markdown_rows((tmp_path / "report" / "report.md").read_text(), "Results")
+    for r in records:
+        row = row_for(rows, r["model"], "torch", "tiny", str(r["batch_size"]))
+        assert row[6].endswith(" " + r["throughput"]["unit"])
+    assert (tmp_path / "report" / "throughput_vs_batch.png").exists()
+    chromium = chromium_or_skip()
+    lines = image_status(chromium, tmp_path / "report" / "index.html", tmp_path)
+    assert lines and all(line.startswith("LOADED ") for line in lines), lines

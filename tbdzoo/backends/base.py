@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
-from .common import op_support, optimizers
+from .common import op_support, optimizers, sequences
 from . import programs
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
@@ -122,8 +122,11 @@ class BackendModel(object):
         return Prepared(self.backend, self._prepare(batch), self.model_def.items(self.hparams, batch))
 
     def _check_batch(self, batch, names=None):
-        """Every input in ``names`` (default: every input the step reads) is present with
-        the spec's per-example shape."""
+        """The one check of a NumPy batch, before any framework sees it: every input in
+        ``names`` (default: every input the step reads) is present with the spec's
+        per-example shape; the model's own rules hold (ModelDef.check_batch: token ids inside
+        the vocabulary, say); and the sequence lengths and CTC labels are ones every framework
+        treats alike (common/sequences.py). Raises ValueError naming the input and example."""
         if names is None:
             names = [n for n, uses in programs.rows_per_input(self.spec, self.program).items()
                      if uses] if self.program is not None else list(self.spec.inputs)
@@ -135,6 +138,9 @@ class BackendModel(object):
             if shape != inp.shape:
                 raise ValueError("batch[{!r}] has per-example shape {}, expected {}".format(
                     inp.name, shape, inp.shape))
+        if getattr(self.model_def, "check_batch", None) is not None:
+            self.model_def.check_batch(self.hparams, batch)
+        sequences.check_batch(self.spec, batch)
 
     # -- training and inference ------------------------------------------------------
     def learning_rate(self):
@@ -194,13 +200,17 @@ class BackendModel(object):
 
     def predict(self, batch):
         if self.program is not None:  # only what the output reads; a step's batch may hold more
-            names = [n for n in self.spec.inputs
-                     if n in programs.values_read(self.spec, [self.spec.output])]
+            names = self._output_inputs()
             self._check_batch(batch, names)
             size = min(len(batch[n]) for n in names)
             part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in names)
             return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
         return np.asarray(self._predict(self.prepare_batch(batch)))
+
+    def _output_inputs(self):
+        """The inputs the graph's output reads (a prediction needs no labels)."""
+        return [n for n in self.spec.inputs
+                if n in programs.values_read(self.spec, [self.spec.output])]
 
     def loss_and_gradients(self, batch):
         """Training-mode loss and per-parameter gradients (canonical), without a step.

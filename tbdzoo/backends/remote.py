@@ -278,6 +278,7 @@ class RemoteModel(BackendModel):
         out = self._path("predict")
         if self.program is not None and not isinstance(batch, Prepared):
             # a step's batch of a program is split by update; the output reads its own inputs
+            self._check_batch(batch, self._output_inputs())
             path = self._path("batch")
             save_arrays(path, batch)
             try:

@@ -25,7 +25,7 @@ import numpy as np
 from ..datasets import spectrogram, synthetic
 from ..spec import Graph
 from ..spec.losses import ctc_required_frames
-from ..spec.program import Program, optimizer_of, schedule_of
+from ..spec.program import clip_of, single_objective
 from .constraints import integer, integers, number
 from .registry import register_model
 
@@ -131,16 +131,24 @@ def check_batch(hp, batch):
     """Raise ValueError naming the input when a batch cannot be this model's: an utterance
     length outside [receptive field, padded length], a transcript length outside [0, padded
     length], a character id outside [1, num_classes) (0 is the blank, and pads), or a
-    transcript longer than CTC can align with the utterance's output steps."""
-    frames, lengths = np.asarray(batch["spectrogram"]), np.asarray(batch["spectrogram_lengths"])
+    transcript longer than CTC can align with the utterance's output steps. Checks the inputs
+    the batch holds (a prediction needs no transcripts); every backend runs it on every batch
+    (BackendModel._check_batch)."""
+    lengths = None
+    if "spectrogram_lengths" in batch:
+        lengths = np.asarray(batch["spectrogram_lengths"])
+        low = min_frames(hp)
+        padded = np.shape(batch["spectrogram"])[1] if "spectrogram" in batch else hp["max_frames"]
+        bad = (lengths < low) | (lengths > padded)
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise ValueError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at most "
+                             "the padded length, and at least the {} frames the convolutions "
+                             "read for one output step".format(row, int(lengths[row]), low,
+                                                                padded, low))
+    if "labels" not in batch or "label_lengths" not in batch:
+        return
     labels, label_lengths = np.asarray(batch["labels"]), np.asarray(batch["label_lengths"])
-    low, padded = min_frames(hp), frames.shape[1]
-    bad = (lengths < low) | (lengths > padded)
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at most the "
-                         "padded length, and at least the {} frames the convolutions read for "
-                         "one output step".format(row, int(lengths[row]), low, padded, low))
     bad = (label_lengths < 0) | (label_lengths > labels.shape[1])
     if bad.any():
         row = int(np.argwhere(bad)[0][0])
@@ -154,6 +162,8 @@ def check_batch(hp, batch):
                          "label_lengths[{}] = {} and 0 after it (0 is CTC's blank)".format(
                              row, col, labels[row, col], hp["num_classes"], row,
                              label_lengths[row]))
+    if lengths is None:
+        return
     steps = output_steps(hp, lengths)
     for row in range(len(labels)):
         need = ctc_required_frames(labels[row, :label_lengths[row]])
@@ -166,9 +176,7 @@ def check_batch(hp, batch):
 
 
 def _audio_seconds(hp, batch):
-    """Seconds of audio in the batch (valid frames of 10 ms each): the throughput unit. The
-    batch is checked first: every step's batch passes here before it runs."""
-    check_batch(hp, batch)
+    """Seconds of audio in the batch (valid frames of 10 ms each): the throughput unit."""
     return float(np.asarray(batch["spectrogram_lengths"]).sum()) * hp["hop_ms"] / 1000.0
 
 
@@ -178,8 +186,8 @@ def _xavier(fan_in):
 
 
 @register_model("deepspeech2", domain="speech recognition", configs={"paper": PAPER, "tiny": TINY},
-                unit="audio s/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
-                checks=(_pairs, _input_fits))
+                unit="audio seconds/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
+                checks=(_pairs, _input_fits), check_batch=check_batch)
 def build(hp):
     g = Graph("deepspeech2")
     bins = spectrogram.num_bins(hp["sample_rate"], hp["window_ms"])
@@ -226,12 +234,7 @@ def build(hp):
     logits = g.add("output", "dense", x, units=hp["num_classes"], init=_xavier(g.shape_of(x)[-1]))
     g.set_output(logits)
 
-    p = Program()
-    p.loss("ctc", "ctc", logits=logits, labels="labels", input_lengths=lengths,
-           label_lengths="label_lengths")
-    p.objective("ctc", {"ctc": 1.0})
-    clip = {"kind": "value", "value": hp["grad_clip_value"]} if hp["grad_clip_value"] else None
-    p.group("all", "*", optimizer_of(hp), schedule_of(hp), clip)
-    p.phase("train", "ctc", "all")
-    g.set_program(p)
+    g.set_program(single_objective(g, hp, "ctc", clip=clip_of(hp), name="ctc", logits=logits,
+                                   labels="labels", input_lengths=lengths,
+                                   label_lengths="label_lengths"))
     return g

@@ -24,15 +24,20 @@ class ModelDef(object):
     ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
     NumPy arrays keyed by the graph's input names; ``items(hp, batch)`` counts the throughput
     unit in a batch (by the hyperparameters: the Transformer's padding id, for one).
+    ``check_batch(hp, batch)``, if given, raises ValueError for a batch the model cannot take
+    (a token outside the vocabulary, say) beyond what the spec alone can tell; every backend
+    runs it on every batch (BackendModel._check_batch), on the inputs the batch holds.
     Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
     model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
     """
 
-    def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items):
+    def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items,
+                 check_batch=None):
         configs = {k: _with_steps_per_epoch(dict(EXECUTION_DEFAULTS, **v)) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
         self.unit, self.items = unit, items
+        self.check_batch = check_batch
         self.constrain()
 
     def constrain(self, rules=None, checks=()):
@@ -77,13 +82,14 @@ def _with_steps_per_epoch(hp, derive=False):
     return hp
 
 
-def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=()):
+def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=(),
+                   check_batch=None):
     """Decorator for a graph builder ``fn(hp) -> Graph``."""
     def wrap(build_graph):
         if name in _MODELS:
             raise ValueError("model {!r} is registered twice".format(name))
         _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit,
-                                 items).constrain(rules, checks)
+                                 items, check_batch).constrain(rules, checks)
         return build_graph
     return wrap
 

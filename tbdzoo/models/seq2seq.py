@@ -25,7 +25,7 @@ import numpy as np
 
 from ..datasets import synthetic
 from ..spec import Graph
-from ..spec.program import Program, optimizer_of, schedule_of
+from ..spec.program import clip_of, single_objective
 from .constraints import boolean, integer, number
 from .registry import register_model
 
@@ -89,18 +89,25 @@ def _batch(hp, batch_size, seed):
 
 def check_batch(hp, batch):
     """Raise ValueError naming the input when a batch cannot be this model's: a length outside
-    [1, padded length], a token id outside its vocabulary, a label past the target's length."""
+    [1, padded length], a token id outside its vocabulary, a label past the target's length.
+    Checks the inputs the batch holds (a prediction needs no labels); every backend runs it on
+    every batch (BackendModel._check_batch)."""
     for tokens, lengths, vocab in (("src", "src_lengths", hp["src_vocab"]),
                                    ("tgt_in", "tgt_lengths", hp["tgt_vocab"]),
                                    ("labels", "tgt_lengths", hp["tgt_vocab"])):
-        ids, n = np.asarray(batch[tokens]), np.asarray(batch[lengths])
-        _check_lengths(lengths, n, ids.shape[1])
+        if tokens not in batch:
+            continue
+        ids = np.asarray(batch[tokens])
+        if lengths in batch:
+            _check_lengths(lengths, np.asarray(batch[lengths]), ids.shape[1])
         bad = (ids < 0) | (ids >= vocab)
         if bad.any():
             row, col = np.argwhere(bad)[0]
             raise ValueError("batch[{!r}][{}, {}] = {} is outside the vocabulary of {} ids "
                              "[0, {}); map unknown words to an id below {}".format(
                                  tokens, row, col, ids[row, col], vocab, vocab, vocab))
+    if "labels" not in batch or "tgt_lengths" not in batch:
+        return
     labels, n = np.asarray(batch["labels"]), np.asarray(batch["tgt_lengths"])
     beyond = (np.arange(labels.shape[1])[None, :] >= n[:, None]) & (labels != hp["pad_id"])
     if beyond.any():
@@ -120,15 +127,13 @@ def _check_lengths(name, lengths, padded):
 
 
 def _target_tokens(hp, batch):
-    """Target tokens the loss counts (labels that are not padding): the throughput unit. The
-    batch is checked first: every step's batch passes here before it runs."""
-    check_batch(hp, batch)
+    """Target tokens the loss counts (labels that are not padding): the throughput unit."""
     return int((np.asarray(batch["labels"]) != hp["pad_id"]).sum())
 
 
 @register_model("seq2seq", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},
-                unit="tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
-                checks=(_special_ids_fit,))
+                unit="target tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
+                checks=(_special_ids_fit,), check_batch=check_batch)
 def build(hp):
     g = Graph("seq2seq")
     init = ("uniform", hp["init_weight"])
@@ -142,11 +147,12 @@ def build(hp):
         return g.add(name, "lstm", [x, lengths], units=hp["units"], num_layers=layers,
                      init=init, forget_bias=hp["forget_bias"])
 
-    # The embedding node draws its own initial values (docs/models.md: the one parameter
-    # family not at U(-0.1, 0.1)).
-    x = g.add("encoder.embedding", "embedding", src, vocab=hp["src_vocab"], dim=hp["embed_dim"])
+    # [N] the embeddings too are drawn by the scope's initializer, U(-0.1, 0.1)
+    x = g.add("encoder.embedding", "embedding", src, vocab=hp["src_vocab"], dim=hp["embed_dim"],
+              init=init)
     memory = lstm("encoder.lstm", x, src_lengths, hp["encoder_layers"])
-    y = g.add("decoder.embedding", "embedding", tgt, vocab=hp["tgt_vocab"], dim=hp["embed_dim"])
+    y = g.add("decoder.embedding", "embedding", tgt, vocab=hp["tgt_vocab"], dim=hp["embed_dim"],
+              init=init)
     y = lstm("decoder.lstm", y, tgt_lengths, hp["decoder_layers"])
     context = g.add("attention", "additive_attention", [y, memory, src_lengths],
                     units=hp["attention_units"], init=init)
@@ -159,12 +165,7 @@ def build(hp):
                    init=init)   # [N] output_layer: Dense(tgt_vocab_size, use_bias=False)
     g.set_output(logits)
 
-    p = Program()
-    p.loss("loss", "softmax_cross_entropy", logits=logits, labels="labels",
-           label_smoothing=0.0, ignore_index=hp["pad_id"])
-    p.objective("loss", {"loss": 1.0})
-    clip = {"kind": "global_norm", "value": hp["grad_clip_norm"]} if hp["grad_clip_norm"] else None
-    p.group("all", "*", optimizer_of(hp), schedule_of(hp), clip)
-    p.phase("train", "loss", "all")
-    g.set_program(p)
+    g.set_program(single_objective(g, hp, "softmax_cross_entropy", clip=clip_of(hp),
+                                   logits=logits, labels="labels", label_smoothing=0.0,
+                                   ignore_index=hp["pad_id"]))
     return g

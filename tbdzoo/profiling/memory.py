@@ -16,11 +16,21 @@ CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_
 # The tensors that stay resident from one step to the next.
 RESIDENT_TENSORS = ("weights", "gradients", "optimizer_state", "input_batch")
 
-# Which inputs a node keeps for its backward pass ('in': its inputs, 'out': its output).
+# Which inputs a node keeps for its backward pass ('in': its inputs, 'out': its output);
+# 'recurrent' and 'additive' are in _recurrent_elements and _additive_elements. Ops not listed
+# keep their inputs.
 _SAVES = {"conv2d": "in", "batchnorm": "in", "relu": "out", "maxpool2d": "in", "avgpool2d": "",
           "global_avgpool": "", "flatten": "", "dense": "in", "embedding": "", "add": "",
           "positional_encoding": "", "layernorm": "in", "dropout": "mask",
-          "multi_head_attention": "in+attn"}
+          "multi_head_attention": "in+attn", "lstm": "recurrent", "gru": "recurrent",
+          "additive_attention": "additive", "reshape": "", "transpose": "", "concat": "",
+          "lengths_after_conv": ""}
+
+# What a fused recurrent kernel keeps per step, layer and direction, in units of H, besides
+# the layer's hidden state h_t (which is the next layer's input, or the node's output): the
+# gate activations, and LSTM's cell state c_t or GRU's recurrent pre-activation U_n h + b_hn
+# that the reset gate multiplies (cuDNN's reserve space; PyTorch's fused cells keep the same).
+RECURRENT_KEPT = {"lstm": 4 + 1, "gru": 3 + 1}
 
 
 def optimizer_slots(hparams):
@@ -145,9 +155,41 @@ def _saved_elements(graph, batch_size, nodes, loss_inputs):
                 graph.rows_per_example(node.name)  # scores, probs, Q K V ctx
         if rule == "mask" and node.attrs["rate"]:
             extra += _size(node.shape) * graph.rows_per_example(node.name) // 4  # a byte each
+        if rule in ("recurrent", "additive"):
+            saved.update(i for i in node.inputs if graph.dtype_of(i) == "float32"
+                         and i not in graph.inputs)
+        if rule == "recurrent":
+            kept, output_is_state = _recurrent_elements(node)
+            extra += kept
+            if output_is_state:
+                saved.add(node.name)
+        if rule == "additive":
+            extra += _additive_elements(graph, node)
     # a value after to_batch has rows_per_example rows for each example of the batch
     return batch_size * (sum(_size(graph.shape_of(n)) * graph.rows_per_example(n) for n in saved)
                          + extra)
+
+
+def _recurrent_elements(node):
+    """(elements an lstm or gru node keeps for backward per example beyond its input, whether
+    its output is the last layer's states): per padded step, layer and direction, the gates
+    and the cell state (LSTM) or U_n h + b_hn (GRU), and every layer's h_t. With merge
+    'concat' the node's output is the last layer's h_t, counted once with the other saved
+    values; with 'sum' the output is a new tensor and both directions' h_t count here."""
+    a = node.attrs
+    t, h, layers = node.shape[0], a["units"], a["num_layers"]
+    dirs = 2 if a["bidirectional"] else 1
+    concat = a["merge"] == "concat" or dirs == 1
+    states = layers - 1 if concat else layers
+    return t * dirs * h * (layers * RECURRENT_KEPT[node.op] + states), concat
+
+
+def _additive_elements(graph, node):
+    """What additive attention keeps beyond its query and memory: tanh(W_q q_t + W_m m_s)
+    for every (t, s), (T, S, A), which the gradient through tanh and v reads, and the
+    attention weights (T, S), which the softmax's and the context's gradients read."""
+    t, s = node.shape[0], graph.shape_of(node.inputs[1])[0]
+    return t * s * node.attrs["units"] + t * s
 
 
 def analytic(graph, hparams, batch_size, batch_arrays_bytes, precision="fp32"):

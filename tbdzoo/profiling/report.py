@@ -191,7 +191,8 @@ def fmt_ms(seconds):
 def fmt_flops(per_s):
     if per_s is None:
         return DASH
-    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s")):
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"),
+                        (1e3, "kFLOP/s")):
         if per_s >= scale:
             return "{:.2f} {}".format(per_s / scale, unit)
     return "{:.0f} FLOP/s".format(per_s)

@@ -263,16 +263,28 @@ class Dense(OpDef):
 
 @register
 class Embedding(OpDef):
-    """Token ids (T,) to vectors (T, dim), multiplied by ``scale`` (sqrt(d_model) in the Transformer)."""
+    """Token ids (T,) to vectors (T, dim), multiplied by ``scale`` (sqrt(d_model) in the
+    Transformer). ``init``: an initialiser tuple of the table (TF NMT's ('uniform', 0.1)); left
+    out, N(0, dim^-1/2), and the attribute stays out of the spec (its hash unchanged)."""
     name = "embedding"
     required = ("vocab", "dim")
-    defaults = {"scale": 1.0}
+    defaults = {"scale": 1.0, "init": None}
+
+    def canonical(self, a):
+        if a["init"] is None:
+            del a["init"]
+        else:
+            init = a["init"]
+            a["init"] = _check_init(tuple(init) if isinstance(init, list) else init,
+                                    "embedding init")
+        return a
 
     def infer_shape(self, in_shapes, a):
         return tuple(in_shapes[0]) + (a["dim"],)
 
     def params(self, in_shapes, a):
-        return OrderedDict(weight=((a["vocab"], a["dim"]), ("normal", a["dim"] ** -0.5), True))
+        init = a.get("init", ("normal", a["dim"] ** -0.5))
+        return OrderedDict(weight=((a["vocab"], a["dim"]), init, True))
 
     def flops(self, in_shapes, out, a):
         return _prod(out)

@@ -253,12 +253,29 @@ def schedule_of(hp):
     return out
 
 
-def single_objective(graph, hp, loss_kind, clip=None, **loss_inputs):
+def clip_of(hp):
+    """The gradient clipping of a group from a model's flat hyperparameters: ``grad_clip_norm``
+    (the global norm) or ``grad_clip_value`` (element-wise), whichever the model has and sets
+    above 0; None for neither."""
+    if hp.get("grad_clip_norm") and hp.get("grad_clip_value"):
+        raise ProgramError("grad_clip_norm {} and grad_clip_value {} are both set, but a group "
+                           "clips one way; set the other to 0".format(hp["grad_clip_norm"],
+                                                                     hp["grad_clip_value"]))
+    if hp.get("grad_clip_norm"):
+        return OrderedDict([("kind", "global_norm"), ("value", hp["grad_clip_norm"])])
+    if hp.get("grad_clip_value"):
+        return OrderedDict([("kind", "value"), ("value", hp["grad_clip_value"])])
+    return None
+
+
+def single_objective(graph, hp, loss_kind, clip=None, name="loss", **loss_inputs):
     """The program of a model with one loss, one group of every parameter and one update per
-    step: what ResNet-50 and the Transformer need."""
+    step: loss and objective ``name`` of kind ``loss_kind`` reading ``loss_inputs`` (values
+    and attributes, as Program.loss takes them), group "all" under the optimizer and schedule
+    of ``hp`` and ``clip`` (clip_of(hp) reads it from the hyperparameters), phase "train"."""
     p = Program()
-    p.loss("loss", loss_kind, **loss_inputs)
-    p.objective("loss", {"loss": 1.0})
+    p.loss(name, loss_kind, **loss_inputs)
+    p.objective(name, {name: 1.0})
     p.group("all", "*", optimizer_of(hp), schedule_of(hp), clip)
-    p.phase("train", "loss", "all")
+    p.phase("train", name, "all")
     return p.check(graph)

@@ -22,7 +22,6 @@ import numpy as np
 
 from .. import programs
 from ..base import BackendModel
-from ..common import sequences
 from . import ops, optimizers
 
 
@@ -192,8 +191,8 @@ class Model(BackendModel):
     # -- batches ----------------------------------------------------------------------------------
     def _prepare(self, batch):
         """Only the inputs the batch holds: an update or a prediction may read a part of them.
-        Lengths and CTC labels are checked first (CNTK would read a bad length as garbage)."""
-        sequences.check_batch(self.spec, batch)
+        Lengths and CTC labels were checked before (BackendModel._check_batch): CNTK would
+        read a bad length as garbage."""
         batch = ops.offset_roi_indices(self.spec, batch)  # roi_align gathers over the batch
         return OrderedDict((var, np.ascontiguousarray(batch[name], np.float32))
                            for name, var in self._inputs.items() if name in batch)

@@ -25,7 +25,6 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 
 from ..base import BackendModel
-from ..common import sequences
 from ..programs import objective_values, values_read
 from . import losses, ops, optimizers
 
@@ -334,9 +333,8 @@ class Model(BackendModel):
     def _prepare(self, batch):
         """Every input given as a float32 NDArray (token ids and labels are exact in float32);
         a training program's update or a prediction may give only the inputs it reads.
-        Lengths and CTC labels are checked first: MXNet's CTC scores an unalignable example 0
-        without a word."""
-        sequences.check_batch(self.spec, batch)
+        Lengths and CTC labels were checked before (BackendModel._check_batch): MXNet's CTC
+        scores an unalignable example 0 without a word."""
         arrays = OrderedDict((name, nd.array(np.asarray(batch[name], np.float32), ctx=self.ctx,
                                              dtype="float32"))
                              for name in self.spec.inputs if name in batch)

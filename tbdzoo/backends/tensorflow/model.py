@@ -13,7 +13,6 @@ import numpy as np
 import tensorflow as tf
 
 from ..base import BackendModel
-from ..common import sequences
 from ..programs import values_read
 from . import ops, optimizers
 
@@ -513,9 +512,8 @@ class Model(BackendModel):
     def _prepare(self, batch):
         """Tensors keyed by input name, for the inputs ``batch`` holds (an update of a training
         program reads only some); image features transposed to NHWC here, once. Lengths and
-        CTC labels are checked first (common/sequences.py): TensorFlow's kernels would clamp
-        some bad lengths silently and fail on others with a message naming no input."""
-        sequences.check_batch(self.spec, batch)
+        CTC labels were checked before (BackendModel._check_batch): TensorFlow's kernels would
+        clamp some bad lengths silently and fail on others with a message naming no input."""
         out = OrderedDict()
         for name, inp in self.spec.inputs.items():
             if name not in batch:

@@ -10,7 +10,6 @@ from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
 from ..base import BackendModel
-from ..common import sequences
 from . import ops, optimizers
 
 
@@ -293,8 +292,6 @@ class Model(BackendModel):
         return losses, grads
 
     def _prepare(self, batch):
-        sequences.check_batch(self.spec, batch)
-
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
             array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
