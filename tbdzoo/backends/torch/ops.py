@@ -332,10 +332,12 @@ _GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
 
 
 def recurrent_weights(p, op, num_layers, directions):
-    """The canonical per-gate tensors as PyTorch's flat RNN weights, per layer and direction:
+    """The canonical per-gate tensors as PyTorch's RNN weights, per layer and direction:
     weight_ih (gates H, D_l), weight_hh, bias_ih, bias_hh. Concatenation keeps autograd's path to
     the canonical tensors. LSTM: b_ih = (b_i, b_f, b_g, b_o), b_hh = 0; GRU: b_ih = (b_r, b_z,
-    b_in), b_hh = (0, 0, b_hn), the only place cuDNN's reset-after GRU reads b_hn."""
+    b_in), b_hh = (0, 0, b_hn), the only place cuDNN's reset-after GRU reads b_hn. A model holds
+    these tensors flat already (``p["flat_weights"]``, tbdzoo/backends/torch/recurrent.py); this
+    is for calls with the per-gate tensors themselves."""
     gates, flat = _GATES[op], []
     for layer in range(num_layers):
         for d in directions:
@@ -353,6 +355,19 @@ def recurrent_weights(p, op, num_layers, directions):
     return flat
 
 
+def _kernel_weights(op, x, p, a, directions):
+    """The model's flat weights as they are, or the per-gate tensors concatenated. Under CUDA
+    autocast the kernel casts the flat buffer itself, once (as for ``nn.LSTM``); elsewhere a
+    low-precision input gets weights of its dtype."""
+    if "flat_weights" in p:
+        weights = p["flat_weights"]
+    else:
+        weights = recurrent_weights(p, op, a["num_layers"], directions)
+    if x.dtype != weights[0].dtype and not (x.is_cuda and torch.is_autocast_enabled("cuda")):
+        weights = [w.to(x.dtype) for w in weights]
+    return weights
+
+
 def _recurrent(op, inputs, p, a, training):
     """PyTorch's fused multi-layer kernel (cuDNN on a GPU) over the packed valid steps: the
     backward direction reads each example reversed within its length, and unpacking writes
@@ -360,13 +375,11 @@ def _recurrent(op, inputs, p, a, training):
     x, lengths = inputs
     n, t, _ = x.shape
     h, directions = a["units"], ("fw", "bw") if a["bidirectional"] else ("fw",)
-    weights = recurrent_weights(p, op, a["num_layers"], directions)
-    if x.dtype != weights[0].dtype:  # under autocast: the kernel takes one dtype
-        weights = [w.to(x.dtype) for w in weights]
+    weights = _kernel_weights(op, x, p, a, directions)
     packed = nn_rnn.pack_padded_sequence(x, _host_lengths(lengths), batch_first=True,
                                          enforce_sorted=False)
     zeros = x.new_zeros(a["num_layers"] * len(directions), n, h)
-    with warnings.catch_warnings():  # the concatenated weights are compacted per call, knowingly
+    with warnings.catch_warnings():  # per-gate tensors, concatenated, are compacted per call
         warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
         if op == "lstm":
             out = torch._VF.lstm(packed.data, packed.batch_sizes, (zeros, zeros), weights, True,
