@@ -369,6 +369,9 @@ class Model(BackendModel):
             t = torch.from_numpy(array).to(self.device, non_blocking=True)
             if self.channels_last and t.dim() == 4:
                 t = t.contiguous(memory_format=torch.channels_last)
+            if kind == "int32" and t.dim() == 1 and t.device.type != "cpu":
+                # lengths: packing and CTC read them on the host; this copy spares a sync
+                t._tbdzoo_host = torch.from_numpy(array)
             return t
         return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs
                            if name in batch)

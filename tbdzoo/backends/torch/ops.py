@@ -301,9 +301,10 @@ def _ctc_loss(inputs, attrs):
     logits = inputs["logits"]  # float32 at least (bf16 logits under autocast)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, N, C)
-    total = F.ctc_loss(log_probs, inputs["labels"], inputs["input_lengths"],
-                       inputs["label_lengths"], blank=attrs["blank"], reduction="sum",
-                       zero_infinity=False)
+    # the lengths from the host (as the kernel reads them), without waiting for the device
+    total = F.ctc_loss(log_probs, inputs["labels"], _host_lengths(inputs["input_lengths"]),
+                       _host_lengths(inputs["label_lengths"]), blank=attrs["blank"],
+                       reduction="sum", zero_infinity=False)
     return total / logits.shape[0]
 
 
@@ -419,14 +420,17 @@ def additive_attention(inputs, p, a, training):
 
 def sequence_batchnorm(inputs, p, a, training):
     """Statistics over the batch's valid steps only; the running update is batchnorm's
-    (new-batch weight ``momentum``, variance unbiased over the n valid steps)."""
+    (new-batch weight ``momentum``, variance unbiased over the n valid steps). The masked sums
+    are contractions with the (N, T) mask, and the affine map one fused pass, so only the
+    centred input is kept for backward (as BatchNorm over packed steps keeps its input)."""
     x, lengths = inputs
     x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # statistics in fp32
-    mask = valid_mask(lengths, x.shape[1], x.dtype)[:, :, None]
+    mask = valid_mask(lengths, x.shape[1], x.dtype)  # (N, T)
     if training or not a["track_running_stats"]:
         count = mask.sum()
-        mean = (x * mask).sum(dim=(0, 1)) / count
-        var = (((x - mean) * mask) ** 2).sum(dim=(0, 1)) / count
+        mean = torch.einsum("nt,ntc->c", mask, x) / count
+        centred = x - mean
+        var = torch.einsum("nt,ntc->c", mask, centred * centred) / count
         if training and a["track_running_stats"]:
             with torch.no_grad():
                 m = a["momentum"]
@@ -435,8 +439,9 @@ def sequence_batchnorm(inputs, p, a, training):
                 p["running_var"].mul_(1 - m).add_(unbiased.to(p["running_var"].dtype), alpha=m)
     else:
         mean, var = p["running_mean"], p["running_var"]
-    y = (x - mean) * torch.rsqrt(var + a["eps"]) * p["gamma"] + p["beta"]
-    return y * mask
+        centred = x - mean
+    y = torch.addcmul(p["beta"], centred, torch.rsqrt(var + a["eps"]) * p["gamma"])
+    return y * mask[:, :, None]
 
 
 def clipped_relu(inputs, p, a, training):
