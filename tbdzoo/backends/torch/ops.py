@@ -428,9 +428,10 @@ def sequence_batchnorm(inputs, p, a, training):
     mask = valid_mask(lengths, x.shape[1], x.dtype)  # (N, T)
     if training or not a["track_running_stats"]:
         count = mask.sum()
-        mean = torch.einsum("nt,ntc->c", mask, x) / count
-        centred = x - mean
-        var = torch.einsum("nt,ntc->c", mask, centred * centred) / count
+        with torch.autocast(x.device.type, enabled=False):  # contractions, in fp32 all the same
+            mean = torch.einsum("nt,ntc->c", mask, x) / count
+            centred = x - mean
+            var = torch.einsum("nt,ntc->c", mask, centred * centred) / count
         if training and a["track_running_stats"]:
             with torch.no_grad():
                 m = a["momentum"]
