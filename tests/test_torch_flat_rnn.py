@@ -130,3 +130,19 @@ def test_memory_figures_count_the_spec_parameters_only(name):
     analytic = memory.analytic(model.spec, model.hparams, model.hparams["batch_size"], 0)
     for category in ("weights", "gradients", "optimizer_state"):
         assert measured[category] == analytic[category], category
+
+
+def test_sequence_batchnorm_keeps_fp32_statistics_under_bf16_autocast():
+    """Its masked sums are contractions, which autocast would run in bf16: they are kept out."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 5, generator=g).bfloat16()
+    lengths = torch.tensor([7, 3, 5])
+    p = {"gamma": torch.rand(5, generator=g), "beta": torch.rand(5, generator=g),
+         "running_mean": torch.zeros(5), "running_var": torch.ones(5)}
+    a = {"eps": 1e-5, "momentum": 0.1, "track_running_stats": True}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = ops.sequence_batchnorm([x, lengths], p, a, True)
+    valid = torch.cat([x[0, :7], x[1, :3], x[2, :5]]).double()
+    torch.testing.assert_close(p["running_mean"].double(), 0.1 * valid.mean(0), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(p["running_var"].double(), 0.9 + 0.1 * valid.var(0), rtol=1e-6, atol=1e-7)
+    assert y.dtype == torch.float32 and torch.all(y[1, 3:] == 0)
