@@ -3,6 +3,7 @@
     python3 benchmarks/gpu_recurrent.py --out results.json
     python3 benchmarks/gpu_recurrent.py --models deepspeech2 --executions eager --precisions bf16
     python3 benchmarks/gpu_recurrent.py --device cpu --tiny --steps 2 --repeats 1 --warmup 1
+    python3 benchmarks/gpu_recurrent.py --models seq2seq --batch-size 16 --profile profiles/
 
 The hand-written contenders are what a PyTorch user writes instead, with tbdzoo's shapes
 (tbdzoo/models/seq2seq.py, tbdzoo/models/deepspeech2.py, docs/models.md):
@@ -38,6 +39,9 @@ Per cell: build both, one step each (the first losses), peak memory of one step
 ``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised
 (defaults per model in ``TIMING``; the eight cells are expected to take five to eight minutes
 on an H200, most of it compiling Deep Speech 2).
+With ``--profile DIR`` each cell then runs ``PROFILE_STEPS`` more steps of each side under
+``torch.profiler`` and writes their operator tables (``DIR/<model>-<precision>-<execution>-
+<side>.txt``, sorted by device time on a GPU, by CPU time otherwise); they are not timed.
 Throughput is in the model's own unit (target tokens/s, audio s/s), counted by tbdzoo on the
 shared batch. On a CPU (``--device cpu``, a check that the script runs) tf32 means fp32 and no
 memory is measured.
@@ -68,6 +72,7 @@ MODELS = ("seq2seq", "deepspeech2")
 # take a few seconds on an H200 and the eight cells, compilation included, five to eight minutes:
 # a Seq2Seq step takes some 30 ms there, a Deep Speech 2 step (batch 8 at 16 s) some 500 ms.
 TIMING = {"seq2seq": (3, 20, 5), "deepspeech2": (2, 5, 3)}
+PROFILE_STEPS = 3
 MASKED_LOGIT = -1e9  # what tbdzoo writes past the source's length (docs/models.md)
 
 
@@ -282,7 +287,27 @@ def weight_difference(model_name, model, net):
                for k, v in ours.items() if "bias_hh" not in k)
 
 
-def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, tiny):
+def write_profiles(directory, cell_name, contenders, device):
+    """Both sides' operator tables over ``PROFILE_STEPS`` steps each, one file per side."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    os.makedirs(directory, exist_ok=True)
+    for name, step in contenders.items():
+        synchronize(device)
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(PROFILE_STEPS):
+                step()
+            synchronize(device)
+        table = prof.key_averages().table(
+            sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=60)
+        path = os.path.join(directory, "{}-{}.txt".format(cell_name, name))
+        with open(path, "w") as f:
+            f.write("{} {}: {} steps\n{}\n".format(cell_name, name, PROFILE_STEPS, table))
+
+
+def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, tiny,
+             batch_size=None, profile_dir=None):
     import tbdzoo
     cuda = device.startswith("cuda")
     if cuda:
@@ -292,9 +317,10 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     if compiled:  # each cell compiles from scratch, within dynamo's recompilation limit
         torch._dynamo.reset()
     ours_precision = precision if cuda or precision != "tf32" else "fp32"  # no TF32 on a CPU
+    sizes = {} if batch_size is None else {"batch_size": batch_size}
     model = tbdzoo.build(model_name, backend="torch", config="tiny" if tiny else "paper",
                          device=device, precision=ours_precision,
-                         execution="compiled" if compiled else "eager")
+                         execution="compiled" if compiled else "eager", **sizes)
     batch = model.synthetic_batch(seed=0)
     prepared = model.prepare_batch(batch)
     net, opt, theirs = handwritten_step(model_name, model.hparams, model.get_weights(), batch,
@@ -322,6 +348,9 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
                 contenders[name]()
             synchronize(device)
             times[name].append((time.perf_counter() - t0) / steps)
+    if profile_dir:
+        write_profiles(profile_dir, "{}-{}-{}".format(
+            model_name, precision, "compiled" if compiled else "eager"), contenders, device)
     items = model.model_def.items(model.hparams, batch)
     result = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
               "config": "tiny" if tiny else "paper", "device": device,
@@ -359,6 +388,9 @@ def main():
     p.add_argument("--repeats", type=int, help="timed rounds per side (default: per model)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
     p.add_argument("--tiny", action="store_true", help="tiny configs of both sides (a CPU check)")
+    p.add_argument("--batch-size", type=int, help="batch size of both sides (default: the config's)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="also write torch.profiler tables of both sides per cell into DIR")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_recurrent.json"))
     args = p.parse_args()
     unknown = sorted(set(args.models.split(",")) - set(MODELS))
@@ -382,7 +414,7 @@ def main():
                           zip((args.warmup, args.steps, args.repeats), TIMING[model_name])]
                 try:
                     cell = run_cell(model_name, precision, execution == "compiled", device,
-                                    *timing, args.tiny)
+                                    *timing, args.tiny, args.batch_size, args.profile)
                 except Exception as e:  # a failed cell is recorded, the others still run
                     traceback.print_exc()
                     cell = {"model": model_name, "precision": precision, "execution": execution,

@@ -10,7 +10,7 @@ from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
 from ..base import BackendModel
-from . import ops, optimizers
+from . import ops, optimizers, recurrent
 
 
 class SpecModule(nn.Module):
@@ -18,7 +18,9 @@ class SpecModule(nn.Module):
 
     Each parameter lives in a submodule at its node's path, so ``state_dict()`` keys equal the
     canonical names (``layer1.0.conv1.weight``); tied parameters are registered once, by their
-    owner, and looked up by name where they are shared. Every intermediate value is dropped
+    owner, and looked up by name where they are shared. A recurrent node's parameters are
+    PyTorch's own (``encoder.weight_ih_l0``, tbdzoo/backends/torch/recurrent.py), whose row
+    blocks are the canonical per-gate tensors (``tensor``, ``leaf``). Every intermediate value is dropped
     right after its last consumer, so the forward pass holds no more memory than a
     hand-written module would: only what autograd saves.
     """
@@ -27,8 +29,11 @@ class SpecModule(nn.Module):
         super(SpecModule, self).__init__()
         self.graph = graph
         self.input_names = [i.name for i in graph.feature_inputs()]
+        self._recurrent = self._recurrent_nodes(graph, weights)  # canonical name -> node
         for name, spec in graph.params().items():
-            path, _, suffix = name.rpartition(".")  # l0.fw.w_i nests below its node too
+            if name in self._recurrent:
+                continue
+            path, _, suffix = name.rpartition(".")
             owner = self._submodule(path)
             value = torch.from_numpy(np.array(weights[name], np.float32))
             if spec.trainable:
@@ -67,8 +72,11 @@ class SpecModule(nn.Module):
                     last_use[i] = node.name
             plan = []
             for node in nodes:
-                params = [(suffix,) + self._locate(full)
-                          for suffix, full in graph.param_names(node).items()]
+                if node.op in recurrent.LAYOUT:  # the kernel's flat list, not per-gate tensors
+                    params = [("flat_weights", self.get_submodule(node.name), "flat_weights")]
+                else:
+                    params = [(suffix,) + self._locate(full)
+                              for suffix, full in graph.param_names(node).items()]
                 done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
                         and i not in outputs]
                 fn = self.op_overrides.get(node.op) or getattr(
@@ -93,6 +101,29 @@ class SpecModule(nn.Module):
         return (node.op in ("relu", "add") and first in dead and node.inputs.count(first) == 1
                 and first in graph.nodes and graph.nodes[first].op in cls._UNSAVED_OUTPUTS)
 
+    def _recurrent_nodes(self, graph, weights):
+        """Each lstm/gru node's parameters as one ``RecurrentWeights`` module at the node's
+        path; returns {canonical name: node name} for the tensors it holds."""
+        out = {}
+        for node in graph.nodes.values():
+            if node.op not in recurrent.LAYOUT:
+                continue
+            names = graph.param_names(node)
+            shared = [full for suffix, full in names.items()
+                      if full != "{}.{}".format(node.name, suffix)]
+            if shared:
+                raise UnsupportedOptionError(
+                    "recurrent node {!r} shares parameters {}: the PyTorch backend holds a "
+                    "recurrent node's weights in one flat buffer of its own; give the node "
+                    "its own parameters".format(node.name, shared))
+            path, _, leaf = node.name.rpartition(".")
+            parent = self._submodule(path) if path else self
+            parent.add_module(leaf, recurrent.RecurrentWeights(
+                node.op, node.attrs, graph.shape_of(node.inputs[0])[-1],
+                {suffix: weights[full] for suffix, full in names.items()}))
+            out.update((full, node.name) for full in names.values())
+        return out
+
     def _submodule(self, path):
         module = self
         for part in path.split("."):
@@ -107,9 +138,44 @@ class SpecModule(nn.Module):
         path, _, attribute = name.rpartition(".")
         return self.get_submodule(path), attribute
 
+    def leaf(self, name):
+        """(the leaf tensor that holds canonical ``name``, the rows of it that are ``name``, or
+        None when it is the whole tensor): a recurrent node's per-gate tensors are row blocks
+        of PyTorch's weight_ih / weight_hh / bias_ih / bias_hh."""
+        node = self._recurrent.get(name)
+        if node is None:
+            module, attribute = self._locate(name)
+            return getattr(module, attribute), None
+        holder = self.get_submodule(node)
+        native, rows = holder.canonical_rows(name[len(node) + 1:])
+        return getattr(holder, native), rows
+
     def tensor(self, name):
-        module, attribute = self._locate(name)
-        return getattr(module, attribute)
+        """The canonical tensor ``name`` (a view of its leaf for recurrent nodes)."""
+        leaf, rows = self.leaf(name)
+        return leaf if rows is None else leaf[rows]
+
+    def canonical(self, name, like_leaf):
+        """The part of ``like_leaf`` (shaped as ``name``'s leaf: its gradient) that is ``name``."""
+        rows = self.leaf(name)[1]
+        return like_leaf if rows is None else like_leaf[rows]
+
+    def leaves(self, names):
+        """The distinct leaf tensors holding the canonical ``names``, in their order: what
+        optimizers update and gradients accumulate into."""
+        out = OrderedDict()
+        for n in names:
+            leaf = self.leaf(n)[0]
+            out.setdefault(id(leaf), leaf)
+        return list(out.values())
+
+    def absent_elements(self):
+        """{parameter: its elements that are cuDNN's zero biases, not the spec's}."""
+        out = OrderedDict()
+        for module in self.modules():
+            if isinstance(module, recurrent.RecurrentWeights):
+                out.update(module.absent_elements())
+        return out
 
     def forward(self, *inputs):
         values = dict(zip(self.input_names, inputs))
@@ -193,7 +259,7 @@ class Model(BackendModel):
         self.native = SpecModule(self.spec, weights).to(self.device)
         if self.channels_last:
             self.native = self.native.to(memory_format=torch.channels_last)
-        self._trainable = [self.native.tensor(n) for n in self.trainable_names()]
+        self._trainable = self.native.leaves(self.trainable_names())
         if self.program is not None:
             self._build_program()
             return
@@ -215,7 +281,7 @@ class Model(BackendModel):
         owner = program.assignment(self.spec)
         fused = self.device.startswith("cuda")
         self._group_params = OrderedDict(
-            (g, [self.native.tensor(n) for n, o in owner.items() if o == g]) for g in program.groups)
+            (g, self.native.leaves([n for n, o in owner.items() if o == g])) for g in program.groups)
         self._optimizers = OrderedDict(
             (g, optimizers.make_group(self._group_params[g], spec["optimizer"], fused=fused))
             for g, spec in program.groups.items())
@@ -282,9 +348,11 @@ class Model(BackendModel):
                 with self._autocast():
                     loss = self._objectives[phase_index](native)
                 values = torch.autograd.grad(loss, params, allow_unused=True)
-            group_names = [n for n, g in names.items() if g == phase["update"]]
-            for n, p, g in zip(group_names, params, values):
-                grads[n] = (torch.zeros_like(p) if g is None else g).detach().float().cpu().numpy()
+            by_leaf = {id(p): torch.zeros_like(p) if g is None else g for p, g in zip(params, values)}
+            for n, g in names.items():
+                if g == phase["update"]:
+                    grads[n] = self.native.canonical(n, by_leaf[id(self.native.leaf(n)[0])]) \
+                        .detach().float().cpu().numpy()
             losses[phase["objective"]] = loss.item()
         with torch.no_grad():
             for n, t in self.native.named_buffers():
@@ -298,6 +366,9 @@ class Model(BackendModel):
             t = torch.from_numpy(array).to(self.device, non_blocking=True)
             if self.channels_last and t.dim() == 4:
                 t = t.contiguous(memory_format=torch.channels_last)
+            if kind == "int32" and t.dim() == 1 and t.device.type != "cpu":
+                # lengths: packing and CTC read them on the host; this copy spares a sync
+                t._tbdzoo_host = torch.from_numpy(array)
             return t
         return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs
                            if name in batch)
@@ -358,8 +429,9 @@ class Model(BackendModel):
                 loss = self._loss_of(prepared)
             loss.backward()
         _zero_unreached(self._trainable)
-        grads = OrderedDict((n, t.grad.detach().float().cpu().numpy().copy())
-                            for n, t in zip(self.trainable_names(), self._trainable))
+        grads = OrderedDict(
+            (n, self.native.canonical(n, self.native.leaf(n)[0].grad).detach().float().cpu()
+             .numpy().copy()) for n in self.trainable_names())
         for t in self._trainable:
             t.grad = None
         with torch.no_grad():  # no side effects: running statistics as they were
@@ -436,6 +508,8 @@ class Model(BackendModel):
             "weight_copies": sum(weight_copies.values()),
             "peak": None,
         }
+        for category, extra in _absent_bytes(self.native, optimizers_held).items():
+            measured[category] -= extra
         if self.program is not None and len(self.program.groups) > 1:
             measured["by_group"] = self._memory_by_group(
                 [phase for phase, _ in prepared.native], per_update)
@@ -462,6 +536,9 @@ class Model(BackendModel):
                 "gradients": sum(_unique_storages(p.grad for p in params if p.grad is not None).values()),
                 "optimizer_state": sum(_unique_storages(slots).values()),
                 "feature_maps": max(saved) if saved else 0}
+            for category, extra in _absent_bytes(self.native, [self._optimizers[group]],
+                                                  params).items():
+                out[group][category] -= extra
         return out
 
 
@@ -493,6 +570,24 @@ def _zero_unreached(params):
     for t in params:
         if t.grad is None:
             t.grad = torch.zeros_like(t)
+
+
+def _absent_bytes(native, optimizers_held, params=None):
+    """The bytes of cuDNN's zero biases (tbdzoo/backends/torch/recurrent.py) in each memory
+    category: held, but not the model's parameters, so the figures stay the spec's. ``params``:
+    only the buffers holding those of one group (default: all)."""
+    out = {"weights": 0, "gradients": 0, "optimizer_state": 0}
+    chosen = None if params is None else {p.untyped_storage().data_ptr() for p in params}
+    for p, n in native.absent_elements().items():
+        if chosen is not None and p.untyped_storage().data_ptr() not in chosen:
+            continue
+        out["weights"] += n * p.element_size()
+        if p.grad is not None:
+            out["gradients"] += n * p.grad.element_size()
+        for optimizer in optimizers_held:
+            out["optimizer_state"] += sum(n * v.element_size() for v in optimizer.state.get(p, {}).values()
+                                          if torch.is_tensor(v) and v.shape == p.shape)
+    return out
 
 
 def _unique_storages(tensors):

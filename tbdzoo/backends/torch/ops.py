@@ -301,9 +301,10 @@ def _ctc_loss(inputs, attrs):
     logits = inputs["logits"]  # float32 at least (bf16 logits under autocast)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, N, C)
-    total = F.ctc_loss(log_probs, inputs["labels"], inputs["input_lengths"],
-                       inputs["label_lengths"], blank=attrs["blank"], reduction="sum",
-                       zero_infinity=False)
+    # the lengths from the host (as the kernel reads them), without waiting for the device
+    total = F.ctc_loss(log_probs, inputs["labels"], _host_lengths(inputs["input_lengths"]),
+                       _host_lengths(inputs["label_lengths"]), blank=attrs["blank"],
+                       reduction="sum", zero_infinity=False)
     return total / logits.shape[0]
 
 
@@ -373,10 +374,12 @@ _GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
 
 
 def recurrent_weights(p, op, num_layers, directions):
-    """The canonical per-gate tensors as PyTorch's flat RNN weights, per layer and direction:
+    """The canonical per-gate tensors as PyTorch's RNN weights, per layer and direction:
     weight_ih (gates H, D_l), weight_hh, bias_ih, bias_hh. Concatenation keeps autograd's path to
     the canonical tensors. LSTM: b_ih = (b_i, b_f, b_g, b_o), b_hh = 0; GRU: b_ih = (b_r, b_z,
-    b_in), b_hh = (0, 0, b_hn), the only place cuDNN's reset-after GRU reads b_hn."""
+    b_in), b_hh = (0, 0, b_hn), the only place cuDNN's reset-after GRU reads b_hn. A model holds
+    these tensors flat already (``p["flat_weights"]``, tbdzoo/backends/torch/recurrent.py); this
+    is for calls with the per-gate tensors themselves."""
     gates, flat = _GATES[op], []
     for layer in range(num_layers):
         for d in directions:
@@ -394,6 +397,19 @@ def recurrent_weights(p, op, num_layers, directions):
     return flat
 
 
+def _kernel_weights(op, x, p, a, directions):
+    """The model's flat weights as they are, or the per-gate tensors concatenated. Under CUDA
+    autocast the kernel casts the flat buffer itself, once (as for ``nn.LSTM``); elsewhere a
+    low-precision input gets weights of its dtype."""
+    if "flat_weights" in p:
+        weights = p["flat_weights"]
+    else:
+        weights = recurrent_weights(p, op, a["num_layers"], directions)
+    if x.dtype != weights[0].dtype and not (x.is_cuda and torch.is_autocast_enabled("cuda")):
+        weights = [w.to(x.dtype) for w in weights]
+    return weights
+
+
 def _recurrent(op, inputs, p, a, training):
     """PyTorch's fused multi-layer kernel (cuDNN on a GPU) over the packed valid steps: the
     backward direction reads each example reversed within its length, and unpacking writes
@@ -401,13 +417,11 @@ def _recurrent(op, inputs, p, a, training):
     x, lengths = inputs
     n, t, _ = x.shape
     h, directions = a["units"], ("fw", "bw") if a["bidirectional"] else ("fw",)
-    weights = recurrent_weights(p, op, a["num_layers"], directions)
-    if x.dtype != weights[0].dtype:  # under autocast: the kernel takes one dtype
-        weights = [w.to(x.dtype) for w in weights]
+    weights = _kernel_weights(op, x, p, a, directions)
     packed = nn_rnn.pack_padded_sequence(x, _host_lengths(lengths), batch_first=True,
                                          enforce_sorted=False)
     zeros = x.new_zeros(a["num_layers"] * len(directions), n, h)
-    with warnings.catch_warnings():  # the concatenated weights are compacted per call, knowingly
+    with warnings.catch_warnings():  # per-gate tensors, concatenated, are compacted per call
         warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
         if op == "lstm":
             out = torch._VF.lstm(packed.data, packed.batch_sizes, (zeros, zeros), weights, True,
@@ -447,14 +461,18 @@ def additive_attention(inputs, p, a, training):
 
 def sequence_batchnorm(inputs, p, a, training):
     """Statistics over the batch's valid steps only; the running update is batchnorm's
-    (new-batch weight ``momentum``, variance unbiased over the n valid steps)."""
+    (new-batch weight ``momentum``, variance unbiased over the n valid steps). The masked sums
+    are contractions with the (N, T) mask, and the affine map one fused pass, so only the
+    centred input is kept for backward (as BatchNorm over packed steps keeps its input)."""
     x, lengths = inputs
     x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # statistics in fp32
-    mask = valid_mask(lengths, x.shape[1], x.dtype)[:, :, None]
+    mask = valid_mask(lengths, x.shape[1], x.dtype)  # (N, T)
     if training or not a["track_running_stats"]:
         count = mask.sum()
-        mean = (x * mask).sum(dim=(0, 1)) / count
-        var = (((x - mean) * mask) ** 2).sum(dim=(0, 1)) / count
+        with torch.autocast(x.device.type, enabled=False):  # contractions, in fp32 all the same
+            mean = torch.einsum("nt,ntc->c", mask, x) / count
+            centred = x - mean
+            var = torch.einsum("nt,ntc->c", mask, centred * centred) / count
         if training and a["track_running_stats"]:
             with torch.no_grad():
                 m = a["momentum"]
@@ -463,8 +481,9 @@ def sequence_batchnorm(inputs, p, a, training):
                 p["running_var"].mul_(1 - m).add_(unbiased.to(p["running_var"].dtype), alpha=m)
     else:
         mean, var = p["running_mean"], p["running_var"]
-    y = (x - mean) * torch.rsqrt(var + a["eps"]) * p["gamma"] + p["beta"]
-    return y * mask
+        centred = x - mean
+    y = torch.addcmul(p["beta"], centred, torch.rsqrt(var + a["eps"]) * p["gamma"])
+    return y * mask[:, :, None]
 
 
 def clipped_relu(inputs, p, a, training):
