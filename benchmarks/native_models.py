@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/native_models.py --model inception_v3            # all three
     .venv/bin/python benchmarks/native_models.py --model resnet50 --backend torch  # one, here
+    .venv/bin/python benchmarks/native_models.py --model deepspeech2 --set max_frames=200
 
 What users would pick instead, trained the framework's idiomatic way (a PyTorch loop,
 ``train_on_batch``, a Gluon ``Trainer``), on the same synthetic batch, the loss read back every
@@ -26,6 +27,48 @@ its own formula (PyTorch: eps outside the root; Keras: eps inside, lr in the mom
 decoupled weight decay, tbdzoo's formula on every backend, docs/optimizers.md); Gluon's RMSProp
 has no momentum unless centered, so Gluon's update is lighter than tbdzoo's by one buffer per
 parameter (the comparison slightly favours Gluon).
+
+Seq2Seq and Deep Speech 2 train on tbdzoo's own synthetic batch (``synthetic_batch`` of the model:
+ragged lengths, padding at the end), the same arrays on both sides, at the suite's CPU sizes
+(tbdzoo.suite: 16 sentence pairs of up to 50 tokens; Deep Speech 2 padded to 1 s,
+``max_frames=100``, here two utterances so that their lengths differ). ``--set KEY=VALUE``
+changes a hyperparameter on both sides. The rates count the model's own unit: target tokens,
+seconds of audio.
+
+Seq2Seq, paper config (2 x 512 LSTM encoder and decoder, additive attention of 512 without
+input feeding, attention layer 512 and projection without bias, Adam 3e-4 with eps 1e-8,
+global-norm clipping at 1.0, the loss averaged over target tokens): PyTorch ``nn.Embedding``,
+``nn.LSTM`` over packed sequences (``pack_padded_sequence``), the attention as two
+``nn.Linear`` and a ``v`` with ``masked_fill``, ``clip_grad_norm_``; Keras ``Embedding(
+mask_zero=True)``, ``LSTM``, two ``Dense`` and ``AdditiveAttention`` (its scale is ``v``), the
+mask carried through to the loss, ``train_on_batch`` with ``global_clipnorm``; Gluon
+``rnn.LSTM`` (fused), the attention masked by ``softmax(length=...)``, the loss weighted by the
+labels' mask, ``clip_global_norm`` and a ``Trainer``. What still differs: the Gluon LSTMs run over
+the padding (unidirectional, so every output before a sequence's length is exact; the padded
+ones are masked later), PyTorch's over each sequence's own length, tbdzoo's MXNet one fused call
+the same way; PyTorch's and Gluon's LSTMs carry two biases per gate (tbdzoo and Keras one);
+Keras' LSTM on the CPU is a while loop with the mask, as is tbdzoo's TensorFlow LSTM (its input
+projection hoisted out of the loop, docs/models.md).
+
+Deep Speech 2, paper config (two convolutions, each ReLU then BatchNorm; 7 x [BatchNorm over
+the sequence, bidirectional GRU of 1,760 with the reset after the recurrent matmul, directions
+concatenated]; dense 1,760 without bias, BatchNorm, ReLU; dense 29; CTC with blank 0 summed per
+utterance and averaged over the batch; SGD 3e-4 with momentum 0.9, element-wise clipping at 100):
+PyTorch ``nn.Conv2d``, ``nn.BatchNorm1d`` over (N, D, T), ``nn.GRU(bidirectional=True)`` over
+packed sequences, ``nn.CTCLoss`` on ``log_softmax``, ``clip_grad_value_``; Keras ``Conv2D``
+(channels last), ``BatchNormalization`` and ``Bidirectional(GRU(reset_after=True))`` given the
+mask of valid steps, ``keras.ops.ctc_loss`` in a ``tf.function`` step with ``GradientTape``,
+``SGD(clipvalue=100)``; Gluon ``Conv2D``, ``BatchNorm(axis=2)``, ``rnn.GRU(bidirectional=True)``
+(fused), ``gluon.loss.CTCLoss``, a ``Trainer`` with ``clip_gradient``. What still differs:
+PyTorch's and Gluon's sequence BatchNorms count the padded steps in their statistics (as
+deepspeech.pytorch does), tbdzoo's and Keras' only the valid ones; Gluon's GRU runs over the
+padding, both directions in one fused call per layer (MXNet 1.9's Gluon GRU cannot take lengths:
+``use_sequence_length`` passes them where an LSTM's cell state goes, and the CPU kernel would
+not use them), so its backward direction reads each shorter utterance's padding first, where
+tbdzoo's MXNet backend reverses every sequence within its length (one fused call per direction
+and layer, docs/models.md): the comparison favours Gluon; Gluon's CTC takes the blank last, so
+its logits are rotated by one class; ``keras.ops.ctc_loss`` passes dense labels (TensorFlow's CTC
+written in TensorFlow ops), tbdzoo's TensorFlow backend sparse ones (the CTCLoss kernel).
 """
 import argparse
 import json
@@ -644,6 +687,8 @@ def main(argv=None, default_model=None):
     p.add_argument("--model", choices=sorted(MODELS), default=default_model,
                    required=default_model is None)
     p.add_argument("--backend", choices=BACKENDS, help="run one backend in this process")
+    p.add_argument("--backends", default=",".join(BACKENDS),
+                   help="comma-separated backends to run, each in its own process (default: %(default)s)")
     p.add_argument("--batch-size", type=int, help="default: the model's (see MODELS)")
     p.add_argument("--set", type=_override, action="append", default=[], metavar="KEY=VALUE",
                    help="a hyperparameter of both sides, over the model's CPU overrides "
@@ -664,8 +709,14 @@ def main(argv=None, default_model=None):
         print(json.dumps(run_backend(args.model, args.backend, batch_size, args.warmup,
                                      args.steps, args.repeats, overrides)))
         return 0
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        p.error("unknown backend {}; choose from {}".format(unknown[0], ", ".join(BACKENDS)))
+    if backends != list(BACKENDS):
+        knobs += ["--backends", ",".join(backends)]
     rows, load_before = [], os.getloadavg()
-    for backend in BACKENDS:
+    for backend in backends:
         print("timing {} ...".format(backend), file=sys.stderr, flush=True)
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--backend", backend] + knobs,
                               stdout=subprocess.PIPE, universal_newlines=True)
@@ -673,6 +724,7 @@ def main(argv=None, default_model=None):
             print("{} failed (its error is above)".format(backend), file=sys.stderr)
             continue
         rows += json.loads(proc.stdout.strip().splitlines()[-1])
+        _write(out, knobs, load_before, rows)  # after each backend: a long run keeps what it has
     rate = UNIT_KEY.format(MODELS[args.model].get("unit", "images"))
     print("{:<11} {:<38} {:>8} {:>14} {:>9} {:>8}".format("backend", "model", "variant",
                                                            rate, "vs native", "paired"))
@@ -680,14 +732,18 @@ def main(argv=None, default_model=None):
         print("{:<11} {:<38} {:>8} {:>14.2f} {:>8.3f}x {:>7.3f}x".format(
             r["backend"], r["model"], r["variant"], r[rate], r["ratio_to_native"],
             r["ratio_to_native_paired"]))
+    print("written to", os.path.relpath(out))
+    return 0
+
+
+def _write(out, knobs, load_before, rows):
+    """The rows so far, the command that gives them and the load average (1, 5, 15 min) when
+    the run began and now."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump({"command": " ".join([os.path.relpath(__file__)] + knobs),
                    "cpus": os.cpu_count(), "load_average": [load_before, os.getloadavg()],
-                   "rows": rows}, f,
-                  indent=1)
-    print("written to", os.path.relpath(out))
-    return 0
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
