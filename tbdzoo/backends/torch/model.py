@@ -351,6 +351,15 @@ class Model(BackendModel):
             output = self.spec.output
             return self.native.values(prepared.native, (output,))[output].float().cpu().numpy()
 
+    def _values(self, prepared, names):
+        """Inference-mode values of graph nodes ``names`` (a program's targets step reads
+        them). In eager mode the step could call the targets function in the middle of its
+        own forward pass instead of running this one first; not done yet."""
+        self.native.eval()
+        with torch.no_grad(), self._device_flags(), self._autocast():
+            values = self.native.values(prepared.native, tuple(names))
+            return OrderedDict((n, _canonical_value(self.spec, n, values[n])) for n in names)
+
     def _loss_and_gradients(self, prepared):
         statistics = {n: t.clone() for n, t in self.native.named_buffers()}
         self.native.train()
@@ -517,3 +526,10 @@ def _is_weight_copy(tensor, parameters):
         return False
     return any(id(getattr(nxt, "variable", None)) in parameters
                for nxt, _ in fn.next_functions if nxt is not None)
+
+
+def _canonical_value(graph, name, tensor):
+    """A graph value as NumPy in its spec dtype (float32 or int32)."""
+    if graph.dtype_of(name) == "int32":
+        return tensor.detach().cpu().numpy().astype(np.int32)
+    return tensor.detach().float().cpu().numpy()
