@@ -403,6 +403,7 @@ class Model(BackendModel):
         no tensor claims is the workspace (activation gradients in flight, cuDNN scratch,
         casts), measured rather than left as a remainder.
         """
+        prepared = self._with_targets(prepared)  # a targets step's inputs, written once here
         state = _unique_storages(self.native.state_dict().values())
         updates = [prepared.native] if self.program is None else [n for _, n in prepared.native]
         batch = _unique_storages(t for native in updates for t in native.values())
