@@ -107,6 +107,7 @@ class Spy(object):
         state = rng.get_state()[1]
         steps = [s for s in range(10) if np.array_equal(
             programs.seeded_rng(self.seed, s, "targets/sample").get_state()[1], state)]
+        assert isinstance(rng, targets.StepRandomState) and [rng.step] == steps
         out = probes.top_scores(values, inputs, hparams, rng)
         self.calls.append((steps, sorted(values), sorted(inputs), out["sampled_labels"]))
         return out
@@ -133,6 +134,17 @@ def test_the_function_runs_once_per_step_with_that_steps_random_state(spy):
         kept = written != 0
         assert np.all(kept.sum(axis=1) <= 3)
         np.testing.assert_array_equal(written[kept], batch["labels"][kept])
+
+
+def test_the_random_state_gives_detection_its_streams():
+    """The function's RandomState is seeded_rng of its step; its streams are the detection
+    samplers' step_rng (docs/detection.md)."""
+    from tbdzoo.detection.randomness import step_rng
+    rng = targets.StepRandomState(4, 2, "targets/sample", 1)
+    np.testing.assert_array_equal(rng.randint(1000, size=8), targets.seeded_rng(
+        4, 2, "targets/sample", 1).randint(1000, size=8))
+    np.testing.assert_array_equal(rng.stream("sample_rois", 3).randint(1000, size=8),
+                                  step_rng(4, 2, "sample_rois", 3).randint(1000, size=8))
 
 
 def test_a_batch_holding_the_written_input_replays_it(spy):

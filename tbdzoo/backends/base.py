@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
+from ..spec.targets import StepRandomState
 from .common import op_support, optimizers
 from . import programs
 
@@ -222,7 +223,7 @@ class BackendModel(object):
         given = OrderedDict((n, np.asarray(part[n])) for n in needed)
         values = self._values(Prepared(self.backend, self._prepare(given), size), step["reads"])
         values = OrderedDict((n, np.asarray(values[n])) for n in step["reads"])
-        rng = programs.seeded_rng(self.seed, self.step_count, "targets/" + step["name"], index)
+        rng = StepRandomState(self.seed, self.step_count, "targets/" + step["name"], index)
         inputs = OrderedDict((n, given[n]) for n in step["inputs"])
         return programs.call_targets(self.spec, self.program, values, inputs, self.hparams, rng)
 

@@ -7,7 +7,9 @@ updates, as ``function(values, inputs, hparams, rng)``:
   values   {read node name: NumPy array (N, ...)} from an inference-mode forward pass
   inputs   {batch input name: NumPy array (N, ...)} the step names in ``inputs``
   hparams  the model's hyperparameters
-  rng      a ``numpy.random.RandomState`` from :func:`seeded_rng` (model seed, step, update)
+  rng      a :class:`StepRandomState`: a ``numpy.random.RandomState`` seeded from (model
+           seed, step, step name, update), whose ``stream(purpose, index)`` gives more
+           streams of the same step (detection: one per sampler and image)
 
 and it returns {written input name: NumPy array (N,) + the input's shape}. Functions register
 with :func:`register_targets`; the module that defines one must be imported by the module that
@@ -61,7 +63,24 @@ def seeded_rng(run_seed, step, purpose, index=0):
     own stream, so one sampler's draws never shift another's. RandomState's stream is frozen
     across NumPy versions, so the CNTK worker (NumPy 1.19) and the main environment draw the
     same numbers."""
+    return np.random.RandomState(_seed_words(run_seed, step, purpose, index))
+
+
+def _seed_words(run_seed, step, purpose, index):
     digest = hashlib.sha256("{}/{}".format(purpose, int(index)).encode("utf-8")).digest()
     words = [int(run_seed) & 0xFFFFFFFF, int(step) & 0xFFFFFFFF]
-    words += [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
-    return np.random.RandomState(words)
+    return words + [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
+
+
+class StepRandomState(np.random.RandomState):
+    """The RandomState a targets function gets: seeded from (run seed, step, "targets/<step
+    name>", update index), and :meth:`stream` for a function that needs several independent
+    streams in one step (docs/detection.md: one per sampler and image)."""
+
+    def __init__(self, run_seed, step, purpose, index=0):
+        np.random.RandomState.__init__(self, _seed_words(run_seed, step, purpose, index))
+        self.run_seed, self.step = int(run_seed), int(step)
+
+    def stream(self, purpose, index=0):
+        """``seeded_rng(run seed, step, purpose, index)``: the same for every update of the step."""
+        return seeded_rng(self.run_seed, self.step, purpose, index)
