@@ -106,7 +106,7 @@ class Spy(object):
     def __call__(self, values, inputs, hparams, rng):
         state = rng.get_state()[1]
         steps = [s for s in range(10) if np.array_equal(
-            programs.seeded_rng(self.seed, s, "targets/sample").get_state()[1], state)]
+            targets.seeded_rng(self.seed, s, "targets/sample").get_state()[1], state)]
         assert isinstance(rng, targets.StepRandomState) and [rng.step] == steps
         out = probes.top_scores(values, inputs, hparams, rng)
         self.calls.append((steps, sorted(values), sorted(inputs), out["sampled_labels"]))

@@ -219,7 +219,7 @@ class BackendModel(object):
         (one inference-mode forward), then the function with its seeded RandomState."""
         step = self.program.targets_step
         needed = programs.targets_inputs(self.spec, self.program)
-        size = len(part[needed[0]])
+        size = len(next(iter(part.values())))
         given = OrderedDict((n, np.asarray(part[n])) for n in needed)
         values = self._values(Prepared(self.backend, self._prepare(given), size), step["reads"])
         values = OrderedDict((n, np.asarray(values[n])) for n in step["reads"])

@@ -19,12 +19,10 @@ from .. import schedules
 from ..spec.graph import values_read
 from ..spec.program import objective_values
 from ..spec import targets as _targets
-from ..spec.targets import seeded_rng
 
 __all__ = ["values_read", "objective_values", "inputs_of_phase", "updates", "rows_per_input",
            "split_step_batch", "learning_rate", "check_schedules", "step_result",
-           "stacked_synthetic", "replays_targets", "seeded_rng", "reads_targets", "targets_inputs",
-           "call_targets"]
+           "stacked_synthetic", "replays_targets", "reads_targets", "targets_inputs", "call_targets"]
 
 
 def replays_targets(program, batch):
