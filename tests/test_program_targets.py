@@ -98,18 +98,21 @@ def test_a_second_targets_step_is_refused():
 # -- when the backend calls the function -----------------------------------------------------
 class Spy(object):
     """Wraps the probe's function: records each call's step (from the RandomState's seed)
-    and what it wrote."""
+    and what it wrote; ``updates`` records which update's stream each call drew from."""
 
     def __init__(self, seed):
-        self.seed, self.calls = seed, []
+        self.seed, self.calls, self.updates = seed, [], []
 
     def __call__(self, values, inputs, hparams, rng):
         state = rng.get_state()[1]
-        steps = [s for s in range(10) if np.array_equal(
-            targets.seeded_rng(self.seed, s, "targets/sample").get_state()[1], state)]
+        found = [(s, u) for s in range(10) for u in range(3) if np.array_equal(
+            targets.seeded_rng(self.seed, s, "targets/sample", u).get_state()[1], state)]
+        steps = [s for s, _ in found]
         assert isinstance(rng, targets.StepRandomState) and [rng.step] == steps
+        self.updates.append([u for _, u in found])
         out = probes.top_scores(values, inputs, hparams, rng)
-        self.calls.append((steps, sorted(values), sorted(inputs), out["sampled_labels"]))
+        self.calls.append((steps, sorted(values), sorted(inputs), out["sampled_labels"],
+                           inputs["labels"], values["logits"]))
         return out
 
 
@@ -130,10 +133,31 @@ def test_the_function_runs_once_per_step_with_that_steps_random_state(spy):
     model.train_steps(batch, 3)  # one prepared batch, three steps
     assert [c[0] for c in spy.calls] == [[0], [0], [1], [2]]
     assert all(c[1:3] == (["logits"], ["labels"]) for c in spy.calls)
-    for _, _, _, written in spy.calls:  # the probe keeps 3 of 5 positions per example
+    for _, _, _, written, _, _ in spy.calls:  # the probe keeps 3 of 5 positions per example
         kept = written != 0
         assert np.all(kept.sum(axis=1) <= 3)
         np.testing.assert_array_equal(written[kept], batch["labels"][kept])
+
+
+def test_each_update_of_a_step_gets_its_targets_before_the_first_update(spy):
+    """Two updates on their own examples: the step's batch holds 2 x 3 rows of x and labels,
+    none of the written input; both targets come from the weights at the start of the step,
+    each from its update's stream."""
+    model = build_native(PROBE + "_repeated", "torch", config="tiny", seed=4)
+    batch = model.synthetic_batch(seed=0)
+    assert {k: len(v) for k, v in batch.items()} == {"x": 6, "labels": 6}
+    first = build_native(PROBE, "torch", config="tiny", seed=4)
+    first.set_weights(model.get_weights())
+    model.train_steps(batch, 2)
+    assert [c[0] for c in spy.calls] == [[0], [0], [1], [1]]
+    assert spy.updates == [[0], [1], [0], [1]]
+    np.testing.assert_array_equal(spy.calls[0][4], batch["labels"][:3])
+    np.testing.assert_array_equal(spy.calls[1][4], batch["labels"][3:])
+    # both updates' targets read the weights of the start of the step
+    before = first.predict({"x": batch["x"]})
+    np.testing.assert_allclose(spy.calls[0][5], before[:3], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(spy.calls[1][5], before[3:], rtol=1e-6, atol=1e-7)
+    assert np.abs(spy.calls[3][5] - before[3:]).max() > 1e-4  # the next step's: updated
 
 
 def test_the_random_state_gives_detection_its_streams():

@@ -22,7 +22,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..spec import Graph
-from ..spec.program import single_objective
+from ..spec.program import Program, optimizer_of, schedule_of, single_objective
 from ..spec.targets import register_targets
 from ..backends.common import sequences
 from .constraints import integer
@@ -373,7 +373,7 @@ def top_scores(values, inputs, hparams, rng):
     return {"sampled_labels": sampled}
 
 
-def targets_topk(g, hp):
+def targets_topk(g, hp, repeat=1):
     """Per-position class scores over (P, D) features; the program's targets step reads them
     and writes which positions the cross-entropy counts (``top_scores``)."""
     x = g.input("x", (5, 3))
@@ -383,15 +383,25 @@ def targets_topk(g, hp):
     g.input("labels", (5,), dtype="int32", role="target")
     sampled = g.input("sampled_labels", (5,), dtype="int32", role="target")
     g.set_output(logits)
-    p = single_objective(g, hp, "softmax_cross_entropy", logits=logits, labels=sampled,
-                         label_smoothing=0.0, ignore_index=0)
+    p = Program()
+    p.loss("loss", "softmax_cross_entropy", logits=logits, labels=sampled, label_smoothing=0.0,
+           ignore_index=0)
+    p.objective("loss", {"loss": 1.0})
+    p.group("all", "*", optimizer_of(hp), schedule_of(hp))
+    p.phase("train", "loss", "all", repeat=repeat)
     p.targets("sample", "probe.top_scores", reads=[logits], writes=[sampled],
               inputs=["labels"])
     g.set_program(p)
     return g
 
 
-PROGRAM_PROBES = OrderedDict((fn.__name__, fn) for fn in (targets_topk,))
+def targets_topk_repeated(g, hp):
+    """The same with two updates per step, each on its own examples: the targets of both are
+    computed before the first update, each from its own random stream."""
+    return targets_topk(g, hp, repeat=2)
+
+
+PROGRAM_PROBES = OrderedDict((fn.__name__, fn) for fn in (targets_topk, targets_topk_repeated))
 ALL_PROBES = OrderedDict(list(PROBES.items()) + list(PROGRAM_PROBES.items()))
 
 
