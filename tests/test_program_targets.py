@@ -158,6 +158,14 @@ def test_each_update_of_a_step_gets_its_targets_before_the_first_update(spy):
     np.testing.assert_allclose(spy.calls[0][5], before[:3], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(spy.calls[1][5], before[3:], rtol=1e-6, atol=1e-7)
     assert np.abs(spy.calls[3][5] - before[3:]).max() > 1e-4  # the next step's: updated
+    # step_targets stacks both updates' targets as a replaying batch holds them
+    again = build_native(PROBE + "_repeated", "torch", config="tiny", seed=4)
+    again.set_weights(first.get_weights())
+    made = again.step_targets(batch)["sampled_labels"]
+    np.testing.assert_array_equal(made, np.concatenate([spy.calls[0][3], spy.calls[1][3]]))
+    calls = len(spy.calls)
+    again.train_step(dict(batch, sampled_labels=made))
+    assert len(spy.calls) == calls
 
 
 def test_the_random_state_gives_detection_its_streams():
@@ -219,33 +227,37 @@ def test_a_program_with_several_writes_takes_all_or_none():
 
 # -- the same steps on every backend ---------------------------------------------------------
 def _protocol(backend, weights, batch, seed):
+    """(the targets it makes for ``batch`` at step 0, or None when the batch replays them; the
+    consistency protocol's record)."""
     if backend == "cntk":
         model = build(PROBE, backend="cntk", config="tiny", seed=seed, isolate=True)
     else:
         model = build_native(PROBE, backend, config="tiny", seed=seed)
     try:
-        return consistency.run_protocol(model, weights, batch, steps=3)
+        model.set_weights(weights)
+        made = None if "sampled_labels" in batch else model.step_targets(batch)
+        return made, consistency.run_protocol(model, weights, batch, steps=3)
     finally:
         model.close()
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
-def test_three_steps_agree_with_the_reference(backend, monkeypatch):
+def test_three_steps_agree_with_the_reference(backend):
     """Each backend computes its own targets from its own forward values and the same seeded
-    draws (same model seed); with the reference's targets given, it replays them instead."""
+    draws (same model seed); given the reference's targets (``step_targets``), a backend built
+    with another seed replays them instead of drawing its own."""
     require_backend("torch")
     require_backend(backend)
     reference = build_native(PROBE, "torch", config="tiny", seed=0)
     weights, batch = reference.get_weights(), reference.synthetic_batch(seed=0)
+    targets_made = reference.step_targets(batch)
+    assert list(targets_made) == ["sampled_labels"]
     record = consistency.run_protocol(reference, weights, batch, steps=3)
-    assert consistency.compare(record, _protocol(backend, weights, batch, seed=0)) == []
+    made, other = _protocol(backend, weights, batch, seed=0)
+    np.testing.assert_array_equal(made["sampled_labels"], targets_made["sampled_labels"])
+    assert consistency.compare(record, other) == []
 
-    reference = build_native(PROBE, "torch", config="tiny", seed=0)
-    spy = Spy(seed=0)
-    with monkeypatch.context() as patch:
-        patch.setitem(targets._REGISTRY, "probe.top_scores", spy)
-        reference.set_weights(weights)
-        reference.loss_and_gradients(batch)
-    given = dict(batch, sampled_labels=spy.calls[0][3])
+    given = dict(batch, **targets_made)
+    reference = build_native(PROBE, "torch", config="tiny", seed=0)  # fresh optimizer state
     record = consistency.run_protocol(reference, weights, given, steps=3)
-    assert consistency.compare(record, _protocol(backend, weights, given, seed=7)) == []
+    assert consistency.compare(record, _protocol(backend, weights, given, seed=7)[1]) == []

@@ -214,6 +214,26 @@ class BackendModel(object):
             native.append((phase_index, ready))
         return Prepared(self.backend, native, prepared.items)
 
+    def step_targets(self, batch):
+        """The written inputs the targets step makes for ``batch`` at the current step, stacked
+        as a step's batch holds them (docs/programs.md): ``dict(batch, **step_targets(batch))``
+        replays them, so another backend, or another seed, sees exactly these targets. A
+        phase with ``batch='shared'`` keeps its first repetition's."""
+        if self.program is None or self.program.targets_step is None:
+            raise ValueError("{} has no targets step".format(self.name))
+        pending = self.prepare_batch(batch).native
+        if not isinstance(pending, PendingTargets):
+            raise ValueError("the batch already holds the written inputs {}".format(
+                ", ".join(self.program.written_inputs())))
+        kept, done = [], set()
+        for index, (phase_index, ready, part) in enumerate(pending.updates):
+            phase = self.program.phases[phase_index]
+            if ready is None and (phase["batch"] == "own" or phase_index not in done):
+                kept.append(self._run_targets(OrderedDict(part), index))
+            done.add(phase_index)
+        return OrderedDict((name, np.concatenate([k[name] for k in kept]))
+                           for name in self.program.written_inputs())
+
     def _run_targets(self, part, index):
         """The written inputs for one update's NumPy batch ``part``: the values the step reads
         (one inference-mode forward), then the function with its seeded RandomState."""
