@@ -16,6 +16,8 @@ A backend that runs training programs (tbdzoo/spec/program.py) sets RUNS_PROGRAM
   _update(phase_index, native, lr)   one update of the phase's group on its objective; returns
                                      the objective's value (a float or a device scalar)
   _program_gradients(prepared)       ({objective: value}, canonical gradients) without updates
+  _values(prepared, names)           {node name: NumPy value} in inference mode, for a
+                                     program's targets step (docs/programs.md)
 
 The optimizers every backend implements are defined once (tbdzoo/backends/common/optimizers.py)
 so that three steps on any backend give the same trajectory. :func:`check_buildable` is the one
@@ -30,6 +32,7 @@ import numpy as np
 
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
+from ..spec.targets import StepRandomState
 from .common import op_support, optimizers, sequences
 from . import programs
 
@@ -56,6 +59,17 @@ class Prepared(object):
 
     def __init__(self, backend, native, items):
         self.backend, self.native, self.items = backend, native, items
+
+
+class PendingTargets(object):
+    """What a Prepared holds for a program whose targets step must run: the written inputs
+    change every step, so each update that reads them keeps its NumPy batch and is prepared
+    per step, after the targets function; every other update is prepared once."""
+
+    __slots__ = ("updates",)
+
+    def __init__(self, updates):
+        self.updates = updates  # [(phase index, prepared native or None, NumPy part or None)]
 
 
 class BackendModel(object):
@@ -117,8 +131,15 @@ class BackendModel(object):
         self._check_batch(batch)
         if self.program is not None:
             parts, _ = programs.split_step_batch(self.spec, self.program, batch)
+            items = self.model_def.items(self.hparams, batch)
+            if self.program.targets_step is not None and \
+                    not programs.replays_targets(self.program, batch):
+                pending = [(phase, None, part) if programs.reads_targets(
+                    self.spec, self.program, self.program.phases[phase])
+                    else (phase, self._prepare(part), None) for phase, part in parts]
+                return Prepared(self.backend, PendingTargets(pending), items)
             native = [(phase, self._prepare(part)) for phase, part in parts]
-            return Prepared(self.backend, native, self.model_def.items(self.hparams, batch))
+            return Prepared(self.backend, native, items)
         return Prepared(self.backend, self._prepare(batch), self.model_def.items(self.hparams, batch))
 
     def _check_batch(self, batch, names=None):
@@ -128,7 +149,8 @@ class BackendModel(object):
         the vocabulary, say); and the sequence lengths and CTC labels are ones every framework
         treats alike (common/sequences.py). Raises ValueError naming the input and example."""
         if names is None:
-            names = [n for n, uses in programs.rows_per_input(self.spec, self.program).items()
+            names = [n for n, uses in programs.rows_per_input(
+                self.spec, self.program, programs.replays_targets(self.program, batch)).items()
                      if uses] if self.program is not None else list(self.spec.inputs)
         for inp in (self.spec.inputs[n] for n in names):
             if inp.name not in batch:
@@ -167,6 +189,7 @@ class BackendModel(object):
         """Every update of the program in order, each group at its own learning rate;
         ``around_update(index)``, if given, is a context each update runs in (measuring)."""
         losses = OrderedDict()
+        prepared = self._with_targets(prepared)
         for index, (phase_index, native) in enumerate(prepared.native):
             phase = self.program.phases[phase_index]
             group = phase["update"]
@@ -182,6 +205,53 @@ class BackendModel(object):
             return None
         return programs.step_result(self.program, OrderedDict(
             (k, float(v)) for k, v in losses.items()))
+
+    def _with_targets(self, prepared):
+        """``prepared`` with the targets step run for this step (model seed, step count),
+        before any update; a prepared batch that replays its targets is returned as it is."""
+        if not isinstance(prepared.native, PendingTargets):
+            return prepared
+        native = []
+        for index, (phase_index, ready, part) in enumerate(prepared.native.updates):
+            if ready is None:
+                part = OrderedDict(part)
+                part.update(self._run_targets(part, index))
+                ready = self._prepare(part)
+            native.append((phase_index, ready))
+        return Prepared(self.backend, native, prepared.items)
+
+    def step_targets(self, batch):
+        """The written inputs the targets step makes for ``batch`` at the current step, stacked
+        as a step's batch holds them (docs/programs.md): ``dict(batch, **step_targets(batch))``
+        replays them, so another backend, or another seed, sees exactly these targets. A
+        phase with ``batch='shared'`` keeps its first repetition's."""
+        if self.program is None or self.program.targets_step is None:
+            raise ValueError("{} has no targets step".format(self.name))
+        pending = self.prepare_batch(batch).native
+        if not isinstance(pending, PendingTargets):
+            raise ValueError("the batch already holds the written inputs {}".format(
+                ", ".join(self.program.written_inputs())))
+        kept, done = [], set()
+        for index, (phase_index, ready, part) in enumerate(pending.updates):
+            phase = self.program.phases[phase_index]
+            if ready is None and (phase["batch"] == "own" or phase_index not in done):
+                kept.append(self._run_targets(OrderedDict(part), index))
+            done.add(phase_index)
+        return OrderedDict((name, np.concatenate([k[name] for k in kept]))
+                           for name in self.program.written_inputs())
+
+    def _run_targets(self, part, index):
+        """The written inputs for one update's NumPy batch ``part``: the values the step reads
+        (one inference-mode forward), then the function with its seeded RandomState."""
+        step = self.program.targets_step
+        needed = programs.targets_inputs(self.spec, self.program)
+        size = len(next(iter(part.values())))
+        given = OrderedDict((n, np.asarray(part[n])) for n in needed)
+        values = self._values(Prepared(self.backend, self._prepare(given), size), step["reads"])
+        values = OrderedDict((n, np.asarray(values[n])) for n in step["reads"])
+        rng = StepRandomState(self.seed, self.step_count, "targets/" + step["name"], index)
+        inputs = OrderedDict((n, given[n]) for n in step["inputs"])
+        return programs.call_targets(self.spec, self.program, values, inputs, self.hparams, rng)
 
     @property
     def group_steps(self):
@@ -201,9 +271,16 @@ class BackendModel(object):
     def predict(self, batch):
         if self.program is not None:  # only what the output reads; a step's batch may hold more
             names = self._output_inputs()
+            written = [n for n in self.program.written_inputs() if n in names]
+            if written and not programs.replays_targets(self.program, batch):
+                names = [n for n in names if n not in written]
+                names += [n for n in programs.targets_inputs(self.spec, self.program)
+                          if n not in names]
             self._check_batch(batch, names)
             size = min(len(batch[n]) for n in names)
             part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in names)
+            if written and not all(n in part for n in written):
+                part.update(self._run_targets(part, 0))
             return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
         return np.asarray(self._predict(self.prepare_batch(batch)))
 
@@ -220,7 +297,7 @@ class BackendModel(object):
         first batch."""
         prepared = self.prepare_batch(batch)
         if self.program is not None:
-            losses, grads = self._program_gradients(prepared)
+            losses, grads = self._program_gradients(self._with_targets(prepared))
             result = programs.step_result(self.program, losses)
             return result, OrderedDict((k, np.asarray(grads[k])) for k in self.trainable_names())
         loss, grads = self._loss_and_gradients(prepared)
@@ -305,6 +382,10 @@ class BackendModel(object):
 
     def _loss_and_gradients(self, prepared):
         raise NotImplementedError
+
+    def _values(self, prepared, names):
+        raise NotImplementedError("backend {} cannot yet evaluate named graph values, which a "
+                                  "program's targets step reads".format(self.backend))
 
     def _get_weights(self):
         raise NotImplementedError

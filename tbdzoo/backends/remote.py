@@ -295,6 +295,16 @@ class RemoteModel(BackendModel):
         grads = load_arrays(out)
         return _loss_value(loss), OrderedDict((k, grads[k]) for k in self.trainable_names())
 
+    def step_targets(self, batch):
+        """The targets step's written inputs for ``batch``, made in the worker."""
+        path, out = self._path("batch"), self._path("targets")
+        save_arrays(path, batch)
+        try:
+            self._call("step_targets", path=path, out=out)
+        finally:
+            os.remove(path)
+        return load_arrays(out)
+
     def get_weights(self):
         out = self._path("weights")
         self._call("get_weights", out=out)

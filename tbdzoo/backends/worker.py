@@ -67,6 +67,10 @@ class Worker(object):
         np.savez(out, **grads)
         return {"loss": loss}
 
+    def step_targets(self, path, out):
+        from ..weights import load_arrays
+        np.savez(out, **self.model.step_targets(load_arrays(path)))
+
     def get_weights(self, out):
         np.savez(out, **self.model.get_weights())
 

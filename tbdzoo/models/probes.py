@@ -13,6 +13,9 @@ Lengths inputs follow one naming convention: an int32 input of shape () named ``
 holds the valid length of input ``<x>``'s first axis (its time axis). The batch maker draws them
 ragged, one example at full length and one short, and draws the CTC probe's labels so that
 every example can be aligned with its frames.
+
+``PROGRAM_PROBES`` test a training program's machinery rather than a node; they are not
+consistency cases of their own (their tests say how they are compared).
 """
 from collections import OrderedDict
 
@@ -20,6 +23,7 @@ import numpy as np
 
 from ..spec import Graph
 from ..spec.program import Program, optimizer_of, schedule_of, single_objective
+from ..spec.targets import register_targets
 from ..backends.common import sequences
 from .constraints import integer
 from .registry import ModelDef
@@ -462,6 +466,60 @@ PROBES = OrderedDict((fn.__name__, fn) for fn in (
     entropy, squared_error))
 
 
+TOP_SCORES = 2  # positions the targets probe keeps per example by score; one more at random
+
+
+@register_targets("probe.top_scores")
+def top_scores(values, inputs, hparams, rng):
+    """A toy of detection's RoI sampling: per example, the ``TOP_SCORES`` positions of highest
+    foreground score (the best non-background logit minus the background one; ties go to the
+    lower position) and one more drawn at random among the rest keep their label; every other
+    position is written 0, which the loss ignores."""
+    logits, labels = values["logits"], inputs["labels"]
+    scores = logits[..., 1:].max(axis=-1) - logits[..., 0]
+    sampled = np.zeros_like(labels)
+    for n in range(len(labels)):
+        order = np.argsort(-scores[n], kind="stable")
+        chosen = list(order[:TOP_SCORES])
+        rest = order[TOP_SCORES:]
+        if len(rest):
+            chosen.append(rest[rng.randint(len(rest))])
+        sampled[n, chosen] = labels[n, chosen]
+    return {"sampled_labels": sampled}
+
+
+def targets_topk(g, hp, repeat=1):
+    """Per-position class scores over (P, D) features; the program's targets step reads them
+    and writes which positions the cross-entropy counts (``top_scores``)."""
+    x = g.input("x", (5, 3))
+    h = g.add("hidden", "dense", x, units=4)
+    h = g.add("hidden_tanh", "tanh", h)
+    logits = g.add("logits", "dense", h, units=HPARAMS["num_classes"])
+    g.input("labels", (5,), dtype="int32", role="target")
+    sampled = g.input("sampled_labels", (5,), dtype="int32", role="target")
+    g.set_output(logits)
+    p = Program()
+    p.loss("loss", "softmax_cross_entropy", logits=logits, labels=sampled, label_smoothing=0.0,
+           ignore_index=0)
+    p.objective("loss", {"loss": 1.0})
+    p.group("all", "*", optimizer_of(hp), schedule_of(hp))
+    p.phase("train", "loss", "all", repeat=repeat)
+    p.targets("sample", "probe.top_scores", reads=[logits], writes=[sampled],
+              inputs=["labels"])
+    g.set_program(p)
+    return g
+
+
+def targets_topk_repeated(g, hp):
+    """The same with two updates per step, each on its own examples: the targets of both are
+    computed before the first update, each from its own random stream."""
+    return targets_topk(g, hp, repeat=2)
+
+
+PROGRAM_PROBES = OrderedDict((fn.__name__, fn) for fn in (targets_topk, targets_topk_repeated))
+ALL_PROBES = OrderedDict(list(PROBES.items()) + list(PROGRAM_PROBES.items()))
+
+
 def ragged_lengths(rng, batch_size, t):
     """Lengths in [1, t]: the first example at full length, the last one short (about half)."""
     lengths = rng.randint(1, t + 1, size=batch_size)
@@ -508,7 +566,10 @@ def _batch_for(build_graph):
         graph = build_graph(hp)
         rng = np.random.RandomState(seed)
         batch = {}
+        written = graph.program.written_inputs() if graph.program is not None else []
         for inp in graph.inputs.values():
+            if inp.name in written:
+                continue  # the program's targets step writes it every step
             shape = (batch_size,) + inp.shape
             if _is_lengths(graph, inp):
                 if inp.role == "feature":
@@ -569,7 +630,7 @@ def _is_lengths(graph, inp):
 
 
 def get_probe(name):
-    fn = PROBES[name]
+    fn = ALL_PROBES[name]
 
     def build_graph(hp):
         return fn(Graph("probe/" + name), hp)

@@ -97,9 +97,9 @@ def register_model(name, domain, configs, unit, items, synthetic_batch, rules=No
 def get_model(name):
     """The definition of a model; ``probe/<node>`` names the per-node test models."""
     if name.startswith("probe/"):
-        from .probes import PROBES, get_probe
-        if name[len("probe/"):] not in PROBES:
-            raise UnknownNameError("probe", name, ["probe/" + p for p in PROBES])
+        from .probes import ALL_PROBES, get_probe
+        if name[len("probe/"):] not in ALL_PROBES:
+            raise UnknownNameError("probe", name, ["probe/" + p for p in ALL_PROBES])
         return get_probe(name[len("probe/"):])
     _load_builtin()
     if name not in _MODELS:

@@ -10,6 +10,8 @@ A graph says how values are computed; a program says how the model learns from t
   phases      the step, in order: which objective updates which group, how many times,
               each repetition on a batch of its own or on the same one, and the hooks that
               run after each update (weight clipping)
+  targets     optional, before the phases: a registered NumPy function (spec/targets.py)
+              that reads graph values and writes graph inputs (sampled boxes and labels)
 
 Everything is plain JSON, validated against the graph when the program is attached, and part
 of the graph's hash. A backend compiles it once: one gradient function per (objective, group)
@@ -22,6 +24,7 @@ Valid Python 3.6: the CNTK worker imports it.
 from collections import OrderedDict
 
 from . import losses as _losses
+from . import targets as _targets
 
 OPTIMIZER_FIELDS = OrderedDict([
     # name -> hyperparameters the formula reads (docs/optimizers.md writes each formula)
@@ -46,6 +49,7 @@ class Program(object):
         self.objectives = OrderedDict()
         self.groups = OrderedDict()
         self.phases = []
+        self.targets_step = None
 
     # -- building -----------------------------------------------------------------------
     def loss(self, name, kind, **inputs_and_attrs):
@@ -136,6 +140,32 @@ class Program(object):
                                         ("batch", batch), ("hooks", checked)]))
         return name
 
+    def targets(self, name, function, reads, writes, inputs=()):
+        """The step before the phases: registered ``function`` reads graph nodes ``reads``
+        (and batch inputs ``inputs``) and writes graph inputs ``writes``, which the user's
+        batch then need not hold."""
+        if self.targets_step is not None:
+            raise ProgramError("the program already has targets step {!r}; a program has one"
+                               .format(self.targets_step["name"]))
+        self._new(name, {}, "targets step")
+        try:
+            _targets.get(function)
+        except KeyError as e:
+            raise ProgramError("targets step {!r}: {}".format(name, e.args[0]))
+        lists = OrderedDict()
+        for field, value in (("reads", reads), ("writes", writes), ("inputs", inputs)):
+            value = [value] if isinstance(value, str) else list(value)
+            if not all(isinstance(v, str) and v for v in value) or len(set(value)) != len(value):
+                raise ProgramError("targets step {!r}: {} must be distinct names, not {!r}"
+                                   .format(name, field, value))
+            lists[field] = value
+        if not lists["reads"] or not lists["writes"]:
+            raise ProgramError("targets step {!r} needs at least one read and one write"
+                               .format(name))
+        self.targets_step = OrderedDict([("name", name), ("function", function)])
+        self.targets_step.update(lists)
+        return name
+
     def _new(self, name, table, what):
         if not isinstance(name, str) or not name or "/" in name:
             raise ProgramError("{} name {!r} must be a non-empty string without '/'".format(what, name))
@@ -156,6 +186,8 @@ class Program(object):
                         name, role, value, graph.name))
             _losses.get(loss["kind"]).check(graph, loss["inputs"], loss["attrs"], name)
         self.assignment(graph)
+        if self.targets_step is not None:
+            self._check_targets(graph)
         used = set(p["update"] for p in self.phases) | set(
             h["group"] for p in self.phases for h in p["hooks"])
         unused = [g for g in self.groups if g not in used]
@@ -165,6 +197,43 @@ class Program(object):
         if idle:
             raise ProgramError("objective(s) {} are never used by a phase".format(", ".join(idle)))
         return self
+
+    def _check_targets(self, graph):
+        """Reads are nodes, inputs and writes are graph inputs, nothing read depends on what
+        is written (no cycle), and some phase reads a written input."""
+        from .graph import values_read
+        step = self.targets_step
+        where = "targets step {!r}".format(step["name"])
+        for read in step["reads"]:
+            if read not in graph.nodes:
+                raise ProgramError("{}: read {!r} is not a node of {!r}".format(
+                    where, read, graph.name))
+        for field in ("writes", "inputs"):
+            for name in step[field]:
+                if name not in graph.inputs:
+                    raise ProgramError("{}: {} {!r} is not an input of {!r}; a targets step {} "
+                                       "graph inputs only".format(
+                                           where, field[:-1], name, graph.name,
+                                           "writes" if field == "writes" else "reads batch"))
+        both = [n for n in step["inputs"] if n in step["writes"]]
+        if both:
+            raise ProgramError("{}: {} both read from the batch and written".format(
+                where, ", ".join(both)))
+        for read in step["reads"]:
+            cycle = [w for w in step["writes"] if w in values_read(graph, [read])]
+            if cycle:
+                raise ProgramError("{}: read {!r} depends on written input(s) {}: the values "
+                                   "read must be computable before the step writes them".format(
+                                       where, read, ", ".join(cycle)))
+        read_by_phases = values_read(graph, [v for p in self.phases
+                                             for v in objective_values(self, p["objective"])])
+        if not any(w in read_by_phases for w in step["writes"]):
+            raise ProgramError("{}: no phase's objective reads its written input(s) {}".format(
+                where, ", ".join(step["writes"])))
+
+    def written_inputs(self):
+        """The graph inputs the targets step writes (none without one)."""
+        return list(self.targets_step["writes"]) if self.targets_step is not None else []
 
     def assignment(self, graph):
         """OrderedDict trainable parameter name -> group name (prefixes first, then '*')."""
@@ -198,8 +267,11 @@ class Program(object):
 
     # -- serialisation ------------------------------------------------------------------
     def to_json(self):
-        return OrderedDict([("losses", self.losses), ("objectives", self.objectives),
-                            ("groups", self.groups), ("phases", self.phases)])
+        out = OrderedDict([("losses", self.losses), ("objectives", self.objectives),
+                           ("groups", self.groups), ("phases", self.phases)])
+        if self.targets_step is not None:  # absent otherwise: older programs keep their hash
+            out["targets"] = self.targets_step
+        return out
 
     @classmethod
     def from_json(cls, data):
@@ -215,6 +287,10 @@ class Program(object):
         for phase in data["phases"]:
             p.phase(phase["name"], phase["objective"], phase["update"], phase["repeat"],
                     phase["batch"], phase["hooks"])
+        step = data.get("targets")
+        if step is not None:
+            p.targets(step["name"], step["function"], step["reads"], step["writes"],
+                      step["inputs"])
         return p
 
 

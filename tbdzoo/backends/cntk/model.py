@@ -230,6 +230,30 @@ class Model(BackendModel):
         """``eval`` runs CNTK in inference mode: running statistics, no dropout."""
         return np.asarray(self.native.eval(self._features(prepared)), np.float32)
 
+    def _values(self, prepared, names):
+        """Inference-mode values of graph nodes ``names`` (a program's targets step reads
+        them): one inference graph per set of names, sharing the model's parameters."""
+        key = tuple(names)
+        functions = self.__dict__.setdefault("_values_functions", {})
+        if key not in functions:
+            inference, self._ctx.inference = self._ctx.inference, True
+            needed = programs.values_read(self.spec, key)
+            values = self._values_of(n for n in self.spec.nodes.values() if n.name in needed)
+            self._ctx.inference = inference
+            functions[key] = C.combine([values[n] for n in key])
+        combined = functions[key]
+        wanted = set(combined.arguments)
+        result = combined.eval({var: value for var, value in prepared.native.items()
+                                if var in wanted})
+        if not isinstance(result, dict):
+            result = {combined.outputs[0]: result}
+        out = OrderedDict()
+        for name, output in zip(key, combined.outputs):
+            value = np.asarray(result[output], np.float32)
+            out[name] = np.rint(value).astype(np.int32) \
+                if self.spec.dtype_of(name) == "int32" else value
+        return out
+
     def _loss_and_gradients(self, prepared):
         """Training-mode forward and backward with no update; running statistics are restored."""
         saved = [s.value.copy() for s in self._statistics]

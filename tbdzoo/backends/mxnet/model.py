@@ -144,6 +144,19 @@ class SpecBlock(_GraphBlock):
         return values[self.plan.graph.output]
 
 
+class ValuesBlock(_GraphBlock):
+    """Named graph values in inference mode from the inputs they read (a program's targets
+    step reads them)."""
+
+    def __init__(self, graph, names, parameters):
+        super(ValuesBlock, self).__init__(_Plan(graph, names), parameters)
+        self.names = list(names)
+
+    def hybrid_forward(self, F, *inputs, **params):
+        values, _ = self.plan.run(F, zip(self.plan.input_names, inputs), params, False)
+        return [values[n] for n in self.names]
+
+
 class _StatisticsBlock(_GraphBlock):
     """A training block: it returns batch statistics, from which the caller updates the
     running ones."""
@@ -398,6 +411,17 @@ class Model(BackendModel):
         arrays = prepared.native["arrays"]
         return self.native(*[arrays[n] for n in self.native.plan.feature_names]).asnumpy()
 
+    def _values(self, prepared, names):
+        key = tuple(names)
+        blocks = self.__dict__.setdefault("_values_blocks", {})
+        if key not in blocks:
+            blocks[key] = ValuesBlock(self.spec, key, self._parameters)
+        block, arrays = blocks[key], prepared.native["arrays"]
+        outputs = block(*[arrays[n] for n in block.plan.input_names])
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return OrderedDict((n, _canonical_value(self.spec, n, v.asnumpy()))
+                           for n, v in zip(key, outputs))
+
     def _loss_and_gradients(self, prepared):
         """No side effects: the running statistics are not updated (as in the reference)."""
         loss, _ = self._forward_backward(prepared)
@@ -429,3 +453,10 @@ class Model(BackendModel):
         return {"weights": sum(size(p.data()) for p in self.native.spec_params.values()),
                 "gradients": sum(size(p.grad()) for p in self._trainable),
                 "optimizer_state": sum(size(a) for a in slots)}
+
+
+def _canonical_value(graph, name, array):
+    """MXNet computes int32 values (token ids, lengths) in float32: back to the spec dtype."""
+    if graph.dtype_of(name) == "int32":
+        return np.rint(array).astype(np.int32)
+    return np.asarray(array, np.float32)

@@ -545,6 +545,18 @@ class Model(BackendModel):
     def _predict(self, prepared):
         return self._predict_fn(prepared.native).numpy()
 
+    def _values(self, prepared, names):
+        """Inference-mode values of graph nodes ``names`` in canonical layout (a program's
+        targets step reads them); one function per set of names, compiled like ``_infer``."""
+        key = tuple(names)
+        functions = self.__dict__.setdefault("_values_fns", {})
+        if key not in functions:
+            def values_of(inputs):
+                values = self.native.forward(inputs, training=False, outputs=key)
+                return [_to(values[n], CANONICAL) for n in key]
+            functions[key] = _compiled(values_of, self.hparams["execution"])
+        return OrderedDict((n, v.numpy()) for n, v in zip(key, functions[key](prepared.native)))
+
     def _loss_and_gradients(self, prepared):
         loss, grads = self._grad_fn(prepared.native)
         names = self.trainable_names()

@@ -419,6 +419,15 @@ class Model(BackendModel):
             output = self.spec.output
             return self.native.values(prepared.native, (output,))[output].float().cpu().numpy()
 
+    def _values(self, prepared, names):
+        """Inference-mode values of graph nodes ``names`` (a program's targets step reads
+        them). In eager mode the step could call the targets function in the middle of its
+        own forward pass instead of running this one first; not done yet."""
+        self.native.eval()
+        with torch.no_grad(), self._device_flags(), self._autocast():
+            values = self.native.values(prepared.native, tuple(names))
+            return OrderedDict((n, _canonical_value(self.spec, n, values[n])) for n in names)
+
     def _loss_and_gradients(self, prepared):
         statistics = {n: t.clone() for n, t in self.native.named_buffers()}
         self.native.train()
@@ -463,6 +472,7 @@ class Model(BackendModel):
         no tensor claims is the workspace (activation gradients in flight, cuDNN scratch,
         casts), measured rather than left as a remainder.
         """
+        prepared = self._with_targets(prepared)  # a targets step's inputs, written once here
         state = _unique_storages(self.native.state_dict().values())
         updates = [prepared.native] if self.program is None else [n for _, n in prepared.native]
         batch = _unique_storages(t for native in updates for t in native.values())
@@ -609,3 +619,10 @@ def _is_weight_copy(tensor, parameters):
         return False
     return any(id(getattr(nxt, "variable", None)) in parameters
                for nxt, _ in fn.next_functions if nxt is not None)
+
+
+def _canonical_value(graph, name, tensor):
+    """A graph value as NumPy in its spec dtype (float32 or int32)."""
+    if graph.dtype_of(name) == "int32":
+        return tensor.detach().cpu().numpy().astype(np.int32)
+    return tensor.detach().float().cpu().numpy()

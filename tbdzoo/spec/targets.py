@@ -1,0 +1,86 @@
+"""Targets functions: the non-differentiable step of a training program (docs/programs.md).
+
+A program's ``targets`` step names one of these by its registered name, so the program stays
+plain JSON. The backend calls it once per update that reads a written input, before the step's
+updates, as ``function(values, inputs, hparams, rng)``:
+
+  values   {read node name: NumPy array (N, ...)} from an inference-mode forward pass
+  inputs   {batch input name: NumPy array (N, ...)} the step names in ``inputs``
+  hparams  the model's hyperparameters
+  rng      a :class:`StepRandomState`: a ``numpy.random.RandomState`` seeded from (model
+           seed, step, step name, update), whose ``stream(purpose, index)`` gives more
+           streams of the same step (detection: one per sampler and image)
+
+and it returns {written input name: NumPy array (N,) + the input's shape}. Functions register
+with :func:`register_targets`; the module that defines one must be imported by the module that
+builds the graph, so the CNTK worker, which builds the graph itself, registers it too.
+Valid Python 3.6.
+"""
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+
+_REGISTRY = OrderedDict()
+
+
+def register_targets(name):
+    """Decorator: register ``function`` under ``name`` (a string a program can store)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("a targets function's name must be a non-empty string, not {!r}"
+                         .format(name))
+
+    def decorate(function):
+        known = _REGISTRY.get(name)
+        if known is not None and _qualified(known) != _qualified(function):
+            raise ValueError("targets function {!r} is already registered by {}".format(
+                name, _qualified(known)))
+        _REGISTRY[name] = function
+        return function
+    return decorate
+
+
+def _qualified(function):
+    return "{}.{}".format(getattr(function, "__module__", "?"),
+                          getattr(function, "__qualname__", repr(function)))
+
+
+def get(name):
+    """The function registered as ``name``; KeyError naming the known ones otherwise."""
+    if name not in _REGISTRY:
+        raise KeyError("no targets function {!r} is registered; known: {}. Register it with "
+                       "@register_targets({!r}) in a module the model's graph builder imports"
+                       .format(name, ", ".join(_REGISTRY) or "none", name))
+    return _REGISTRY[name]
+
+
+def names():
+    return list(_REGISTRY)
+
+
+def seeded_rng(run_seed, step, purpose, index=0):
+    """A RandomState seeded from (run seed, step, purpose, index): each purpose and index its
+    own stream, so one sampler's draws never shift another's. RandomState's stream is frozen
+    across NumPy versions, so the CNTK worker (NumPy 1.19) and the main environment draw the
+    same numbers."""
+    return np.random.RandomState(_seed_words(run_seed, step, purpose, index))
+
+
+def _seed_words(run_seed, step, purpose, index):
+    digest = hashlib.sha256("{}/{}".format(purpose, int(index)).encode("utf-8")).digest()
+    words = [int(run_seed) & 0xFFFFFFFF, int(step) & 0xFFFFFFFF]
+    return words + [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
+
+
+class StepRandomState(np.random.RandomState):
+    """The RandomState a targets function gets: seeded from (run seed, step, "targets/<step
+    name>", update index), and :meth:`stream` for a function that needs several independent
+    streams in one step (docs/detection.md: one per sampler and image)."""
+
+    def __init__(self, run_seed, step, purpose, index=0):
+        np.random.RandomState.__init__(self, _seed_words(run_seed, step, purpose, index))
+        self.run_seed, self.step = int(run_seed), int(step)
+
+    def stream(self, purpose, index=0):
+        """``seeded_rng(run seed, step, purpose, index)``: the same for every update of the step."""
+        return seeded_rng(self.run_seed, self.step, purpose, index)
