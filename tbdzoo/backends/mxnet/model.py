@@ -430,6 +430,10 @@ class Model(BackendModel):
         return loss.asscalar(), grads
 
     def _get_weights(self):
+        """After every queued operation: BatchNorm's backward writes the running statistics
+        as auxiliary state, which reading one array does not always wait for (a user's plain
+        Gluon loop, tests/test_recurrent_mxnet.py, read them before the write landed)."""
+        nd.waitall()
         return OrderedDict((n, p.data().asnumpy()) for n, p in self.native.spec_params.items())
 
     def _set_weights(self, weights):
