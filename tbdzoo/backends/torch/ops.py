@@ -8,7 +8,7 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-import torch.nn.utils.rnn as nn_rnn
+import numpy as np
 
 from ..common import attention, pooling
 from .fused_loss import smoothed_cross_entropy
@@ -410,31 +410,65 @@ def _kernel_weights(op, x, p, a, directions):
     return weights
 
 
+def _packing(lengths, t, device):
+    """Where a batch-first (N, T) batch's valid steps go in the packed, time-major order the
+    fused kernel reads (longest example first at each step): the flat (N T) row of each packed
+    row, on ``device``, and the per-step batch sizes, on the host. Computed once per lengths
+    tensor from its host copy and shared by every recurrent node reading it, so a deep stack
+    packs and unpacks with one gather and one scatter per layer where ``pack_padded_sequence``
+    and ``pad_packed_sequence`` copy once per time step, in both passes."""
+    cache = getattr(lengths, "_tbdzoo_packing", None)
+    if cache is None:
+        cache = {}
+        if lengths.device.type != "cpu":
+            lengths._tbdzoo_packing = cache
+    key = (t, str(device))
+    if key not in cache:
+        host = _host_lengths(lengths).numpy()
+        order = np.argsort(-host, kind="stable")
+        valid = host[order][None, :] > np.arange(t)[:, None]  # (T, N), time-major, sorted
+        rows = (order[None, :] * t + np.arange(t)[:, None])[valid]
+        batch_sizes = valid.sum(axis=1)
+        rows = torch.from_numpy(rows.astype(np.int64))
+        if device.type == "cuda":
+            rows = rows.pin_memory()
+        cache[key] = (rows.to(device, non_blocking=True),
+                      torch.from_numpy(batch_sizes[batch_sizes > 0].astype(np.int64)))
+    return cache[key]
+
+
 def _recurrent(op, inputs, p, a, training):
-    """PyTorch's fused multi-layer kernel (cuDNN on a GPU) over the packed valid steps: the
-    backward direction reads each example reversed within its length, and unpacking writes
-    exactly 0 at padded steps."""
+    """PyTorch's fused multi-layer kernel (cuDNN on a GPU); every output past an example's
+    length is exactly 0. A unidirectional recurrence runs over the padded batch, as a user of
+    ``nn.LSTM`` writes it: step t reads only steps up to t, so the valid outputs are those of
+    the valid steps alone, and zeroing the rest stops every gradient into the padding. A
+    bidirectional one runs over the packed valid steps, so the backward direction starts at each
+    example's own end (``_packing``)."""
     x, lengths = inputs
     n, t, _ = x.shape
     h, directions = a["units"], ("fw", "bw") if a["bidirectional"] else ("fw",)
     weights = _kernel_weights(op, x, p, a, directions)
-    packed = nn_rnn.pack_padded_sequence(x, _host_lengths(lengths), batch_first=True,
-                                         enforce_sorted=False)
     zeros = x.new_zeros(a["num_layers"] * len(directions), n, h)
+    hidden = (zeros, zeros) if op == "lstm" else zeros
+    kernel = torch._VF.lstm if op == "lstm" else torch._VF.gru
     with warnings.catch_warnings():  # per-gate tensors, concatenated, are compacted per call
         warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
-        if op == "lstm":
-            out = torch._VF.lstm(packed.data, packed.batch_sizes, (zeros, zeros), weights, True,
-                                 a["num_layers"], 0.0, training, a["bidirectional"])[0]
-        else:
-            out = torch._VF.gru(packed.data, packed.batch_sizes, zeros, weights, True,
-                                a["num_layers"], 0.0, training, a["bidirectional"])[0]
-    out = nn_rnn.PackedSequence(out, packed.batch_sizes, packed.sorted_indices,
-                                packed.unsorted_indices)
-    out = nn_rnn.pad_packed_sequence(out, batch_first=True, total_length=t)[0]
-    if a["bidirectional"] and a["merge"] == "sum":
+        if not a["bidirectional"]:
+            out = kernel(x, hidden, weights, True, a["num_layers"], 0.0, training, False, True)[0]
+            return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
+        rows, batch_sizes = _packing(lengths, t, x.device)
+        packed = x.reshape(n * t, x.shape[2]).index_select(0, rows)
+        out = kernel(packed, batch_sizes, hidden, weights, True, a["num_layers"], 0.0, training,
+                     True)[0]
+    out = out.new_zeros(n * t, out.shape[1]).index_copy(0, rows, out).view(n, t, -1)
+    if a["merge"] == "sum":
         out = out[..., :h] + out[..., h:]
     return out
+
+
+def _valid_steps(lengths, t):
+    """(N, T) True where t < length."""
+    return torch.arange(t, device=lengths.device)[None, :] < lengths[:, None]
 
 
 def lstm(inputs, p, a, training):
