@@ -410,6 +410,7 @@ def _kernel_weights(op, x, p, a, directions):
     return weights
 
 
+@torch.compiler.disable
 def _packing(lengths, t, device):
     """Where a batch-first (N, T) batch's valid steps go in the packed, time-major order the
     fused kernel reads (longest example first at each step): the flat (N T) row of each packed
@@ -494,30 +495,19 @@ def additive_attention(inputs, p, a, training):
 
 
 def sequence_batchnorm(inputs, p, a, training):
-    """Statistics over the batch's valid steps only; the running update is batchnorm's
-    (new-batch weight ``momentum``, variance unbiased over the n valid steps). The masked sums
-    are contractions with the (N, T) mask, and the affine map one fused pass, so only the
-    centred input is kept for backward (as BatchNorm over packed steps keeps its input)."""
+    """BatchNorm over the batch's valid steps only: the valid rows are gathered in packed order
+    (``_packing``, shared with the recurrences), normalised by PyTorch's own fused batch norm
+    (statistics in float32; running update with new-batch weight ``momentum`` and the variance
+    unbiased over the n valid steps, the spec's rule) and scattered back, zeros in the padding.
+    Backward then keeps only the valid rows, as ``BatchNorm1d`` over packed steps does."""
     x, lengths = inputs
-    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # statistics in fp32
-    mask = valid_mask(lengths, x.shape[1], x.dtype)  # (N, T)
-    if training or not a["track_running_stats"]:
-        count = mask.sum()
-        with torch.autocast(x.device.type, enabled=False):  # contractions, in fp32 all the same
-            mean = torch.einsum("nt,ntc->c", mask, x) / count
-            centred = x - mean
-            var = torch.einsum("nt,ntc->c", mask, centred * centred) / count
-        if training and a["track_running_stats"]:
-            with torch.no_grad():
-                m = a["momentum"]
-                p["running_mean"].mul_(1 - m).add_(mean.detach().to(p["running_mean"].dtype), alpha=m)
-                unbiased = var.detach() * count / (count - 1).clamp(min=1)
-                p["running_var"].mul_(1 - m).add_(unbiased.to(p["running_var"].dtype), alpha=m)
-    else:
-        mean, var = p["running_mean"], p["running_var"]
-        centred = x - mean
-    y = torch.addcmul(p["beta"], centred, torch.rsqrt(var + a["eps"]) * p["gamma"])
-    return y * mask[:, :, None]
+    n, t, c = x.shape
+    rows, _ = _packing(lengths, t, x.device)
+    track = a["track_running_stats"]
+    y = F.batch_norm(x.reshape(n * t, c).index_select(0, rows),
+                     p["running_mean"] if track else None, p["running_var"] if track else None,
+                     p["gamma"], p["beta"], training or not track, a["momentum"], a["eps"])
+    return y.new_zeros(n * t, c).index_copy(0, rows, y).view(n, t, c)
 
 
 def clipped_relu(inputs, p, a, training):
