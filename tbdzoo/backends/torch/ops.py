@@ -458,12 +458,33 @@ def _recurrent(op, inputs, p, a, training):
             out = kernel(x, hidden, weights, True, a["num_layers"], 0.0, training, False, True)[0]
             return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
         rows, batch_sizes = _packing(lengths, t, x.device)
-        packed = x.reshape(n * t, x.shape[2]).index_select(0, rows)
-        out = kernel(packed, batch_sizes, hidden, weights, True, a["num_layers"], 0.0, training,
-                     True)[0]
-    out = out.new_zeros(n * t, out.shape[1]).index_copy(0, rows, out).view(n, t, -1)
+        out = kernel(_pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"], 0.0,
+                     training, True)[0]
+    out = _unpack(out, rows, n, t)
     if a["merge"] == "sum":
         out = out[..., :h] + out[..., h:]
+    return out
+
+
+@torch.compiler.disable
+def _pack(x, rows):
+    """The valid rows of a batch-first (N, T, C) tensor in packed order. A tensor that
+    ``_unpack`` made from packed rows with these indices gives those rows back: gathering its
+    scatter would copy them again, and the kernel that made them keeps them for its backward
+    already, so a BatchNorm reading a recurrence's output (or a recurrence a BatchNorm's) holds
+    one packed copy, not two."""
+    source = getattr(x, "_tbdzoo_packed", None)
+    if source is not None and source[0] is rows:
+        return source[1]
+    n, t, c = x.shape
+    return x.reshape(n * t, c).index_select(0, rows)
+
+
+@torch.compiler.disable
+def _unpack(packed, rows, n, t):
+    """Packed rows back to a batch-first (N, T, C) tensor, zeros in the padding."""
+    out = packed.new_zeros(n * t, packed.shape[1]).index_copy(0, rows, packed).view(n, t, -1)
+    out._tbdzoo_packed = (rows, packed)
     return out
 
 
@@ -504,10 +525,10 @@ def sequence_batchnorm(inputs, p, a, training):
     n, t, c = x.shape
     rows, _ = _packing(lengths, t, x.device)
     track = a["track_running_stats"]
-    y = F.batch_norm(x.reshape(n * t, c).index_select(0, rows),
+    y = F.batch_norm(_pack(x, rows),
                      p["running_mean"] if track else None, p["running_var"] if track else None,
                      p["gamma"], p["beta"], training or not track, a["momentum"], a["eps"])
-    return y.new_zeros(n * t, c).index_copy(0, rows, y).view(n, t, c)
+    return _unpack(y, rows, n, t)
 
 
 def clipped_relu(inputs, p, a, training):
