@@ -71,13 +71,24 @@ def _unrolled(op, x, lengths, p, a):
     return x
 
 
-@pytest.mark.parametrize("op, attrs", [
+_KERNEL_CASES = [
     ("lstm", {"units": 3}),
     ("lstm", {"units": 3, "num_layers": 2, "bidirectional": True, "merge": "sum"}),
     ("gru", {"units": 2, "bidirectional": True}),
     ("gru", {"units": 2, "num_layers": 2, "bidirectional": True, "merge": "sum"}),
-])
-def test_fused_kernel_matches_unrolled_cells_forward_and_gradients(op, attrs):
+    ("lstm", {"units": 3, "num_layers": 2}),
+    ("gru", {"units": 2}),
+]
+
+
+@pytest.mark.parametrize("op, attrs, route", [(op, attrs, "packed") for op, attrs in _KERNEL_CASES] + [
+    (op, attrs, "padded") for op, attrs in _KERNEL_CASES if not attrs.get("bidirectional")])
+def test_fused_kernel_matches_unrolled_cells_forward_and_gradients(op, attrs, route, monkeypatch):
+    """Both routes into the kernel: packed valid steps (the CPU, and bidirectional layers) and,
+    for a unidirectional recurrence, the padded batch with its padding zeroed (CUDA's route,
+    forced here on the CPU)."""
+    if route == "padded":
+        monkeypatch.setattr(ops, "_runs_padded", lambda x, a: True)
     a, p = _canonical_params(op, attrs, d=4)
     rng = np.random.RandomState(1)
     x = torch.tensor(rng.standard_normal((3, 5, 4)), requires_grad=True)

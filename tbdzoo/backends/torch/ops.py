@@ -440,11 +440,12 @@ def _packing(lengths, t, device):
 
 def _recurrent(op, inputs, p, a, training):
     """PyTorch's fused multi-layer kernel (cuDNN on a GPU); every output past an example's
-    length is exactly 0. A unidirectional recurrence runs over the padded batch, as a user of
-    ``nn.LSTM`` writes it: step t reads only steps up to t, so the valid outputs are those of
-    the valid steps alone, and zeroing the rest stops every gradient into the padding. A
-    bidirectional one runs over the packed valid steps, so the backward direction starts at each
-    example's own end (``_packing``)."""
+    length is exactly 0. On a GPU a unidirectional recurrence runs over the padded batch, as a
+    user of ``nn.LSTM`` writes it: step t reads only steps up to t, so the valid outputs are
+    those of the valid steps alone, and zeroing the rest stops every gradient into the padding;
+    cuDNN's step is bound by launches there, not by the rows it computes. On the CPU, where the
+    rows are the cost, and for a bidirectional recurrence, whose backward direction must start
+    at each example's own end, the kernel reads the packed valid steps (``_packing``)."""
     x, lengths = inputs
     n, t, _ = x.shape
     h, directions = a["units"], ("fw", "bw") if a["bidirectional"] else ("fw",)
@@ -454,16 +455,21 @@ def _recurrent(op, inputs, p, a, training):
     kernel = torch._VF.lstm if op == "lstm" else torch._VF.gru
     with warnings.catch_warnings():  # per-gate tensors, concatenated, are compacted per call
         warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
-        if not a["bidirectional"]:
+        if _runs_padded(x, a):
             out = kernel(x, hidden, weights, True, a["num_layers"], 0.0, training, False, True)[0]
             return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
         rows, batch_sizes = _packing(lengths, t, x.device)
         out = kernel(_pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"], 0.0,
-                     training, True)[0]
+                     training, a["bidirectional"])[0]
     out = _unpack(out, rows, n, t)
     if a["merge"] == "sum":
         out = out[..., :h] + out[..., h:]
     return out
+
+
+def _runs_padded(x, attrs):
+    """Whether the kernel reads the padded batch (``_recurrent`` says when and why)."""
+    return x.is_cuda and not attrs["bidirectional"]
 
 
 @torch.compiler.disable
