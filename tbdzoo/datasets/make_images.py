@@ -89,9 +89,14 @@ def load_fashion_mnist(split, folder=FASHION_MNIST_DIR):
     (white garment on black) and labels (N,) uint8 0..9, from the Debian package's files."""
     if split not in FASHION_MNIST_FILES:
         raise DatasetError("Fashion-MNIST has no split {!r}; give train or test".format(split))
-    images_path, labels_path = (require_system_file(os.path.join(folder, name),
-                                                    FASHION_MNIST_PACKAGE)
-                                for name in FASHION_MNIST_FILES[split])
+    images_path, labels_path = (os.path.join(folder, name) for name in FASHION_MNIST_FILES[split])
+    for path in (images_path, labels_path):
+        if os.path.abspath(folder) == FASHION_MNIST_DIR:
+            require_system_file(path, FASHION_MNIST_PACKAGE)
+        elif not os.path.isfile(path):
+            raise DatasetError("{} is missing: source= must be a folder holding Fashion-MNIST's "
+                               "idx files ({})".format(path, ", ".join(
+                                   FASHION_MNIST_FILES["train"] + FASHION_MNIST_FILES["test"])))
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or images.shape[1:] != (28, 28):
         raise DatasetError("{}: images are {}, not N x 28 x 28".format(images_path, images.shape))

@@ -88,8 +88,10 @@ def _convert(maker, name, text, default):
         if isinstance(default, float):
             return float(text)
     except ValueError:
-        raise DatasetError("{}: option {}={!r} is not a {} (default {!r})".format(
-            maker.name, name, text, type(default).__name__, default))
+        kind = ("true or false" if isinstance(default, bool) else
+                "an integer" if isinstance(default, int) else "a number")
+        raise DatasetError("{}: option {}={!r} is not {} (default {!r})".format(
+            maker.name, name, text, kind, default))
     return text
 
 
