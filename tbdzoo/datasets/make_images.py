@@ -370,7 +370,7 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
         raise DatasetError("min_side={}: give 8 up to 70 % of the short side ({})".format(
             min_side, int(0.7 * short_side)))
     rng = np.random.RandomState(seed)
-    photos = [_load_photo(name, library) for name, library in PHOTOS]
+    photos = {}                                    # loaded when first drawn
     splits = {"train": load_fashion_mnist("train", source),
               "test": load_fashion_mnist("test", source)}
     n_train, n_val = images // 2, images // 4
@@ -382,6 +382,8 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
         height, width = (short_side, long_side) if landscape else (long_side, short_side)
         photo_index = rng.randint(len(PHOTOS))
         photo_use[PHOTOS[photo_index][0]] = photo_use.get(PHOTOS[photo_index][0], 0) + 1
+        if photo_index not in photos:
+            photos[photo_index] = _load_photo(*PHOTOS[photo_index])
         background = _background(photos[photo_index], height, width, rng)
         garment_images, garment_labels = splits["test" if image_set == "test" else "train"]
         count = rng.randint(1, max_objects + 1)
