@@ -467,7 +467,7 @@ def parser():
     report.add_argument("-o", "--output", required=True, help="output folder")
 
     data = sub.add_parser("data", help="real data sets made offline (docs/datasets.md)")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
+    data_sub = data.add_subparsers(dest="data_command", metavar="{list,make}", required=True)
     data_sub.add_parser("list", help="the data sets tbdzoo makes, with their options")
     data_make = data_sub.add_parser("make", help="make one data set in a new folder")
     data_make.add_argument("name")

@@ -163,6 +163,17 @@ def test_an_existing_folder_is_refused_and_a_failed_make_leaves_nothing(tmp_path
     with pytest.raises(DatasetError, match="train-labels-idx1-ubyte.gz: the gzip stream ends"):
         makers.make("fashion-mnist-64", str(target), options={"source": str(source)})
     assert sorted(os.listdir(str(tmp_path))) == ["source", "taken"]   # no partial folder
+    # interrupted half-way (Ctrl-C arrives during a progress report): nothing is left either
+    def interrupt(what, done=None, total=None):
+        if done and done >= 5:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        makers.make("fashion-mnist-64", str(target), options=TINY_64, progress=interrupt)
+    assert sorted(os.listdir(str(tmp_path))) == ["source", "taken"]
+    # an empty folder is taken
+    target.mkdir()
+    makers.make("fashion-mnist-64", str(target), options=TINY_64)
+    assert sorted(os.listdir(str(target)))[0] == "Imagenet64_train_npz"
 
 
 def test_bad_options_and_a_missing_package_say_what_to_do(tmp_path, monkeypatch):
