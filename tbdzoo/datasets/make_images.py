@@ -155,6 +155,12 @@ def _every(progress, what, done, total):
         progress(what, done, total)
 
 
+def _check_quality(quality):
+    if not 1 <= quality <= 100:
+        raise DatasetError("quality={}: give a JPEG quality from 1 to 100 (95 by default)".format(
+            quality))
+
+
 def _check_size(size):
     if not 8 <= size <= 1024:
         raise DatasetError("size={}: give an image side between 8 and 1024 pixels (28 keeps "
@@ -169,6 +175,7 @@ def fashion_mnist_imagenet(out_dir, seed, progress, size=64, train_per_class=100
     training split, ``val/<synset>/val_<index>.JPEG`` from the test split (index: the image's
     position in its Fashion-MNIST file), and ``LOC_synset_mapping.txt``."""
     _check_size(size)
+    _check_quality(quality)
     rng = np.random.RandomState(seed)
     Image = _pillow()
     counts = {}
@@ -354,7 +361,7 @@ def _compose(background, garments, rng, min_side, max_objects, max_tries=30):
 def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=4,
                  min_side=32, difficult_side=24, difficult_visible=0.75, quality=95,
                  source=FASHION_MNIST_DIR):
-    """VOC 2007's layout under ``VOC2007/``: ``images`` photographs (random crops of PHOTOS,
+    """VOC 2007's layout under ``VOC2007/`` (written by ``write_voc``): ``images`` photographs (random crops of PHOTOS,
     ``long_side`` x 3/4 of it, landscape or portrait) with 1..``max_objects`` Fashion-MNIST
     garments pasted in; half the images are train, a quarter val, a quarter test (garments of
     Fashion-MNIST's test split). An object is difficult when its box's shorter side is under
@@ -365,6 +372,10 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
             images))
     if max_objects < 1:
         raise DatasetError("max_objects={}: give at least 1".format(max_objects))
+    _check_quality(quality)
+    if not 64 <= long_side <= 4096:
+        raise DatasetError("long_side={}: give 64 to 4096 pixels (VOC's images are about "
+                           "500)".format(long_side))
     short_side = int(round(long_side * 0.75))
     if not 8 <= min_side <= int(0.7 * short_side):
         raise DatasetError("min_side={}: give 8 up to 70 % of the short side ({})".format(
@@ -396,12 +407,16 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
         notes[image_id] = {"boxes": boxes, "labels": np.array(labels, np.int64) + 1,
                            "difficult": difficult}
         sets[image_set].append(image_id)
-        _every(progress, "composed images", number, images)
+        if len(pixels) == WRITE_EVERY or number == images:   # bounded memory for big sets
+            folder = write_voc(out_dir, pixels, {i: notes[i] for i in pixels}, {},
+                               quality=quality, class_names=CLASS_TOKENS)
+            pixels = {}
+        _every(progress, "images (JPEG + XML)", number, images)
     sets["trainval"] = sets["train"] + sets["val"]
-    progress("writing JPEGs and XML", 0, 1)
-    folder = write_voc(out_dir, pixels, notes, sets, quality=quality, class_names=CLASS_TOKENS)
+    for name, ids in sets.items():
+        with open(os.path.join(folder, "ImageSets", "Main", name + ".txt"), "w") as f:
+            f.write("".join(i + "\n" for i in ids))
     _write_class_sets(folder, notes, sets)
-    progress("writing JPEGs and XML", 1, 1)
     labels = np.concatenate([n["labels"] for n in notes.values()])
     hard = np.concatenate([n["difficult"] for n in notes.values()])
     return {"layout": "voc2007", "folder": "VOC2007", "long_side": long_side,
@@ -413,6 +428,9 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
             "photos": {"{} ({})".format(name, library): photo_use.get(name, 0)
                        for name, library in PHOTOS},
             "jpeg_quality": quality, "source": _source_facts(source)}
+
+
+WRITE_EVERY = 64      # voc-composed writes its images in groups of this many
 
 
 def _write_class_sets(folder, notes, sets):
