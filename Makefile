@@ -1,15 +1,15 @@
 # The README's two commands: `make bench` and `make test`. Each creates what it needs.
-.PHONY: bench test env env-main env-cntk chromium clean-env
+.PHONY: bench test env env-main env-cntk chromium debian-packages clean-env
 
 VENV_PY := .venv/bin/python
 RESULTS ?= results/bench.jsonl
 
-bench: env
+bench: env debian-packages
 	@mkdir -p $(dir $(RESULTS))
 	$(VENV_PY) -m tbdzoo.cli bench -o $(RESULTS)
 	$(VENV_PY) -m tbdzoo.cli report $(RESULTS) -o results/report
 
-test: env chromium
+test: env chromium debian-packages
 	$(VENV_PY) -m pytest -q tests
 
 env: env-main env-cntk
@@ -22,6 +22,10 @@ env-cntk:
 
 chromium:
 	@scripts/ensure_chromium.sh
+
+# Fashion-MNIST and espeak-ng, read by `tbd data make` (docs/datasets.md).
+debian-packages:
+	@scripts/ensure_debian_packages.sh
 
 clean-env:
 	rm -rf .venv .venv-cntk

@@ -7,6 +7,8 @@
           [--global-batch B] [--bn-mode replica|sync] [--baseline]   data-parallel
   tbd bench [-o FILE]                the suite: every model x every ready backend
   tbd report FILE... -o DIR          DIR/index.html with plots, plus DIR/report.md
+  tbd data list                      data sets tbdzoo makes offline, with their options
+  tbd data make NAME --out DIR [--seed S] [--set OPTION=VALUE]
 
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
@@ -48,6 +50,57 @@ def cmd_list(args):
         backends.add_row(b["name"], b["environment"], "yes" if b["ready"] else "no", b["runs"],
                          b["fix"] or b["python"])
     console.print(backends)
+    return 0
+
+
+# -- data ----------------------------------------------------------------------------------
+def cmd_data_list(args):
+    from rich.table import Table
+    from .datasets.makers import list_makers
+
+    table = Table(title="data sets made offline (tbd data make NAME --out DIR; docs/datasets.md)")
+    for column in ("name", "what", "options (--set NAME=VALUE; defaults)"):
+        table.add_column(column)
+    for maker in list_makers():
+        table.add_row(maker.name, maker.summary,
+                      " ".join("{}={}".format(k, v) for k, v in maker.options.items()))
+    _console().print(table)
+    return 0
+
+
+def cmd_data(args):
+    return {"list": cmd_data_list, "make": cmd_data_make}[args.data_command](args)
+
+
+def _non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError("a non-negative integer, not {!r}".format(text))
+    return value
+
+
+def cmd_data_make(args):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from .datasets.makers import make
+
+    console = _console()
+    tasks = {}
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        def report(what, done=None, total=None):
+            if what not in tasks:
+                tasks[what] = progress.add_task(what, total=total)
+            progress.update(tasks[what], completed=done, total=total)
+
+        manifest = make(args.name, args.out, seed=args.seed, options=getattr(args, "set", None),
+                        progress=report)
+    files = manifest["files"]
+    console.print("{} (seed {}) written to {}: {:,} files, {:,} bytes; manifest {}".format(
+        args.name, args.seed, args.out, files["count"], files["bytes"],
+        "tbdzoo-dataset.json"))
     return 0
 
 
@@ -412,19 +465,34 @@ def parser():
     report = sub.add_parser("report", help="HTML and Markdown report from JSONL records")
     report.add_argument("files", nargs="+")
     report.add_argument("-o", "--output", required=True, help="output folder")
+
+    data = sub.add_parser("data", help="real data sets made offline (docs/datasets.md)")
+    data_sub = data.add_subparsers(dest="data_command", metavar="{list,make}", required=True)
+    data_sub.add_parser("list", help="the data sets tbdzoo makes, with their options")
+    data_make = data_sub.add_parser("make", help="make one data set in a new folder")
+    data_make.add_argument("name")
+    data_make.add_argument("--out", required=True, help="a new (or empty) folder")
+    data_make.add_argument("--seed", type=_non_negative, default=0,
+                           help="every random choice follows from it (default %(default)s)")
+    data_make.add_argument("--set", type=_assignment, action="append", metavar="OPTION=VALUE",
+                           help="a maker's option (repeatable; tbd data list shows them), "
+                                "e.g. --set size=299")
     return p
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
-                "report": cmd_report}
+                "report": cmd_report, "data": cmd_data}
     try:
         return commands[args.command](args)
     except TbdError as e:
         print("tbd: error: {}".format(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.command == "data":
+            print("tbd: interrupted; nothing was left in the output folder", file=sys.stderr)
+            return 130
         print("tbd: interrupted; every finished run is already in the output file", file=sys.stderr)
         return 130
 

@@ -132,8 +132,9 @@ def parse_annotation(path, class_names=CLASSES):
         where = "<object> {}".format(k + 1)
         name = _text(obj, "name", path, where)
         if name not in class_names:
-            raise DatasetError("{}: {} has unknown class {!r}; VOC's classes are {}".format(
-                path, where, name, ", ".join(class_names)))
+            raise DatasetError("{}: {} has unknown class {!r}; {} classes are {}".format(
+                path, where, name, "VOC's" if tuple(class_names) == CLASSES else "the",
+                ", ".join(class_names)))
         flag = obj.find("difficult")
         hard = flag is not None and flag.text is not None and flag.text.strip() not in ("", "0")
         box = obj.find("bndbox")
@@ -172,22 +173,25 @@ class VOCDetection(object):
     does); VOC's evaluation keeps them, and ignores detections matched to them. ``empty`` says
     what to do with an image left without objects: "error" (the default), "skip" (leave it
     out: ``skipped`` lists the ids and a warning gives the count) or "keep" (K = 0).
+    ``class_names`` are the names a label indexes (label = position + 1); VOC's 20 by default.
     """
 
-    def __init__(self, root, image_set="trainval", keep_difficult=True, empty="error"):
+    def __init__(self, root, image_set="trainval", keep_difficult=True, empty="error",
+                 class_names=CLASSES):
         if empty not in EMPTY_POLICIES:
             raise DatasetError("empty={!r}: give one of {}".format(empty,
                                                                   ", ".join(EMPTY_POLICIES)))
         self.folder = find_voc_folder(root)
         self.image_set = image_set
         self.keep_difficult = keep_difficult
+        self.class_names = tuple(class_names)
         self.ids, self.skipped, self._annotations = [], [], []
         for image_id in read_image_set(self.folder, image_set):
             for path in (self.annotation_path(image_id), self.image_path(image_id)):
                 if not os.path.isfile(path):
                     raise DatasetError("{}: missing, but ImageSets/Main/{}.txt lists {}".format(
                         path, image_set, image_id))
-            note = parse_annotation(self.annotation_path(image_id))
+            note = parse_annotation(self.annotation_path(image_id), self.class_names)
             if not keep_difficult:
                 easy = ~note.difficult
                 note = note._replace(boxes=note.boxes[easy], labels=note.labels[easy],
@@ -320,13 +324,14 @@ def annotation_xml(image_id, height, width, boxes, labels, difficult=None, class
     return ElementTree.tostring(root, encoding="unicode")
 
 
-def write_voc(root, images, annotations, image_sets, quality=95):
+def write_voc(root, images, annotations, image_sets, quality=95, class_names=CLASSES):
     """Write a VOC 2007 layout under ``root``/VOC2007 and return that folder.
 
     ``images`` maps image id to (H, W, 3) uint8 RGB (stored as JPEG with Pillow at
     ``quality``); ``annotations`` maps image id to a dict of ``boxes`` (K, 4) in tbdzoo's
     coordinates (whole pixels), ``labels`` (K,) 1..20 and optionally ``difficult`` (K,);
-    ``image_sets`` maps a set name (train, val, trainval, test) to its image ids.
+    ``image_sets`` maps a set name (train, val, trainval, test) to its image ids;
+    ``class_names`` are the names labels index (VOC's 20 by default).
     """
     image_module = _pillow()
     unannotated = sorted(set(images) - set(annotations))
@@ -346,7 +351,8 @@ def write_voc(root, images, annotations, image_sets, quality=95):
                 image_id, pixels.shape, pixels.dtype))
         note = annotations[image_id]
         xmls[image_id] = annotation_xml(image_id, pixels.shape[0], pixels.shape[1],
-                                        note["boxes"], note["labels"], note.get("difficult"))
+                                        note["boxes"], note["labels"], note.get("difficult"),
+                                        class_names)
     folder = os.path.join(root, FOLDER)
     for sub in ("Annotations", "JPEGImages", os.path.join("ImageSets", "Main")):
         os.makedirs(os.path.join(folder, sub), exist_ok=True)
