@@ -123,8 +123,8 @@ def _training_error(name, vocab_size, count, message):
                 .format(name, count, most, vocab_size))
     if "required_chars" in message:
         need = message.split(" vs ", 1)[-1].split(".", 1)[0].strip()
-        return ("{}: a vocabulary of {} cannot hold the {} distinct characters of the text "
-                "plus the special ids; raise the vocabulary size to more than that, or lower "
+        return ("{}: a vocabulary of {} is too small: the text's distinct characters and the "
+                "special ids take {}; raise the vocabulary size to at least that, or lower "
                 "character_coverage to map rare characters to <unk>".format(
                     name, vocab_size, need))
     return "{}: sentencepiece could not train on {} sentences: {}".format(name, count, message)
