@@ -185,8 +185,8 @@ def make_gettext(out_dir, seed=0, progress=None, lang="vi", train=GETTEXT_SIZES[
                            "more translated packages".format(lang, len(pool), dev, test))
     order = np.random.RandomState(seed).permutation(len(pool))
     picked = [pool[i] for i in order]
-    pairs = {"dev": picked[:dev], "test": picked[dev:dev + test],
-             "train": picked[dev + test:dev + test + train]}
+    pairs = {"train": picked[dev + test:dev + test + train], "dev": picked[:dev],
+             "test": picked[dev:dev + test]}
     if len(pairs["train"]) < train:
         warnings.warn("{}: {} training pairs, fewer than the {} asked: the installed catalogs "
                       "hold no more".format(lang, len(pairs["train"]), train))
