@@ -214,6 +214,7 @@ class LibriSpeech(object):
         convolutions. Others are an error naming the file, or with ``too_long='skip'`` left
         out and counted in a warning."""
         from ..models import deepspeech2 as ds2
+        from ..spec.losses import ctc_required_frames
         if too_long not in TOO_LONG_POLICIES:
             raise DatasetError("too_long={!r}: give one of {}".format(
                 too_long, ", ".join(TOO_LONG_POLICIES)))
@@ -236,7 +237,6 @@ class LibriSpeech(object):
                            "hop x chars_per_second); raise chars_per_second or max_frames"
                            .format(len(utt.labels), max_labels))
             else:
-                from ..spec.losses import ctc_required_frames
                 need, steps = ctc_required_frames(utt.labels), int(ds2.output_steps(hp, frames))
                 if need > steps:
                     problem = ("{} characters need {} output steps for CTC, but its {} frames "

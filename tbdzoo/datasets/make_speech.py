@@ -100,10 +100,10 @@ def make_spoken_numbers(out_dir, seed=0, progress=None, train_speakers=6, dev_sp
     from num2words import num2words
     espeak = _espeak()
     counts = {"train": train_speakers, "dev": dev_speakers, "test": test_speakers}
-    if min(counts.values()) < 1 or chapters < 1 or utterances < 1:
-        raise DatasetError("every subset needs a speaker, a chapter and an utterance: got "
-                           "speakers {}, chapters {}, utterances {}".format(counts, chapters,
-                                                                           utterances))
+    if min(counts.values()) < 1 or not 1 <= chapters <= 999 or utterances < 1:
+        raise DatasetError("every subset needs a speaker, each speaker 1 to 999 chapters and "
+                           "an utterance in each: got speakers {}, chapters {}, utterances {}"
+                           .format(counts, chapters, utterances))
     rng = np.random.RandomState(seed)
     speakers = _speakers(rng, counts)
     missing = set(v.split("+")[1] for s in speakers.values() for _, v, _, _ in s) \
@@ -120,7 +120,7 @@ def make_spoken_numbers(out_dir, seed=0, progress=None, train_speakers=6, dev_sp
         for k, (speaker, voice, speed, pitch) in enumerate(speakers[split]):
             start, spoken = k * per_speaker, 0.0
             for c in range(chapters):
-                chapter = speaker * 10 + c
+                chapter = speaker * 1000 + c          # unique across speakers, as LibriSpeech's
                 folder = os.path.join(out_dir, subset, str(speaker), str(chapter))
                 os.makedirs(folder)
                 trans = []
