@@ -73,7 +73,9 @@ class Subwords(object):
                 model_type=model_type, character_coverage=character_coverage,
                 pad_id=pad_id, bos_id=bos_id, eos_id=eos_id,
                 unk_id=_unk_id(pad_id, bos_id, eos_id), num_threads=1, input_sentence_size=0,
-                shuffle_input_sentence=False, minloglevel=2)
+                shuffle_input_sentence=False, minloglevel=2,
+                # sentencepiece leaves out longer sentences (4,192 bytes by default) quietly
+                max_sentence_length=max(4192, max(len(s.encode("utf-8")) for s in sentences) + 1))
         except RuntimeError as e:
             raise DatasetError(_training_error(name, vocab_size, len(sentences), str(e)))
         return cls(writer.getvalue(), name)
