@@ -18,7 +18,8 @@ import subprocess
 import numpy as np
 
 from .errors import DatasetError
-from .make_text import number_splits
+from .librispeech import _soundfile
+from .make_text import _num2words, number_splits
 
 __all__ = ["MAKERS", "make_spoken_numbers", "speak", "ACCENTS", "VARIANTS", "SUBSETS",
            "transcript_of"]
@@ -54,7 +55,7 @@ def _installed_variants(espeak):
 
 def speak(text, voice, speed, pitch, espeak=None):
     """espeak-ng's rendering of ``text``: float32 samples at 22,050 Hz."""
-    import soundfile
+    soundfile = _soundfile()
     espeak = espeak or _espeak()
     result = subprocess.run([espeak, "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout",
                              text], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -96,9 +97,7 @@ def make_spoken_numbers(out_dir, seed=0, progress=None, train_speakers=6, dev_sp
                         test_speakers=2, chapters=2, utterances=8, largest=9999):
     """Numbers spoken by espeak-ng voices in LibriSpeech layout (module docstring): each
     speaker reads ``chapters`` chapters of ``utterances`` numbers in [0, largest]."""
-    import soundfile
-    from num2words import num2words
-    espeak = _espeak()
+    soundfile, num2words, espeak = _soundfile(), _num2words(), _espeak()
     counts = {"train": train_speakers, "dev": dev_speakers, "test": test_speakers}
     if min(counts.values()) < 1 or not 1 <= chapters <= 999 or utterances < 1:
         raise DatasetError("every subset needs a speaker, each speaker 1 to 999 chapters and "
