@@ -27,7 +27,8 @@ __all__ = ["MAKER_MODULES", "MANIFEST", "Maker", "SystemPackageMissing", "list_m
            "get_maker", "parse_options", "make", "require_system_file", "read_manifest"]
 
 # The modules whose MAKERS make up the registry, in a fixed order.
-MAKER_MODULES = ("tbdzoo.datasets.make_images",)
+MAKER_MODULES = ("tbdzoo.datasets.make_images", "tbdzoo.datasets.make_text",
+                 "tbdzoo.datasets.make_speech")
 MANIFEST = "tbdzoo-dataset.json"
 ENSURE_SCRIPT = "scripts/ensure_debian_packages.sh"
 
@@ -49,10 +50,13 @@ def require_system_file(path, package):
 
 
 def _options(function):
-    """The maker's options: its keyword parameters after (out_dir, seed, progress)."""
+    """The maker's options: its keyword parameters after (out_dir, seed, progress), less those
+    a ``functools.partial`` fixes (``lang`` of numbers-en-vi is its name, not an option)."""
     params = list(inspect.signature(function).parameters.values())[3:]
+    fixed = getattr(function, "keywords", None) or {}
     return collections.OrderedDict((p.name, p.default) for p in params
-                                   if p.default is not inspect.Parameter.empty)
+                                   if p.default is not inspect.Parameter.empty
+                                   and p.name not in fixed)
 
 
 def list_makers():
