@@ -1,11 +1,14 @@
 """Data for training steps: synthetic batches, Deep Speech 2's front-end, and Pascal VOC 2007
-for detection (a reader, a writer and Faster R-CNN's batches). NumPy out."""
-from . import detection_batch, synthetic, voc
+for detection (a reader, a writer and Faster R-CNN's batches), ImageNet's folder layout for
+image classification. NumPy out."""
+from . import detection_batch, imagenet, synthetic, voc
 from .detection_batch import (check_detection_batch, iterate_batches, synthetic_detection_batch,
                               synthetic_image)
 from .errors import DatasetError
+from .imagenet import ImageNetFolder
+from .source import ExampleSource
 from .voc import CLASSES as VOC_CLASSES, VOCDetection, write_voc
 
 __all__ = ["synthetic", "voc", "detection_batch", "DatasetError", "VOCDetection", "VOC_CLASSES",
            "write_voc", "synthetic_image", "synthetic_detection_batch", "iterate_batches",
-           "check_detection_batch"]
+           "check_detection_batch", "imagenet", "ImageNetFolder", "ExampleSource"]
