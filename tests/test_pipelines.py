@@ -16,8 +16,8 @@ FRAMEWORKS = ("torch", "tensorflow", "mxnet")
 SIZE = 32
 # Decoders (libjpeg-turbo builds, IDCT) and resizers (Pillow's and torchvision's antialiased
 # bilinear, TensorFlow's antialiased bilinear, OpenCV's plain bilinear inside MXNet) differ by
-# a grey level or two on these images: measured at most 0.14 (torch), 1.8 (tensorflow) and 2.0
-# (mxnet) grey levels, means 0.005, 0.27 and 0.17 (docs/pipelines.md).
+# a grey level or two on these images: measured at most 1.0 (torch), 1.9 (tensorflow) and 2.0
+# (mxnet) grey levels, means up to 0.001, 0.29 and 0.17 (docs/pipelines.md).
 MAX_GREY_LEVELS, MEAN_GREY_LEVELS = 3.0, 0.5
 
 
