@@ -145,25 +145,47 @@ def test_a_corrupt_file_is_named_by_every_pipeline(tmp_path, framework):
 
 
 # -- data-fed training -------------------------------------------------------------------
-def test_a_model_trained_from_a_folder_records_its_data_fed_figures(source):
-    import tbdzoo
-    from tbdzoo.pipelines.measure import data_fed
-    model = tbdzoo.build("resnet50", backend="torch", config="tiny", seed=0, image_size=SIZE,
-                         num_classes=len(SYNSETS), batch_size=4)
-    fed = data_fed(model, source.root, workers=1, warmup=1, steps=2, repeats=2)
+def test_tbd_run_with_data_records_data_fed_figures_beside_the_synthetic_ones(source, tmp_path):
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tbdzoo.cli", "run", "resnet50", "--backend", "torch", "--config",
+         "tiny", "--set", "image_size={}".format(SIZE), "--set", "num_classes=3", "--data",
+         source.root, "--data-workers", "1", "--warmup", "1", "--steps", "2", "--repeats", "2",
+         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "fed from {}".format(source.root) in " ".join(proc.stdout.split())
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["throughput"]["unit"] == "images/s"
+    fed = record["data"]
     assert fed["examples"] == 12 and fed["classes"] == 3 and fed["augment"] is True
-    assert fed["pipeline"].startswith("torch.utils.data.DataLoader")
-    assert fed["throughput"]["unit"] == "images/s" and fed["throughput"]["items_per_step"] == 4
-    assert fed["throughput"]["value"] > 0 and 0 <= fed["input_wait_fraction"] < 1
-    assert fed["cpu"]["process_tree_cores_busy"] > 0 and len(fed["losses"]) >= 2
-    assert all(np.isfinite(fed["losses"]))
+    assert fed["pipeline"].startswith("torch.utils.data.DataLoader") and fed["workers"] == 1
+    assert fed["throughput"]["items_per_step"] == 4 and fed["throughput"]["value"] > 0
+    assert fed["vs_synthetic"] == pytest.approx(
+        fed["throughput"]["value"] / record["throughput"]["value"])
+    assert 0 <= fed["input_wait_fraction"] < 1 and fed["input_bound"] == (
+        fed["input_wait_fraction"] > 0.1)
+    assert fed["cpu"]["process_tree_cores_busy"] > 0 and all(np.isfinite(fed["losses"]))
 
 
-def test_a_folder_with_more_classes_than_the_model_is_refused(source):
-    from tbdzoo.models import get_model
-    from tbdzoo.pipelines.measure import open_source
-    hp = get_model("resnet50").hparams("tiny", num_classes=2)
-    with pytest.raises(DatasetError, match="--set num_classes=3"):
-        open_source("resnet50", hp, source.root)
-    with pytest.raises(DatasetError, match="transformer needs a reader"):
-        open_source("transformer", get_model("transformer").hparams("tiny"), source.root)
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "num_classes=2"], "3 classes, but the model's config has 2: set --set num_classes=3"),
+    (["--nproc", "2"], "--data measures one process"),
+    (["--data-workers", "-1"], "--data-workers takes 0"),
+])
+def test_tbd_run_refuses_bad_data_before_building(source, capsys, extra, message):
+    from tbdzoo.cli import main
+    code = main(["run", "resnet50", "--backend", "torch", "--config", "tiny", "--data",
+                 source.root] + extra)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_tbd_run_names_a_missing_folder_and_a_model_without_a_reader(tmp_path, capsys):
+    from tbdzoo.cli import main
+    assert main(["run", "resnet50", "--backend", "torch", "--data", str(tmp_path)]) == 2
+    assert "no train/ folder" in capsys.readouterr().err
+    assert main(["run", "transformer", "--backend", "torch", "--data", str(tmp_path)]) == 2
+    assert "transformer needs a reader" in capsys.readouterr().err

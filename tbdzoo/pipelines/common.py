@@ -3,7 +3,7 @@ the file when a framework's decoder fails with a message that does not."""
 from ..datasets.errors import DatasetError
 from ..datasets.imagenet import decode_jpeg
 
-__all__ = ["check_source", "decoder_failure"]
+__all__ = ["check_source", "decoder_failure", "pillow_error"]
 
 
 def check_source(source, batch_size, workers, prefetch):
@@ -15,14 +15,22 @@ def check_source(source, batch_size, workers, prefetch):
                          "{}, {}".format(batch_size, workers, prefetch))
 
 
+def pillow_error(source, index):
+    """The DatasetError Pillow's reading of example ``index`` raises, or None if it reads."""
+    try:
+        decode_jpeg(source.describe(index), source.read_bytes(index))
+    except DatasetError as named:
+        return named
+    return None
+
+
 def decoder_failure(source, index, error):
     """A DatasetError for example ``index`` whose decoding by a framework raised ``error``:
     Pillow's reading of the file says what is wrong where it can, else the framework's words
     are kept with the file's name."""
     path = source.describe(index)
-    try:
-        decode_jpeg(path)
-    except DatasetError as named:
+    named = pillow_error(source, index)
+    if named is not None:
         return named
     return DatasetError("{}: the framework's decoder failed ({}: {}) though Pillow reads the "
                         "file; re-encode it as a baseline JPEG".format(path, type(error).__name__,

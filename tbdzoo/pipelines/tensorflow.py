@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import augment
-from .common import check_source, decoder_failure
+from .common import check_source, pillow_error
 from .order import batch_plan
 
 __all__ = ["NAME", "loader", "as_numpy", "feed"]
@@ -85,10 +85,10 @@ class _Named(object):
     def _name(self, error):
         for chunk in self._plan(self._done, self._window):
             for _, index in chunk:
-                named = decoder_failure(self.source, index, error)
-                if "Pillow reads the file" not in str(named):
+                named = pillow_error(self.source, index)
+                if named is not None:
                     return named
-        return error
+        return error  # no file in flight is bad: the framework's own error, unchanged
 
 
 def loader(source, spec, batch_size, seed=0, epoch=0, epochs=1, shuffle=True, workers=0,
