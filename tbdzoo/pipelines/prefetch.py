@@ -2,6 +2,7 @@
 no prefetching of its own (the NumPy feed, and PyTorch's and Gluon's loaders without workers)."""
 import queue
 import threading
+import weakref
 
 __all__ = ["Prefetcher"]
 
@@ -19,6 +20,9 @@ class Prefetcher(object):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._fill, args=(iterable,), daemon=True)
         self._thread.start()
+        # At exit the thread must not be stopped inside a framework's C++ call (PyTorch then
+        # aborts the process): stop it and let its current item finish first.
+        weakref.finalize(self, _stop_and_join, self._stop, self._thread)
 
     def _put(self, item):
         while not self._stop.is_set():
@@ -53,4 +57,11 @@ class Prefetcher(object):
         return item
 
     def close(self):
-        self._stop.set()
+        """Stop filling; waits for the item being made, so no thread outlives the loader."""
+        _stop_and_join(self._stop, self._thread)
+
+
+def _stop_and_join(stop, thread, timeout=60):
+    stop.set()
+    if thread.is_alive() and thread is not threading.current_thread():
+        thread.join(timeout)
