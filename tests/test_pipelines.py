@@ -89,6 +89,17 @@ def test_one_permutation_per_epoch_and_even_shards():
         epoch_order(10, rank=3, world_size=3)
 
 
+def test_ranks_read_disjoint_shards_of_one_epoch(source):
+    ref = for_backend("numpy")
+    spec = AugmentSpec(SIZE, train=False)
+    whole = np.concatenate([b["images"] for b in ref.loader(source, spec, 2, seed=4)])
+    shards = [np.concatenate([b["images"] for b in ref.loader(source, spec, 2, seed=4, rank=r,
+                                                              world_size=2)]) for r in range(2)]
+    assert [len(s) for s in shards] == [6, 6]
+    np.testing.assert_array_equal(shards[0], whole[0::2])   # rank r: positions r, r + 2, ...
+    np.testing.assert_array_equal(shards[1], whole[1::2])
+
+
 # -- every framework against the reference ---------------------------------------------------
 @pytest.fixture(scope="module")
 def reference_batches(source):
