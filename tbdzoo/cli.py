@@ -2,6 +2,7 @@
 
   tbd list
   tbd run MODEL --backend B [--config C] [--batch-size N] [--steps 20 --warmup 5 --repeats 3] -o FILE
+  tbd run MODEL --backend B --data DIR [--data-workers N] [--no-augment]   also fed from DIR
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
   tbd run MODEL --backend B --nproc N [--nnodes M --node-rank K --master HOST:PORT]
           [--global-batch B] [--bn-mode replica|sync] [--baseline]   data-parallel
@@ -147,7 +148,8 @@ class Runner(object):
             warmup=a.warmup, steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
             peak_flops=a.peak_tflops * 1e12 if a.peak_tflops else None,
             memory_cap=getattr(a, "memory_cap", None), progress=on_step,
-            status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]))
+            status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]),
+            data=data_options(a))
         return self._finished(record, task)
 
     def _run_distributed(self, model, backend, batch_size, overrides, task):
@@ -186,6 +188,9 @@ class Runner(object):
                 self.console.print("[red]{} on {} (batch {}): {}[/red]".format(
                     r["model"], r["backend"], r.get("batch_size"), r.get("error")), markup=True,
                     highlight=False)
+        for r in self.records:
+            if r.get("data") and "throughput" in r["data"]:
+                self.console.print(data_line(r), highlight=False)
         if self.args.output:
             self.console.print("records appended to {}".format(self.args.output))
         return 0 if all(r["status"] == "ok" for r in self.records) else 1
@@ -195,6 +200,8 @@ def cmd_run(args):
     from . import suite
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
+    if args.data:
+        check_data(args, overrides)
     with Runner(args, 1) as runner:
         runner.run(args.model, args.backend, args.batch_size, overrides)
     return runner.finish()
@@ -266,6 +273,61 @@ def throughput_number(value):
     """Thousands separators from 100 up, three significant digits below: a tiny Deep Speech 2
     run trains on 0.135 audio seconds per second, which one decimal would show as 0.1."""
     return "{:,.0f}".format(value) if abs(value) >= 100 else "{:.3g}".format(value)
+
+
+# -- data-fed runs (docs/pipelines.md) ----------------------------------------------------
+def data_options(args):
+    """The options of tbdzoo.pipelines.measure.data_fed that --data and its flags give."""
+    if not getattr(args, "data", None):
+        return None
+    return {"dir": args.data, "split": args.data_split, "augment": args.augment,
+            "workers": args.data_workers, "prefetch": args.data_prefetch,
+            "deterministic": args.deterministic_data, "seed": 0}
+
+
+def check_data(args, overrides):
+    """Refuse a --data run that cannot work before anything is built: a model without a
+    reader, a data-parallel run, or a data set that the reader refuses (named file)."""
+    from .pipelines.measure import open_source
+    if _distributed(args):
+        raise UsageError("--data measures one process; data-parallel runs train on synthetic "
+                         "batches for now: drop --nproc/--nnodes/--global-batch/--baseline")
+    if args.data_workers < 0:
+        raise UsageError("--data-workers takes 0 (no workers) or more, not {}".format(
+            args.data_workers))
+    hparams = get_model(args.model).hparams(args.config, **overrides)
+    open_source(args.model, hparams, args.data, args.data_split)
+
+
+def data_line(record):
+    """One line per data-fed run, beside the synthetic table."""
+    d = record["data"]
+    cpu = d.get("cpu") or {}
+    return ("{} on {}, fed from {} ({}, {} workers{}): {} {} = {:.2f}x synthetic; {:.0%} of "
+            "each step waiting for input{}; CPU {:.2f} cores busy").format(
+                record["model"], record["backend"], d["dir"], d["pipeline"], d["workers"],
+                "" if d["augment"] else ", no augmentation",
+                throughput_number(d["throughput"]["value"]), d["throughput"]["unit"],
+                d["vs_synthetic"] or 0.0, d["input_wait_fraction"],
+                " (input-bound)" if d.get("input_bound") else "",
+                cpu.get("process_tree_cores_busy", 0.0))
+
+
+def _data_flags(p):
+    g = p.add_argument_group("data-fed training (docs/pipelines.md)")
+    g.add_argument("--data", metavar="DIR",
+                   help="also train from this ImageNet-layout folder (train/<synset>/*.JPEG) "
+                        "through the backend's own input pipeline, after the synthetic run")
+    g.add_argument("--data-split", choices=("train", "val"), default="train",
+                   help="the split to read (default train)")
+    g.add_argument("--data-workers", type=int, default=2,
+                   help="worker processes or threads of the input pipeline (default 2)")
+    g.add_argument("--data-prefetch", type=_positive, default=2,
+                   help="batches prefetched (per worker where the loader counts so; default 2)")
+    g.add_argument("--no-augment", dest="augment", action="store_false",
+                   help="resize and centre-crop instead of random-resized crops and flips")
+    g.add_argument("--deterministic-data", action="store_true",
+                   help="examples in the seeded order on every pipeline (tf.data keeps order)")
 
 
 # -- data-parallel runs (docs/distributed.md) ------------------------------------------------
@@ -444,6 +506,7 @@ def parser():
     run.add_argument("--batch-size", type=_positive, help="default: the config's")
     _measuring(run, 5, 20, 3)
     _distributed_flags(run)
+    _data_flags(run)
 
     sweep = sub.add_parser("sweep", help="one model on one backend over batch sizes, until OOM")
     sweep.add_argument("model")

@@ -208,7 +208,7 @@ def _with_options(record, model_name, config, overrides):
 
 def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats=3, seed=0,
              device=None, samplers=True, peak_flops=None, memory_cap=None, progress=None,
-             status=None, command=None):
+             status=None, command=None, data=None):
     model, cap = None, None
     try:
         if status:
@@ -219,11 +219,14 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
             status("training")
         options = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
                        peak_flops=peak_flops, progress=progress, command=command)
+        timing = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
+                      progress=progress)
         if not memory_cap:
-            return model.profile_in_worker(**options)
+            return _with_data(model.profile_in_worker(**options), model, data, timing, status)
         with MemoryCap(model.pid, memory_cap) as cap:
             try:
-                record = model.profile_in_worker(**options)
+                record = _with_data(model.profile_in_worker(**options), model, data, timing,
+                                    status)
             except Exception:
                 if cap.tripped is None:
                     raise
@@ -242,6 +245,45 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
     finally:
         if model is not None:
             model.close()
+
+
+# Where a backend's own input pipeline runs: beside the model in its worker, except for CNTK,
+# whose Python 3.6 environment has no Pillow: its NumPy feed runs here and each batch goes to
+# the worker as arrays (docs/pipelines.md).
+FEEDS_FROM_HERE = ("cntk",)
+
+
+def _with_data(record, model, data, timing, status=None):
+    """The synthetic record, plus under "data" the same model trained from ``data`` (the
+    options of tbdzoo.pipelines.measure.data_fed: dir, split, augment, workers, prefetch,
+    deterministic, seed) after it; a failure there marks the whole record failed."""
+    if not data or record.get("status") != "ok":
+        return record
+    if status:
+        status("training on {}".format(data["dir"]))
+    options = dict(data, **timing)
+    options["data_dir"] = options.pop("dir")
+    try:
+        if model.backend in FEEDS_FROM_HERE:
+            from .pipelines.measure import data_fed
+            fed = data_fed(model, **options)
+        else:
+            fed = model.data_fed_in_worker(**options)
+    except Exception as e:  # the synthetic figures stay; the record says what failed
+        message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
+        record["status"], record["error"] = "error", "data-fed run: " + message
+        record["data"] = OrderedDict([("dir", data["dir"]), ("error", message)])
+        return record
+    synthetic = record["throughput"]["value"]
+    fed["vs_synthetic"] = fed["throughput"]["value"] / synthetic if synthetic else None
+    fed["input_bound"] = fed["input_wait_fraction"] > INPUT_BOUND_WAIT
+    record["data"] = fed
+    return record
+
+
+# A data-fed run is input-bound when its steps spend more than this fraction of their time
+# waiting for the next batch.
+INPUT_BOUND_WAIT = 0.1
 
 
 def append_record(path, record):

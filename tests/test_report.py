@@ -381,3 +381,42 @@ def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
     chromium = chromium_or_skip()
     lines = image_status(chromium, tmp_path / "report" / "index.html", tmp_path)
     assert lines and all(line.startswith("LOADED ") for line in lines), lines
+
+
+def data_fed(r, value, wait, tree_cores, augment=True):
+    """The record's "data" part as `tbd run --data` writes it (docs/records.md)."""
+    step = r["batch_size"] / value
+    r = dict(r)
+    r["data"] = {"dir": "/data/imagenet", "split": "train", "examples": 1281167, "classes": 1000,
+                 "pipeline": "torch.utils.data.DataLoader", "workers": 2, "prefetch": 2,
+                 "augment": augment, "deterministic": False, "seed": 0,
+                 "throughput": {"value": value, "unit": "images/s",
+                                "items_per_step": r["batch_size"]},
+                 "step_time": {"median": step, "min": step, "max": step, "cv": 0.0, "n": 3},
+                 "first_batch_s": 0.5, "input_wait_fraction": wait,
+                 "cpu": {"cores": 16, "process_tree_cores_busy": tree_cores,
+                         "process_tree_utilization": tree_cores / 16,
+                         "system_per_core": [0.5] * 16, "source": "measured"},
+                 "losses": [6.9], "vs_synthetic": value / r["throughput"]["value"],
+                 "input_bound": wait > 0.1}
+    return r
+
+
+def test_data_fed_runs_sit_beside_their_synthetic_figures(tmp_path):
+    fed = [data_fed(record("resnet50", "torch", 64, 1800.4, gpu=True), 450.1, 0.72, 7.5),
+           data_fed(record("resnet50", "tensorflow", 8, 12.34), 12.0, 0.02, 1.9, augment=False),
+           record("resnet50", "mxnet", 8, 10.87)]
+    write_report([write_jsonl(tmp_path / "fed.jsonl", fed)], str(tmp_path / "out"))
+    md = (tmp_path / "out" / "report.md").read_text()
+    rows = markdown_rows(md, "Data-fed training")
+    assert len(rows) == 2  # the run without --data has no row here
+    torch = row_for(rows, "resnet50", "torch", "paper", "64")
+    assert torch[4:] == ["torch.utils.data.DataLoader", "2", "yes", "1,800 images/s",
+                         "450.1 images/s", "0.25x", "72.0%", "1.60", "7.50", "input pipeline"]
+    tf = row_for(rows, "resnet50", "tensorflow", "paper", "8")
+    assert tf[6:] == ["no", "12.34 images/s", "12.00 images/s", "0.97x", "2.0%", "1.60", "1.90",
+                      "model"]
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert 'id="data-fed"' in page and "450.1 images/s" in page
+    write_report([write_jsonl(tmp_path / "plain.jsonl", fed[2:])], str(tmp_path / "plain"))
+    assert "Data-fed training" not in (tmp_path / "plain" / "report.md").read_text()

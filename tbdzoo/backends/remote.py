@@ -270,6 +270,11 @@ class RemoteModel(BackendModel):
         finally:
             os.remove(path)
 
+    def data_fed_in_worker(self, progress=None, timeout=None, **options):
+        """tbdzoo.pipelines.measure.data_fed run inside the worker, where the backend's own
+        input pipeline feeds the model; returns the record's "data" part."""
+        return self._call("data_fed", timeout=timeout, progress=progress, **options)
+
     @property
     def pid(self):
         return self._process.pid

@@ -98,6 +98,11 @@ class Worker(object):
         batch = load_arrays(batch_path) if batch_path else None
         return profile(self.model, batch=batch, progress=_progress, **options)
 
+    def data_fed(self, **options):
+        """Training fed by the backend's own input pipeline, run here beside the model."""
+        from ..pipelines.measure import data_fed
+        return data_fed(self.model, progress=_progress, **options)
+
     def ping(self):
         return {"pid": os.getpid(), "python": sys.version.split()[0]}
 

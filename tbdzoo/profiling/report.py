@@ -247,6 +247,39 @@ def results_table(records):
     return Table(headers, rows, numeric=headers[3:4] + headers[6:])
 
 
+DATA_NOTE = ("Runs with --data trained the same model again, each step on the next batch of "
+             "the backend's own input pipeline reading real images (docs/pipelines.md). "
+             "\u201cInput wait\u201d is the share of step time spent waiting for that batch; "
+             "a run is input-bound when it passes 10%, and then the pipeline, not the model, "
+             "sets the pace. CPU counts the whole process tree (loader workers included).")
+
+
+def fmt_cores(value):
+    return DASH if value is None else "{:.2f}".format(value)
+
+
+def data_table(records):
+    """Synthetic and data-fed throughput side by side, with what shows an input bottleneck."""
+    headers = ["Model", "Backend", "Config", "Batch", "Pipeline", "Workers", "Augment",
+               "Synthetic", "Data-fed", "Data-fed / synthetic", "Input wait",
+               "CPU cores busy (synthetic)", "CPU cores busy (data-fed)", "Bound by"]
+    rows = []
+    for r in records:
+        d = r.get("data")
+        if not isinstance(d, dict) or "throughput" not in d:
+            continue
+        ratio = number(d.get("vs_synthetic"))
+        rows.append([text(r.get("model")), text(r.get("backend")), text(r.get("config")),
+                     text(r.get("batch_size")), text(d.get("pipeline")), text(d.get("workers")),
+                     "yes" if d.get("augment") else "no", throughput_cell(r), throughput_cell(d),
+                     DASH if ratio is None else "{:.2f}x".format(ratio),
+                     fmt_percent(number(d.get("input_wait_fraction"))),
+                     fmt_cores(number(dig(r, "cpu", "process_cores_busy"))),
+                     fmt_cores(number(dig(d, "cpu", "process_tree_cores_busy"))),
+                     "input pipeline" if d.get("input_bound") else "model"])
+    return Table(headers, rows, numeric=[headers[3], headers[5]] + headers[7:13])
+
+
 def memory_cell(size, total, source):
     if size is None:
         return DASH
@@ -353,6 +386,7 @@ def build_context(entries, sources):
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
         "results": results_table([e.record for e in ok]),
+        "data": data_table([e.record for e in ok]),
         "memory": memory_table([e.record for e in ok]),
         "memory_findings": memory_findings([e.record for e in ok]),
         "network_memory": network_memory_table([e.record for e in ok]),
@@ -405,6 +439,8 @@ def render_markdown(ctx, figures):
                 "precision); the newest was used:".format(len(ctx["notes"])), ""]
         out += ["- " + md_escape(n) for n in ctx["notes"]] + [""]
     out += ["## Results", "", md_table(ctx["results"])]
+    if ctx["data"].rows:
+        out += ["## Data-fed training", "", md_escape(DATA_NOTE), "", md_table(ctx["data"])]
     for name, title, caption in figures:
         out += ["## {}".format(title), "", "![{}]({})".format(title, name), "", caption, ""]
     out += ["## Memory", "", md_escape(MEMORY_LEGEND), ""]
@@ -459,6 +495,11 @@ config, batch, precision); the newest was used:</p>
 {% endif %}
 <h2 id="results">Results</h2>
 {{ table(results) }}
+{% if data.rows %}
+<h2 id="data-fed">Data-fed training</h2>
+<p class="note">{{ data_note }}</p>
+{{ table(data, kind="wrap") }}
+{% endif %}
 {% for name, title, caption in figures %}
 <h2>{{ title }}</h2>
 <figure><img src="{{ name }}" alt="{{ title }}"><figcaption>{{ caption }}</figcaption></figure>
@@ -505,7 +546,8 @@ def render_html(ctx, figures):
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(TABLE_MACRO + HTML_TEMPLATE)
     return template.render(figures=figures, reading_note=READING_NOTE,
-                           memory_legend=MEMORY_LEGEND, network_note=NETWORK_NOTE, **ctx)
+                           memory_legend=MEMORY_LEGEND, network_note=NETWORK_NOTE,
+                           data_note=DATA_NOTE, **ctx)
 
 
 def write_report(records_or_paths, out_dir):

@@ -1,0 +1,151 @@
+"""Data-fed training throughput: the measuring protocol of tbdzoo/profiling/timing.py, but each
+step trains on the next batch of a real input pipeline, so the time a step waits for its batch
+counts. Beside the throughput it records that wait and the CPU the whole process tree used
+(a DataLoader's worker processes included), which is what shows an input-bound run.
+docs/pipelines.md, docs/records.md ("data")."""
+import os
+import time
+from collections import OrderedDict
+
+from ..datasets.errors import DatasetError
+from ..profiling.timing import summarize
+from . import augment as augment_mod
+from . import for_backend
+
+__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS"]
+
+# The models whose inputs the image pipelines build; the others need readers of their own
+# (docs/pipelines.md: "Other data").
+IMAGE_MODELS = ("resnet50", "inception_v3")
+
+
+class TreeCpuMeter(object):
+    """CPU seconds of this process and its children (live ones at the end, plus those that
+    exited and were waited for) over wall seconds, and the machine's per-core busy fraction."""
+
+    def __init__(self):
+        import psutil
+        self._psutil = psutil
+        self._me = psutil.Process()
+
+    def _tree_seconds(self):
+        total = 0.0
+        for p in [self._me] + self._me.children(recursive=True):
+            try:
+                t = p.cpu_times()
+            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                continue
+            total += t.user + t.system
+        reaped = os.times()
+        return total + reaped.children_user + reaped.children_system
+
+    def start(self):
+        self._wall = time.perf_counter()
+        self._cpu = self._tree_seconds()
+        self._psutil.cpu_percent(percpu=True)
+
+    def stop(self):
+        wall = time.perf_counter() - self._wall
+        busy = max(self._tree_seconds() - self._cpu, 0.0) / wall if wall else 0.0
+        cores = os.cpu_count() or 1
+        return OrderedDict([
+            ("cores", cores), ("process_tree_cores_busy", busy),
+            ("process_tree_utilization", busy / cores),
+            ("system_per_core", [p / 100.0 for p in self._psutil.cpu_percent(percpu=True)]),
+            ("source", "measured")])
+
+
+def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=None,
+                  samplers=True):
+    """Train ``model`` on successive batches of the iterator ``batches`` (``feed`` turns one
+    into what ``model.train_step`` takes); returns the timing, the input wait and CPU use."""
+    if warmup < 1 or steps < 1 or repeats < 1:
+        raise ValueError("warmup, steps and repeats must each be at least 1")
+    total, done = warmup + steps * repeats, 0
+    start = time.perf_counter()
+    first = next(batches)
+    first_batch_s = time.perf_counter() - start
+    losses = [model.train_step(feed(first))]
+    done += 1
+    if progress:
+        progress(done, total)
+    for _ in range(warmup - 1):
+        losses.append(model.train_step(feed(next(batches))))
+        done += 1
+        if progress:
+            progress(done, total)
+    meter = TreeCpuMeter() if samplers else None
+    model.synchronize()
+    if meter:
+        meter.start()
+    per_step, waits, items = [], [], None
+    for _ in range(repeats):
+        model.synchronize()
+        start, wait = time.perf_counter(), 0.0
+        for i in range(steps):
+            t = time.perf_counter()
+            batch = next(batches)
+            wait += time.perf_counter() - t
+            items = len(batch["labels"])
+            loss = model.train_step(feed(batch), sync=(i == steps - 1))
+            if loss is not None:
+                losses.append(loss)
+            done += 1
+            if progress:
+                progress(done, total)
+        model.synchronize()
+        elapsed = time.perf_counter() - start
+        per_step.append(elapsed / steps)
+        waits.append(wait / elapsed)
+    step_time = summarize(per_step)
+    return OrderedDict([
+        ("throughput", items / step_time["median"]), ("items_per_step", items),
+        ("step_time", step_time), ("first_batch_s", first_batch_s),
+        ("input_wait_fraction", summarize(waits)["median"]),
+        ("cpu", meter.stop() if meter else None), ("losses", losses)])
+
+
+def open_source(model_name, hparams, data_dir, split="train"):
+    """The reader of ``data_dir`` for ``model_name``, checked against the model's classes."""
+    if model_name not in IMAGE_MODELS:
+        raise DatasetError("--data feeds image classification models ({}) for now; {} needs a "
+                           "reader of its own data (docs/pipelines.md)".format(
+                               ", ".join(IMAGE_MODELS), model_name))
+    from ..datasets.imagenet import ImageNetFolder
+    source = ImageNetFolder(data_dir, split)
+    if len(source.classes) > hparams["num_classes"]:
+        raise DatasetError("{}: {} classes, but the model's config has {}: set "
+                           "--set num_classes={}".format(data_dir, len(source.classes),
+                                                         hparams["num_classes"],
+                                                         len(source.classes)))
+    return source
+
+
+def data_fed(model, data_dir, pipeline=None, split="train", augment=True, workers=2, prefetch=2,
+             seed=0, deterministic=False, warmup=1, steps=3, repeats=3, samplers=True,
+             progress=None):
+    """Time ``model`` trained from ``data_dir`` through the input pipeline of ``pipeline``
+    (default: the model's backend's); returns the record's "data" part (docs/records.md)."""
+    source = open_source(model.name, model.hparams, data_dir, split)
+    module = for_backend(pipeline or model.backend)
+    spec = augment_mod.spec_for_model(model.name, model.hparams, train=augment)
+    batches = module.loader(source, spec, model.hparams["batch_size"], seed=seed, epochs=None,
+                            workers=workers, prefetch=prefetch, deterministic=deterministic)
+    try:
+        timing = time_data_fed(model, batches, module.feed, warmup, steps, repeats, progress,
+                               samplers)
+    finally:
+        close = getattr(batches, "close", None)
+        if close:
+            close()
+    return OrderedDict([
+        ("dir", os.path.abspath(data_dir)), ("split", split), ("examples", len(source)),
+        ("classes", len(source.classes)), ("pipeline", module.NAME), ("workers", workers),
+        ("prefetch", prefetch), ("augment", bool(augment)), ("deterministic", bool(deterministic)),
+        ("seed", seed),
+        ("throughput", OrderedDict([("value", timing["throughput"]),
+                                    ("unit", model.model_def.unit),
+                                    ("items_per_step", timing["items_per_step"])])),
+        ("step_time", timing["step_time"]), ("first_batch_s", timing["first_batch_s"]),
+        ("input_wait_fraction", timing["input_wait_fraction"]), ("cpu", timing["cpu"]),
+        ("losses", timing["losses"])])
