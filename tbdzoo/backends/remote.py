@@ -294,6 +294,17 @@ class RemoteModel(BackendModel):
             return arrays["output"]
         return OrderedDict((k[len("output."):], v) for k, v in arrays.items())  # a dict
 
+    def values(self, batch, names):
+        """Graph values ``names`` in inference mode, computed in the worker."""
+        path, out = self._path("batch"), self._path("values")
+        save_arrays(path, batch)
+        try:
+            self._call("values", path=path, names=list(names), out=out)
+        finally:
+            os.remove(path)
+        arrays = load_arrays(out)
+        return OrderedDict((n, arrays[n]) for n in names)
+
     def loss_and_gradients(self, batch):
         out = self._path("grads")
         loss = self._on_batch("loss_and_gradients", batch, out=out)["loss"]

@@ -62,6 +62,10 @@ class Worker(object):
         from ..weights import load_arrays
         _save_output(out, self.model.predict(load_arrays(path)))
 
+    def values(self, path, names, out):
+        from ..weights import load_arrays
+        np.savez(out, **self.model.values(load_arrays(path), names))
+
     def loss_and_gradients(self, key, out):
         loss, grads = self.model.loss_and_gradients(self._batch(key))
         np.savez(out, **grads)
