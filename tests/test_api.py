@@ -8,7 +8,7 @@ from tbdzoo.errors import BackendUnavailableError, UnknownNameError
 
 def test_lists():
     assert tbdzoo.list_models() == ["resnet50", "transformer", "inception_v3", "wgan", "seq2seq",
-                                   "deepspeech2", "a3c"]
+                                   "deepspeech2", "a3c", "faster_rcnn"]
     backends = {b["name"]: b for b in tbdzoo.list_backends()}
     assert list(backends) == ["torch", "tensorflow", "mxnet", "cntk"]
     assert all(isinstance(b["ready"], bool) for b in backends.values())
