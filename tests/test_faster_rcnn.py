@@ -181,6 +181,29 @@ def test_predict_needs_images_and_their_sizes_only(torch_model):
         torch_model.predict({"images": batch["images"]})
 
 
+def test_predict_runs_the_head_on_its_proposals_in_chunks_of_the_graphs_rois(torch_model):
+    """20 evaluation proposals through a graph of 8 RoIs (chunks of 8, 8 and 4 padded) give the
+    detections of a graph of 20 RoIs: the RoI count is a shape, not a parameter."""
+    batch = torch_model.synthetic_batch(seed=0)
+    found = []
+    for rois in (8, 20):
+        model = build_native(NAME, "torch", config="tiny", seed=0, test_post_nms=20,
+                             rois_per_image=rois)
+        model.set_weights(torch_model.get_weights())
+        found.append(model.predict(batch))
+    values = torch_model.values(batch, [faster_rcnn.RPN_LOGITS, faster_rcnn.RPN_DELTAS])
+    from tbdzoo.detection.proposals import proposals
+    boxes, _ = proposals(*faster_rcnn._rpn_per_anchor(values, 0, torch_model.hparams),
+                         anchors=faster_rcnn._anchors(torch_model.spec, torch_model.hparams),
+                         valid_hw=batch["image_hw"][0], pre_nms=60, post_nms=20, threshold=0.7,
+                         min_size=1.0)
+    assert len(boxes) > 16   # three chunks of 8
+    np.testing.assert_array_equal(found[0]["labels"], found[1]["labels"])
+    np.testing.assert_array_equal(found[0]["counts"], found[1]["counts"])
+    np.testing.assert_allclose(found[0]["scores"], found[1]["scores"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(found[0]["boxes"], found[1]["boxes"], rtol=1e-5, atol=1e-4)
+
+
 # -- every backend against the PyTorch reference -------------------------------------------------
 def _native_type(backend):
     if backend == "torch":
