@@ -179,6 +179,10 @@ def test_predict_needs_images_and_their_sizes_only(torch_model):
         assert not out["boxes"][i][n:].any() and not out["labels"][i][n:].any()
     with pytest.raises(DetectionInputError, match="predict needs 'image_hw'"):
         torch_model.predict({"images": batch["images"]})
+    empty = dict(batch, gt_count=np.zeros(2, np.int32))   # ground truth plays no part
+    np.testing.assert_array_equal(torch_model.predict(empty)["labels"], out["labels"])
+    with pytest.raises(DetectionInputError, match="outside the 64 x 64 canvas"):
+        torch_model.predict(dict(batch, image_hw=np.array([[64, 64], [64, 80]], np.int32)))
 
 
 def test_predict_runs_the_head_on_its_proposals_in_chunks_of_the_graphs_rois(torch_model):

@@ -208,8 +208,8 @@ def detect(model, batch):
         if name not in batch:
             raise DetectionInputError("predict needs {!r}: {} takes images and image_hw".format(
                 name, model.name))
-    model._check_batch(batch, ["images", "image_hw"])
     images, image_hw = np.asarray(batch["images"]), np.asarray(batch["image_hw"])
+    model._check_batch({"images": images, "image_hw": image_hw}, ["images", "image_hw"])
     values = model.values({"images": images}, [RPN_LOGITS, RPN_DELTAS])
     grid = _anchors(model.spec, hp)
     rows = hp["rois_per_image"]
