@@ -13,7 +13,7 @@ from tbdzoo import consistency
 from tbdzoo.backends.registry import build, build_native
 from tbdzoo.detection import anchors as anchor_grid
 from tbdzoo.detection.targets import anchor_targets
-from tbdzoo.errors import DetectionInputError
+from tbdzoo.errors import DetectionInputError, HyperparameterError
 from tbdzoo.models import faster_rcnn
 from tbdzoo.spec.targets import seeded_rng
 
@@ -89,6 +89,19 @@ def test_tiny_program_reads_four_losses_and_the_targets_step_writes_every_target
     paper = tbdzoo.get_model(NAME).hparams("paper")
     assert paper["lr"] == 1e-3 and paper["weight_decay"] == 5e-4 and paper["momentum"] == 0.9
     assert paper["lr_milestones"] == (7,) and paper["epochs"] == 10 and paper["batch_size"] == 1
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"canvas": (64, 64, 64)}, "canvas must be .height, width."),
+    ({"blocks": (1, 1, 1)}, "blocks must count the bottlenecks of layer1 to layer4"),
+    ({"rpn_negative_iou": 0.8}, "rpn_negative_iou 0.8 is above rpn_positive_iou 0.7"),
+    ({"bg_iou_low": 0.5}, "bg_iou_low 0.5 must be below fg_iou 0.5"),
+    ({"anchor_ratios": (0.0, 1.0)}, "anchor_ratios"),
+    ({"roi_sampling_ratio": 0}, "roi_sampling_ratio"),
+])
+def test_bad_hyperparameters_are_refused_by_name(overrides, message):
+    with pytest.raises(HyperparameterError, match=message):
+        tbdzoo.get_model(NAME).hparams("tiny", **overrides)
 
 
 def test_the_targets_step_is_the_numpy_reference_in_the_rpns_layout():
