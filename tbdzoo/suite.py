@@ -23,13 +23,16 @@ from .profiling.profile import failed_record
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
 # configs' own batch sizes.
 CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2, "seq2seq": 16,
-                   "deepspeech2": 1}
+                   "deepspeech2": 1, "faster_rcnn": 1}
 
 # Where a smaller batch is not enough: one 16 s utterance is 0.6 TFLOP forward in Deep Speech 2
 # (docs/benchmarks.md), minutes per step on a small CPU, and even at 2 s a PyTorch step took
 # 81 s on a busy 2-core machine (the GRUs' 1,760-wide weights are read once per time step), so
 # a CPU suite run pads its synthetic utterances to 1 s. The record names the override.
-CPU_OVERRIDES = {"deepspeech2": {"max_frames": 100}}
+# Faster R-CNN's paper step is 1.7 TFLOP (a 1,000 x 1,000 canvas, 128 RoIs through layer4);
+# a 600 x 600 canvas and 32 RoIs make it 0.55 TFLOP, the same network and program.
+CPU_OVERRIDES = {"deepspeech2": {"max_frames": 100},
+                 "faster_rcnn": {"canvas": (600, 600), "rois_per_image": 32}}
 
 # The device a backend's model picks when none is named, asked of the backend's own class in
 # its own environment (as a run's worker would build it), so this process imports no framework.

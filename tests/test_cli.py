@@ -19,7 +19,7 @@ def test_list_shows_models_and_backends():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: a3c, deepspeech2, inception_v3, resnet50, seq2seq, transformer, wgan"),
+    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: a3c, deepspeech2, faster_rcnn, inception_v3, resnet50, seq2seq, transformer, wgan"),
     (["run", "resnet50", "--backend", "caffe"], "unknown backend 'caffe'"),
     (["bench", "--models", "vgg"], "unknown model 'vgg'"),
 ])
@@ -87,7 +87,7 @@ def main(capsys, *args):
      "unknown hyperparameter of resnet50 'vocab'; known: batch_size, blocks"),
     (["bench", "--backends", "torch", "--set", "depth=3"],
      "unknown hyperparameter of resnet50 or transformer or inception_v3 or wgan or seq2seq or "
-     "deepspeech2 or a3c 'depth'; known: alpha"),
+     "deepspeech2 or a3c or faster_rcnn 'depth'; known: allow_empty_images"),
     (["run", "resnet50", "--backend", "torch", "--set", "lr"], "NAME=VALUE, e.g. lr=0.05"),
     (["run", "resnet50", "--backend", "torch", "--precision", "fp64"], "invalid choice: 'fp64'"),
     (["run", "resnet50", "--backend", "torch", "--batch-size", "8", "--set", "batch_size=16"],
@@ -165,7 +165,8 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),
         ("wgan", "torch", None), ("wgan", "mxnet", 2), ("seq2seq", "torch", None),
         ("seq2seq", "mxnet", 16), ("deepspeech2", "torch", None), ("deepspeech2", "mxnet", 1),
-        ("a3c", "torch", None), ("a3c", "mxnet", None)]
+        ("a3c", "torch", None), ("a3c", "mxnet", None), ("faster_rcnn", "torch", None),
+        ("faster_rcnn", "mxnet", 1)]
     assert _bench_sizes(monkeypatch, "--device", "cpu")[0] == ("resnet50", "torch", 8)
     # Deep Speech 2's utterances shrink on a CPU only (torch is on a GPU here, mxnet not)
     assert suite.bench_overrides("deepspeech2", "mxnet") == {"max_frames": 100}
@@ -174,6 +175,7 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     assert suite.bench_overrides("deepspeech2", "mxnet", config="tiny") == {}
     assert suite.bench_overrides("deepspeech2", "mxnet", cpu_batches=False) == {}
     assert suite.bench_overrides("resnet50", "mxnet") == {}
+    assert suite.bench_overrides("faster_rcnn", "mxnet") == {"canvas": (600, 600), "rois_per_image": 32}
     assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
 

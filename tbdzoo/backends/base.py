@@ -269,6 +269,8 @@ class BackendModel(object):
         return [self.train_step(prepared) for _ in range(steps)]
 
     def predict(self, batch):
+        if getattr(self.model_def, "inference", None) is not None:  # ModelDef.inference
+            return self.model_def.inference(self, batch)
         if self.program is not None:  # only what the output reads; a step's batch may hold more
             names = self._output_inputs()
             written = [n for n in self.program.written_inputs() if n in names]
@@ -283,6 +285,16 @@ class BackendModel(object):
                 part.update(self._run_targets(part, 0))
             return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
         return np.asarray(self._predict(self.prepare_batch(batch)))
+
+    def values(self, batch, names):
+        """{node name: NumPy value} of graph nodes ``names`` in inference mode, from a NumPy
+        ``batch`` holding the inputs they read (a model's inference hook reads these)."""
+        needed = [n for n in self.spec.inputs if n in programs.values_read(self.spec, names)]
+        self._check_batch(batch, needed)
+        size = min(len(batch[n]) for n in needed)
+        part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in needed)
+        out = self._values(Prepared(self.backend, self._prepare(part), size), list(names))
+        return OrderedDict((n, np.asarray(out[n])) for n in names)
 
     def _output_inputs(self):
         """The inputs the graph's output reads (a prediction needs no labels)."""

@@ -281,9 +281,11 @@ class RemoteModel(BackendModel):
 
     def predict(self, batch):
         out = self._path("predict")
-        if self.program is not None and not isinstance(batch, Prepared):
+        inference = getattr(self.model_def, "inference", None) is not None
+        if inference or (self.program is not None and not isinstance(batch, Prepared)):
             # a step's batch of a program is split by update; the output reads its own inputs
-            self._check_batch(batch, self._output_inputs())
+            if not inference:  # an inference hook checks its batch in the worker
+                self._check_batch(batch, self._output_inputs())
             path = self._path("batch")
             save_arrays(path, batch)
             try:
@@ -292,7 +294,21 @@ class RemoteModel(BackendModel):
                 os.remove(path)
         else:
             self._on_batch("predict", batch, out=out)
-        return load_arrays(out)["output"]
+        arrays = load_arrays(out)
+        if "output" in arrays:
+            return arrays["output"]
+        return OrderedDict((k[len("output."):], v) for k, v in arrays.items())  # a dict
+
+    def values(self, batch, names):
+        """Graph values ``names`` in inference mode, computed in the worker."""
+        path, out = self._path("batch"), self._path("values")
+        save_arrays(path, batch)
+        try:
+            self._call("values", path=path, names=list(names), out=out)
+        finally:
+            os.remove(path)
+        arrays = load_arrays(out)
+        return OrderedDict((n, arrays[n]) for n in names)
 
     def loss_and_gradients(self, batch):
         out = self._path("grads")

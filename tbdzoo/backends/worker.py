@@ -56,11 +56,15 @@ class Worker(object):
         return {"losses": losses, "step_count": self.model.step_count}
 
     def predict(self, key, out):
-        np.savez(out, output=self.model.predict(self._batch(key)))
+        _save_output(out, self.model.predict(self._batch(key)))
 
     def predict_arrays(self, path, out):
         from ..weights import load_arrays
-        np.savez(out, output=self.model.predict(load_arrays(path)))
+        _save_output(out, self.model.predict(load_arrays(path)))
+
+    def values(self, path, names, out):
+        from ..weights import load_arrays
+        np.savez(out, **self.model.values(load_arrays(path), names))
 
     def loss_and_gradients(self, key, out):
         loss, grads = self.model.loss_and_gradients(self._batch(key))
@@ -111,6 +115,15 @@ def _progress(done, total):
     """Progress goes to stderr as lines the client parses (tbdzoo.backends.remote)."""
     sys.stderr.write("tbdzoo-progress {} {}\n".format(done, total))
     sys.stderr.flush()
+
+
+def _save_output(out, output):
+    """A prediction to ``out``: one array as 'output', a dict of arrays (an inference hook's)
+    as 'output.<key>'."""
+    if isinstance(output, dict):
+        np.savez(out, **dict(("output." + k, v) for k, v in output.items()))
+    else:
+        np.savez(out, output=output)
 
 
 def serve(requests, replies):

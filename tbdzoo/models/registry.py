@@ -27,17 +27,21 @@ class ModelDef(object):
     ``check_batch(hp, batch)``, if given, raises ValueError for a batch the model cannot take
     (a token outside the vocabulary, say) beyond what the spec alone can tell; every backend
     runs it on every batch (BackendModel._check_batch), on the inputs the batch holds.
+    ``inference(model, batch)``, if given, is what ``model.predict(batch)`` returns, for a model
+    whose inference is more than its graph's output (Faster R-CNN: proposals, the head on
+    them and NMS around the graph); it reads graph values with ``model.values(batch, names)``.
     Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
     model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
     """
 
     def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items,
-                 check_batch=None):
+                 check_batch=None, inference=None):
         configs = {k: _with_steps_per_epoch(dict(EXECUTION_DEFAULTS, **v)) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
         self.unit, self.items = unit, items
         self.check_batch = check_batch
+        self.inference = inference
         self.constrain()
 
     def constrain(self, rules=None, checks=()):
@@ -83,13 +87,13 @@ def _with_steps_per_epoch(hp, derive=False):
 
 
 def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=(),
-                   check_batch=None):
+                   check_batch=None, inference=None):
     """Decorator for a graph builder ``fn(hp) -> Graph``."""
     def wrap(build_graph):
         if name in _MODELS:
             raise ValueError("model {!r} is registered twice".format(name))
         _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit,
-                                 items, check_batch).constrain(rules, checks)
+                                 items, check_batch, inference).constrain(rules, checks)
         return build_graph
     return wrap
 
@@ -107,7 +111,8 @@ def get_model(name):
     return _MODELS[name]
 
 
-BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepspeech2", "a3c")
+BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepspeech2", "a3c",
+           "faster_rcnn")
 
 
 def list_models():
@@ -119,3 +124,4 @@ def list_models():
 
 def _load_builtin():
     from . import resnet, transformer, inception, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
+    from . import faster_rcnn  # noqa: F401

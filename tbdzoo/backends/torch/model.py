@@ -481,6 +481,11 @@ class Model(BackendModel):
         current, weight_copies = [per_update[0]], {}
 
         def pack(tensor):
+            if tensor.layout != torch.strided:  # a sparse matrix (RoIAlign's gather) has no
+                if tensor.is_sparse:            # storage of its own: count its two parts
+                    pack(tensor._indices())
+                    pack(tensor._values())
+                return tensor
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
             if ptr not in state and ptr not in batch:
