@@ -142,6 +142,28 @@ def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridiz
     np.testing.assert_allclose(x.grad.asnumpy(), expected_grad, atol=1e-5)
 
 
+def test_mxnet_contrib_roialign_samples_as_the_reference_does():
+    """MXNet's own RoIAlign (aligned, sample_ratio 2) pools exactly the reference's points, RoIs
+    off the map included; it takes boxes, not the spec op's sample points (docs/detection.md)."""
+    require_framework("mxnet")
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    import mxnet as mx
+    rng = np.random.RandomState(4)
+    features = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
+    boxes = 16 * np.array([[0, 0, 11, 9], [2.3, 1.7, 6.1, 8.4], [-3, -2, 4, 30],
+                           [8, 6, 8.5, 6.5]], np.float32)
+    for aligned in (True, False):
+        expected = torchvision.ops.roi_align(torch.from_numpy(features), [torch.from_numpy(boxes)],
+                                             (3, 2), 1 / 16.0, 2, aligned=aligned).numpy()
+        rois = np.concatenate([np.zeros((4, 1), np.float32), boxes], 1)
+        got = mx.nd.contrib.ROIAlign(mx.nd.array(features), mx.nd.array(rois), pooled_size=(3, 2),
+                                     spatial_scale=1 / 16.0, sample_ratio=2,
+                                     aligned=aligned).asnumpy()
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
 def _head_graph():
     g = Graph("head")
     x = g.input("x", (4, 6, 5))
