@@ -67,6 +67,17 @@ def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():
     np.testing.assert_array_equal(got.numpy(), expected)
 
 
+def test_torch_nms_without_torchvision_runs_the_reference(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import sys
+    from tbdzoo.detection import torch_nms
+    boxes, scores = tied_pixel_boxes(np.random.RandomState(5), 60)
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now fails
+    got = torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), 0.5, max_keep=9)
+    assert got.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), reference_nms(boxes, scores, 0.5, max_keep=9))
+
+
 def test_torch_nms_refuses_nan_scores_and_mismatched_lengths():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")

@@ -5,11 +5,13 @@ Two choices make it exact. The order is fixed before torchvision sees the boxes:
 by score descending (equal scores by index ascending, the reference's tie rule), then strictly
 decreasing stand-in scores, so no sort inside the kernel can reorder ties. The IoU is taken in
 float64, as the reference computes it, with the same operations; torchvision suppresses at
-IoU strictly greater than the threshold, as the reference does.
+IoU strictly greater than the threshold, as the reference does. Where torchvision does not
+import, the NumPy reference runs on a host copy.
 """
 import torch
 
 from ..errors import DetectionInputError
+from . import nms as reference
 
 
 def _checked(boxes, scores):
@@ -34,8 +36,13 @@ def score_order(scores):
 def nms(boxes, scores, threshold, max_keep=None):
     """Indices (int64, on the boxes' device) of the kept boxes, best first: the reference's
     greedy NMS with torchvision.ops.nms doing the work. ``max_keep`` keeps the first ones."""
-    import torchvision
     scores = _checked(boxes, scores)
+    try:
+        import torchvision
+    except ImportError:
+        kept = reference.nms(boxes.detach().cpu().double().numpy(),
+                             scores.detach().cpu().double().numpy(), threshold, max_keep)
+        return torch.from_numpy(kept).to(boxes.device)
     order = score_order(scores)
     ranks = -torch.arange(order.numel(), device=boxes.device, dtype=torch.float64)
     kept = torchvision.ops.nms(boxes[order].to(torch.float64), ranks, float(threshold))
