@@ -622,7 +622,7 @@ def roi_align(features, indices, weights, a):
     the PyTorch backend computes it; the backward pass is the transposed product (the spec's
     scatter-add). Gathering every tap first holds sr^2 x 4 = 16 times the output
     (benchmarks/roi_align_backends.py). XLA has no SparseTensorDenseMatMul kernel, so a
-    jit-compiled step takes the gather form, which XLA fuses with the sum."""
+    jit-compiled step takes the gather form (which, measured, still holds every tap)."""
     if _in_xla_compilation():
         return _roi_align_gathered(features, indices, weights, a)
     h, w, c = (int(d) for d in features.shape[1:])
