@@ -67,6 +67,103 @@ def test_roi_align_is_torchvisions_roi_align_with_its_sample_points_as_inputs():
     np.testing.assert_allclose(x.grad.numpy().sum(axis=1).reshape(2, -1), expected, atol=1e-5)
 
 
+def _roi_align_case():
+    """Two images' features, their RoIs' taps (roi_align_points, aligned; RoIs partly off the
+    map and tiny ones included), an upstream gradient, and torchvision's RoIAlign output and
+    feature gradient for them."""
+    import torch
+    import torchvision
+    from tbdzoo.detection.roi_align import roi_align_points
+    rng = np.random.RandomState(3)
+    features = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    boxes = [[[0.0, 0.0, 11.0, 9.0], [2.3, 1.7, 6.1, 8.4], [-3.0, -2.0, 4.0, 30.0]],
+             [[5.5, 3.25, 10.9, 4.0], [0.2, 0.4, 1.1, 0.9], [8.0, 6.0, 8.5, 6.5]]]
+    a = {"output_size": (3, 2), "sampling_ratio": 2}
+    taps = [roi_align_points(image, (9, 11), 1.0, a["output_size"], 2, True) for image in boxes]
+    indices = np.array([t[0] for t in taps])
+    weights = np.array([t[1] for t in taps])
+    upstream = rng.standard_normal((2, 3, 3, 3, 2)).astype(np.float32)
+    x = torch.from_numpy(features).requires_grad_()
+    out = torchvision.ops.roi_align(x, [torch.tensor(b) for b in boxes], output_size=(3, 2),
+                                    spatial_scale=1.0, sampling_ratio=2, aligned=True)
+    (out * torch.from_numpy(upstream.reshape(6, 3, 3, 2))).sum().backward()
+    return (features, indices, weights, upstream, a, out.detach().numpy().reshape(upstream.shape),
+            x.grad.numpy())
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_tensorflow_roi_align_matches_torchvision_forward_and_backward(mode):
+    """The sparse product (eager, tf.function) and the gather form XLA compiles (jit_compile)."""
+    features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
+    tf = pytest.importorskip("tensorflow")  # after torchvision: the other order can crash
+    from tbdzoo.backends.tensorflow import ops as tf_ops
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = tf_ops.roi_align(tf.transpose(x, [0, 2, 3, 1]), tf.constant(indices),
+                                   tf.constant(weights), a)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, x)
+
+    run = step if mode == "eager" else tf.function(step, jit_compile=mode == "xla")
+    out, grad = run(tf.constant(features))
+    np.testing.assert_allclose(out.numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(grad.numpy(), expected_grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["roi_align", "roi_align_gathered"])
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridize):
+    """The sparse custom operator (the backend's op) and the gather form, imperative and in a
+    hybridized block."""
+    require_framework("mxnet")
+    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    import mxnet as mx
+    from tbdzoo.backends.mxnet import ops as mx_ops
+    features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
+    ctx = mx_ops.GraphContext({}, False)
+    ctx.in_shapes = [features.shape[1:], indices.shape[1:], weights.shape[1:]]
+
+    class Block(mx.gluon.HybridBlock):
+        def hybrid_forward(self, F, x, idx, w):
+            return getattr(mx_ops, form)(F, [x, idx, w], {}, a, ctx)
+
+    block = Block()
+    if hybridize:
+        block.hybridize(static_alloc=True, static_shape=True)
+    x = mx.nd.array(features)
+    x.attach_grad()
+    with mx.autograd.record():
+        out = block(x, mx.nd.array(indices), mx.nd.array(weights))
+        loss = (out * mx.nd.array(upstream)).sum()
+    loss.backward()
+    np.testing.assert_allclose(out.asnumpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(x.grad.asnumpy(), expected_grad, atol=1e-5)
+
+
+def test_mxnet_contrib_roialign_samples_as_the_reference_does():
+    """MXNet's own RoIAlign (aligned, sample_ratio 2) pools exactly the reference's points, RoIs
+    off the map included; it takes boxes, not the spec op's sample points (docs/detection.md)."""
+    require_framework("mxnet")
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    import mxnet as mx
+    rng = np.random.RandomState(4)
+    features = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
+    boxes = 16 * np.array([[0, 0, 11, 9], [2.3, 1.7, 6.1, 8.4], [-3, -2, 4, 30],
+                           [8, 6, 8.5, 6.5]], np.float32)
+    for aligned in (True, False):
+        expected = torchvision.ops.roi_align(torch.from_numpy(features), [torch.from_numpy(boxes)],
+                                             (3, 2), 1 / 16.0, 2, aligned=aligned).numpy()
+        rois = np.concatenate([np.zeros((4, 1), np.float32), boxes], 1)
+        got = mx.nd.contrib.ROIAlign(mx.nd.array(features), mx.nd.array(rois), pooled_size=(3, 2),
+                                     spatial_scale=1 / 16.0, sample_ratio=2,
+                                     aligned=aligned).asnumpy()
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
 def _head_graph():
     g = Graph("head")
     x = g.input("x", (4, 6, 5))

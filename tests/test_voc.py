@@ -439,3 +439,82 @@ def test_synthetic_batches_need_neither_pillow_nor_python_above_36():
     assert proc.returncode == 0, proc.stderr
     here = synthetic_detection_batch(0, 2, 32, 20, 3)
     assert abs(float(proc.stdout) - float(here["images"].sum())) < 1e-3
+
+
+# --- bad input, refused by name -------------------------------------------------------------
+
+def test_an_image_without_boxes_is_refused_where_boxes_are_required(devkit):
+    folder, _ = devkit
+    path = os.path.join(folder, "Annotations", "000004.xml")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(re.sub(r"<object>.*</object>", "", text, flags=re.S))
+    data = VOCDetection(folder, "test", empty="keep")
+    options = dict(shuffle=False, canvas=200, short_side=60, max_long_side=100)
+    batch = next(data.batches(1, **options))  # kept: a batch may hold an image without boxes
+    assert batch["gt_count"].tolist() == [0]
+    with pytest.raises(DatasetError, match=r"example 0: no boxes, but this configuration"):
+        check_detection_batch(batch, require_boxes=True)
+    with pytest.raises(DatasetError, match=re.escape(data.image_path("000004")) +
+                       r": no boxes, but this configuration trains on ground truth .*"
+                       r"empty='skip'"):
+        next(data.batches(1, require_boxes=True, **options))
+
+
+@pytest.mark.parametrize("box, message", [
+    ([0, 0, 81, 50], r"box 0 \[0\.0, 0\.0, 81\.0, 50\.0\] reaches outside the 100 x 80 "
+                     r"\(height x width\) image"),
+    ([-1, 0, 10, 10], r"box 0 .* reaches outside the 100 x 80"),
+    ([5, 5, 5, 9], r"box 0 \[5\.0, 5\.0, 5\.0, 9\.0\] is empty"),
+    ([5, 5, np.nan, 9], r"box 0 .* is not finite"),
+])
+def test_a_box_outside_its_image_or_empty_is_refused_naming_the_image(box, message):
+    sample = (smooth_image(100, 80), np.array([box], np.float32), [3], [False])
+    with pytest.raises(DatasetError, match=r"cat\.jpg: " + message):
+        db.make_batch([sample], canvas=200, short_side=60, max_long_side=100, names=["cat.jpg"])
+
+
+def test_a_box_on_the_image_border_stays_inside_after_the_resize():
+    """Scaling in float32 can put an edge a rounding error past the resized image; the batch
+    holds it at the edge."""
+    sample = (smooth_image(333, 487), np.array([[0, 0, 487, 333]], np.float32), [1], [False])
+    batch = db.make_batch([sample], canvas=(700, 1000))
+    check_detection_batch(batch, num_classes=20, require_boxes=True)
+    h, w = batch["image_hw"][0]
+    assert batch["gt_boxes"][0, 0].tolist() == [0, 0, w, h]
+
+
+@pytest.mark.parametrize("labels, num_classes, message", [
+    ([21], 20, r"box 0 has class id 21, outside 1\.\.20 \(0 is the background"),
+    ([0], None, r"box 0 has class id 0, outside 1\.\.num_classes"),
+    ([1, 2], 20, r"1 boxes but 2 labels"),
+])
+def test_a_class_id_out_of_range_is_refused_naming_the_image(labels, num_classes, message):
+    sample = (smooth_image(100, 80), np.array([[1, 2, 30, 40]], np.float32), labels, [False])
+    with pytest.raises(DatasetError, match=r"dog\.jpg: " + message):
+        db.make_batch([sample], canvas=200, short_side=60, max_long_side=100, names=["dog.jpg"],
+                      num_classes=num_classes)
+    with pytest.raises(DatasetError, match=r"example 0: " + message):  # an epoch's batches too
+        next(iterate_batches([sample], 1, shuffle=False, canvas=200, short_side=60,
+                             max_long_side=100, num_classes=num_classes))
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", r"malformed XML: no element found"),
+    ("\x00\xff garbage", r"malformed XML"),
+    (None, r"<object> 1 <bndbox> <xmax> is 'nan', not a finite number"),
+    ("width", r"<size> <width> is 'abc', not a finite number"),
+])
+def test_an_annotation_file_that_does_not_parse_is_named(devkit, content, message):
+    folder, _ = devkit
+    path = os.path.join(folder, "Annotations", "000002.xml")
+    if content is None:
+        rewrite(path, "<xmax>207</xmax>", "<xmax>nan</xmax>")
+    elif content == "width":
+        rewrite(path, "<width>500</width>", "<width>abc</width>")
+    else:
+        with open(path, "w", encoding="latin-1") as f:
+            f.write(content)
+    with pytest.raises(DatasetError, match=re.escape(path) + ": " + message):
+        VOCDetection(folder, "val")

@@ -130,6 +130,53 @@ def _resize(image, boxes, short_side, max_long_side):
     return resize_image(image, size), boxes, size
 
 
+def check_sample(image_hw, boxes, labels, what, num_classes=None, require_boxes=False):
+    """Raise DatasetError naming ``what`` (the image) unless its ``boxes`` (K, 4) are finite,
+    non-empty and inside its ``image_hw`` (height, width), its ``labels`` (K,) are class ids
+    1..num_classes (1 or more when num_classes is None; 0 is background and padding), and, when
+    ``require_boxes``, K >= 1. Returns (boxes float32 (K, 4), labels (K,))."""
+    height, width = (int(v) for v in image_hw)
+    boxes = np.asarray(boxes, np.float32)
+    if boxes.size == 0:
+        boxes = boxes.reshape(0, 4)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise DatasetError("{}: boxes must be (K, 4) as (x1, y1, x2, y2), got shape {}".format(
+            what, boxes.shape))
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) != len(boxes):
+        raise DatasetError("{}: {} boxes but {} labels: give one class id per box".format(
+            what, len(boxes), len(labels)))
+    if require_boxes and len(boxes) == 0:
+        raise DatasetError(
+            "{}: no boxes, but this configuration trains on ground truth and needs at least one "
+            "per image; leave such images out (VOCDetection(..., empty='skip')) or pass "
+            "require_boxes=False".format(what))
+    for k, box in enumerate(boxes):
+        x1, y1, x2, y2 = (float(v) for v in box)
+        if not np.isfinite(box).all():
+            raise DatasetError("{}: box {} {} is not finite".format(what, k, box.tolist()))
+        if x2 <= x1 or y2 <= y1:
+            raise DatasetError("{}: box {} {} is empty: boxes are (x1, y1, x2, y2) with x2 > x1 "
+                               "and y2 > y1".format(what, k, box.tolist()))
+        if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+            raise DatasetError("{}: box {} {} reaches outside the {} x {} (height x width) image: "
+                               "boxes lie in [0, width] x [0, height]; clip it to the image".format(
+                                   what, k, box.tolist(), height, width))
+    if len(labels):
+        if labels.dtype.kind not in "iu" and not (labels == np.round(labels)).all():
+            raise DatasetError("{}: labels {} are not whole class ids".format(
+                what, labels.tolist()))
+        top = num_classes if num_classes is not None else np.iinfo(np.int32).max
+        bad = (labels < 1) | (labels > top)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise DatasetError("{}: box {} has class id {}, outside 1..{} (0 is the background, "
+                               "never a box's class)".format(
+                                   what, k, labels[k].item(),
+                                   num_classes if num_classes is not None else "num_classes"))
+    return boxes, labels
+
+
 def transform(image, boxes, flip=False, short_side=SHORT_SIDE, max_long_side=MAX_LONG_SIDE):
     """One image and its boxes through resize, optional flip and normalisation.
 
@@ -185,10 +232,12 @@ def put_example(batch, i, image_hw, boxes, labels, difficult=None, original_hw=N
 
 
 def make_batch(samples, flips=None, canvas=CANVAS, max_boxes=MAX_BOXES, short_side=SHORT_SIDE,
-               max_long_side=MAX_LONG_SIDE, names=None):
+               max_long_side=MAX_LONG_SIDE, names=None, num_classes=None, require_boxes=False):
     """A batch dict from ``samples``, each (image HWC uint8, boxes, labels, difficult) as
     ``VOCDetection`` gives them; ``flips`` one bool per sample (default none flipped);
-    ``names`` name the samples in errors."""
+    ``names`` name the samples in errors. Each sample is checked first (``check_sample``: boxes
+    inside the image, class ids in 1..``num_classes``, at least one box when
+    ``require_boxes``)."""
     samples = list(samples)
     flips = [False] * len(samples) if flips is None else [bool(f) for f in flips]
     if len(flips) != len(samples):
@@ -197,22 +246,29 @@ def make_batch(samples, flips=None, canvas=CANVAS, max_boxes=MAX_BOXES, short_si
     batch = empty_batch(len(samples), canvas, max_boxes)
     for i, (sample, flip) in enumerate(zip(samples, flips)):
         image, boxes, labels, difficult = sample
+        name = "example {}".format(i) if names is None else names[i]
+        boxes, labels = check_sample(np.shape(image)[:2], boxes, labels, name, num_classes,
+                                     require_boxes)
         resized, boxes, size = _resize(image, boxes, short_side, max_long_side)
+        # scaling in float32 may put an edge a rounding error past the resized image
+        boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, size[1])
+        boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, size[0])
         if flip:
             boxes = flip_boxes(boxes, size[1])
         region = put_example(batch, i, size, boxes, labels, difficult, np.shape(image)[:2], flip,
-                             None if names is None else names[i])
+                             name)
         normalize(resized, out=region, flip=flip)
     return batch
 
 
 def iterate_batches(dataset, batch_size, seed=0, shuffle=True, flip=True, drop_last=False,
                     canvas=CANVAS, max_boxes=MAX_BOXES, short_side=SHORT_SIDE,
-                    max_long_side=MAX_LONG_SIDE):
+                    max_long_side=MAX_LONG_SIDE, num_classes=None, require_boxes=False):
     """One epoch of batch dicts over ``dataset`` (indexable, each item as ``make_batch``
     takes): the order shuffled and each image flipped with probability 1/2 when asked, both
     from ``seed`` (give each epoch its own seed). mx-rcnn instead appends a flipped copy of
-    every image to the epoch; torchvision's references flip at random, as here."""
+    every image to the epoch; torchvision's references flip at random, as here. ``num_classes``
+    and ``require_boxes`` are ``make_batch``'s checks."""
     rng = np.random.RandomState(seed)
     order = rng.permutation(len(dataset)) if shuffle else np.arange(len(dataset))
     flips = rng.uniform(size=len(dataset)) < 0.5 if flip else np.zeros(len(dataset), bool)
@@ -222,7 +278,8 @@ def iterate_batches(dataset, batch_size, seed=0, shuffle=True, flip=True, drop_l
         indices = order[start:start + batch_size]
         names = [name_of(int(i)) for i in indices] if name_of is not None else None
         yield make_batch([dataset[int(i)] for i in indices], flips[start:start + batch_size],
-                         canvas, max_boxes, short_side, max_long_side, names)
+                         canvas, max_boxes, short_side, max_long_side, names, num_classes,
+                         require_boxes)
 
 
 def _ints(rng, low, high, size=None, dtype=np.int64):
@@ -312,11 +369,11 @@ def synthetic_detection_batch(rng, batch, canvas, num_classes, max_boxes, min_bo
     return out
 
 
-def check_detection_batch(batch, num_classes=None):
+def check_detection_batch(batch, num_classes=None, require_boxes=False):
     """Raise DatasetError naming the first key and example that break the batch format:
     the keys, shapes and dtypes above, valid sizes within the canvas, counts within the box
-    slots, real boxes with x1 < x2 and y1 < y2 inside the valid region, labels in
-    1..num_classes (when given), and zeros in every padded slot."""
+    slots (at least 1 when ``require_boxes``), real boxes with x1 < x2 and y1 < y2 inside the
+    valid region, labels in 1..num_classes (when given), and zeros in every padded slot."""
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
         raise DatasetError("the detection batch lacks {}".format(", ".join(missing)))
@@ -344,6 +401,9 @@ def check_detection_batch(batch, num_classes=None):
         if not 0 <= count <= max_boxes:
             raise DatasetError("example {}: gt_count {} outside [0, {}]".format(i, count,
                                                                                  max_boxes))
+        if require_boxes and count == 0:
+            raise DatasetError("example {}: no boxes, but this configuration needs at least one "
+                               "per image".format(i))
         boxes, labels = batch["gt_boxes"][i], batch["gt_labels"][i]
         real = boxes[:count]
         bad = ((real[:, 0] < 0) | (real[:, 1] < 0) | (real[:, 2] > w) | (real[:, 3] > h)

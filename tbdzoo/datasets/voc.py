@@ -103,9 +103,13 @@ def _text(node, tag, path, where):
 def _number(node, tag, path, where):
     text = _text(node, tag, path, where)
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise DatasetError("{}: {} <{}> is {!r}, not a number".format(path, where, tag, text))
+        value = float("nan")
+    if not np.isfinite(value):
+        raise DatasetError("{}: {} <{}> is {!r}, not a finite number".format(
+            path, where, tag, text))
+    return value
 
 
 def parse_annotation(path, class_names=CLASSES):
@@ -257,7 +261,8 @@ class VOCDetection(object):
 
     def batches(self, batch_size, seed=0, **options):
         """One epoch of batch dicts: ``iterate_batches`` (tbdzoo/datasets/detection_batch.py)
-        over this dataset."""
+        over this dataset, class ids checked against VOC's 20 classes."""
+        options.setdefault("num_classes", len(CLASSES))
         return iterate_batches(self, batch_size, seed=seed, **options)
 
 

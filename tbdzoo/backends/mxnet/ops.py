@@ -15,6 +15,7 @@ import numpy as np
 from ...spec.tables import sinusoid_table
 from ..common import attention, pooling
 from . import recurrent
+from . import roi_align as sparse_roi_align
 
 
 class GraphContext(object):
@@ -493,9 +494,19 @@ def ctc(F, logits, labels, input_lengths, label_lengths, frames, max_labels):
 
 # -- detection -----------------------------------------------------------------------------------
 def roi_align(F, inputs, p, a, ctx):
-    """One ``take`` of the batch's (N H W, C) feature rows at each example's indices offset by
-    n H W (indices travel as float32, exact below 2**24); take's backward is the scatter-add
-    the spec asks. Output canonical (N, R, C, oh, ow)."""
+    """One sparse product of the bins' weighted taps with the batch's feature rows, as the
+    PyTorch backend computes it: the custom operator of roi_align.py (its backward pass is the
+    transposed product, the spec's scatter-add). Output canonical (N, R, C, oh, ow)."""
+    features, indices, weights = inputs
+    return sparse_roi_align.roi_align(F, features, indices, weights, a["output_size"],
+                                      a["sampling_ratio"])
+
+
+def roi_align_gathered(F, inputs, p, a, ctx):
+    """The same with every tap gathered: one ``take`` of the batch's (N H W, C) feature rows at
+    each example's indices offset by n H W (indices travel as float32, exact below 2**24);
+    take's backward is the scatter-add. It holds sr^2 x 4 = 16 times the output for the
+    backward pass (benchmarks/roi_align_backends.py compares the two)."""
     features, indices, weights = inputs
     (c, h, w), (rois, samples, _) = ctx.in_shapes[0], ctx.in_shapes[1]
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]

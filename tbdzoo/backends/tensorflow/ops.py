@@ -603,16 +603,64 @@ def ctc_loss(logits, labels, input_lengths, label_lengths, xla=False):
 
 
 # -- detection -------------------------------------------------------------------------------------
+def _in_xla_compilation():
+    """Whether the op is being traced for XLA (a tf.function with jit_compile=True)."""
+    try:
+        from tensorflow.python.framework import ops as framework_ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # a TensorFlow without these internals: take the form XLA compiles
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(framework_ops.get_default_graph())
+
+
 def roi_align(features, indices, weights, a):
     """features NHWC (N, H, W, C), indices and weights (N, R, S, 4); returns canonical
-    (N, R, C, oh, ow). tf.gather with batch_dims=1 gathers each example's own (H W, C) rows;
-    its gradient is the scatter-add the spec asks (IndexedSlices summed into the features)."""
-    n, h, w, c = [int(d) if d is not None else -1 for d in features.shape]
+    (N, R, C, oh, ow).
+
+    One sparse (N R oh ow, N H W) mixing matrix, each row a bin's sr^2 x 4 taps weighted by
+    weights / sr^2 (columns offset by n H W), times the batch's (N H W, C) feature rows, as
+    the PyTorch backend computes it; the backward pass is the transposed product (the spec's
+    scatter-add). Gathering every tap first holds sr^2 x 4 = 16 times the output
+    (benchmarks/roi_align_backends.py). XLA has no SparseTensorDenseMatMul kernel, so a
+    jit-compiled step takes the gather form (which, measured, still holds every tap)."""
+    if _in_xla_compilation():
+        return _roi_align_gathered(features, indices, weights, a)
+    h, w, c = (int(d) for d in features.shape[1:])
+    rois, samples = int(indices.shape[1]), int(indices.shape[2])
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    n = tf.shape(features, out_type=tf.int64)[0]
+    bins, taps = n * (rois * oh * ow), sr * sr * 4
+    offsets = tf.reshape(tf.range(n) * (h * w), [-1, 1, 1, 1])
+    columns = tf.reshape(tf.cast(indices, tf.int64) + offsets, [-1])
+    targets = tf.reshape(tf.repeat(tf.range(bins), taps), [-1])
+    values = tf.reshape(tf.cast(weights, features.dtype), [-1]) / float(sr * sr)
+    mixing = tf.SparseTensor(tf.stack([targets, columns], axis=1), values,
+                             tf.stack([bins, n * (h * w)]))
+    out = _sparse_rows_product(mixing, tf.reshape(features, [-1, c]))
+    return tf.transpose(tf.reshape(out, [-1, rois, oh, ow, c]), [0, 1, 4, 2, 3])
+
+
+def _sparse_rows_product(mixing, rows):
+    """mixing @ rows with a gradient for ``rows`` only: TensorFlow's own gradient of
+    sparse_dense_matmul also forms the sampling weights' gradient by gathering a row per tap,
+    the memory this form avoids (a traced graph prunes it, eager execution would not)."""
+    @tf.custom_gradient
+    def product(rows):
+        def grad(upstream):
+            return tf.sparse.sparse_dense_matmul(mixing, upstream, adjoint_a=True)
+        return tf.sparse.sparse_dense_matmul(mixing, rows), grad
+    return product(rows)
+
+
+def _roi_align_gathered(features, indices, weights, a):
+    """The same with every tap gathered (tf.gather with batch_dims=1 reads each example's own
+    (H W, C) rows; its gradient is the IndexedSlices scatter-add): the form XLA compiles."""
+    h, w, c = (int(d) for d in features.shape[1:])
     rows = tf.reshape(features, [-1, h * w, c])
     rois, samples = int(indices.shape[1]), int(indices.shape[2])
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
     taps = tf.gather(rows, tf.reshape(indices, [-1, rois * samples * 4]), batch_dims=1)
-    taps = taps * tf.reshape(weights, [-1, rois * samples * 4, 1])
+    taps = taps * tf.reshape(tf.cast(weights, features.dtype), [-1, rois * samples * 4, 1])
     out = tf.reduce_sum(tf.reshape(taps, [-1, rois, oh, ow, sr * sr * 4, c]), axis=4) / float(sr * sr)
     return tf.transpose(out, [0, 1, 4, 2, 3])
 

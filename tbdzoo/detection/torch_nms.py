@@ -1,0 +1,68 @@
+"""NMS on PyTorch tensors with torchvision's kernel (CPU or CUDA), keeping exactly the boxes of
+the NumPy reference ``tbdzoo.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
+
+Two choices make it exact. The order is fixed before torchvision sees the boxes: a stable sort
+by score descending (equal scores by index ascending, the reference's tie rule), then strictly
+decreasing stand-in scores, so no sort inside the kernel can reorder ties. The IoU is taken in
+float64, as the reference computes it, with the same operations; torchvision suppresses at
+IoU strictly greater than the threshold, as the reference does. Where torchvision does not
+import, the NumPy reference runs on a host copy.
+"""
+import torch
+
+from ..errors import DetectionInputError
+from . import nms as reference
+
+
+def _checked(boxes, scores):
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise DetectionInputError("boxes must be (N, 4) as (x1, y1, x2, y2); got {}".format(
+            tuple(boxes.shape)))
+    scores = scores.reshape(-1)
+    if scores.shape[0] != boxes.shape[0]:
+        raise DetectionInputError("nms got {} boxes but {} scores".format(boxes.shape[0],
+                                                                          scores.shape[0]))
+    if torch.isnan(scores).any():
+        raise DetectionInputError("scores[{}] is NaN: a score must be a number".format(
+            int(torch.nonzero(torch.isnan(scores))[0, 0])))
+    return scores
+
+
+def score_order(scores):
+    """Indices by score descending, equal scores by index ascending (a stable sort)."""
+    return torch.sort(scores.reshape(-1), descending=True, stable=True)[1]
+
+
+def nms(boxes, scores, threshold, max_keep=None):
+    """Indices (int64, on the boxes' device) of the kept boxes, best first: the reference's
+    greedy NMS with torchvision.ops.nms doing the work. ``max_keep`` keeps the first ones."""
+    scores = _checked(boxes, scores)
+    try:
+        import torchvision
+    except ImportError:
+        kept = reference.nms(boxes.detach().cpu().double().numpy(),
+                             scores.detach().cpu().double().numpy(), threshold, max_keep)
+        return torch.from_numpy(kept).to(boxes.device)
+    order = score_order(scores)
+    ranks = -torch.arange(order.numel(), device=boxes.device, dtype=torch.float64)
+    kept = torchvision.ops.nms(boxes[order].to(torch.float64), ranks, float(threshold))
+    kept = order[kept]
+    return kept if max_keep is None else kept[:int(max_keep)]
+
+
+def batched_nms(boxes, scores, labels, threshold):
+    """NMS within each label, as the per-class NMS of ``postprocess.detections``: the kept
+    indices, by score descending, equal scores by index ascending. Each class runs on its own
+    (torchvision's batched_nms shifts the boxes of each class apart, which rounds the
+    coordinates and so the IoU differently)."""
+    scores = _checked(boxes, scores)
+    labels = labels.reshape(-1)
+    if labels.shape[0] != boxes.shape[0]:
+        raise DetectionInputError("batched_nms got {} boxes but {} labels".format(
+            boxes.shape[0], labels.shape[0]))
+    kept = [own[nms(boxes[own], scores[own], threshold)]
+            for own in (torch.nonzero(labels == c)[:, 0] for c in torch.unique(labels))]
+    if not kept:
+        return torch.zeros(0, dtype=torch.int64, device=boxes.device)
+    kept = torch.sort(torch.cat(kept))[0]
+    return kept[score_order(scores[kept])]

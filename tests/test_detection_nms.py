@@ -1,0 +1,127 @@
+"""NMS with each framework's own kernel against the NumPy reference (docs/detection.md, "NMS on
+each backend"): the same kept boxes in the same order, ties included (equal scores by index),
+at IoU exactly at the threshold (kept: suppression is strictly above it), with ``max_keep``,
+and per class."""
+import numpy as np
+import pytest
+
+from tbdzoo.detection.nms import nms as reference_nms
+from tbdzoo.errors import DetectionInputError
+
+
+def tied_pixel_boxes(rng, n=300):
+    """Whole-pixel boxes piled on a small area, scores from 4 values: many overlaps, many ties,
+    IoUs exactly at 0.5 (two boxes of one width, one twice the other's height)."""
+    xy = rng.randint(0, 50, (n, 2))
+    wh = rng.randint(1, 25, (n, 2))
+    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
+    boxes[1] = boxes[0]
+    boxes[1, 3] = boxes[0, 1] + (boxes[0, 3] - boxes[0, 1]) / 2  # IoU 0.5 with box 0
+    scores = rng.randint(0, 4, n).astype(np.float32) / 4
+    return boxes, scores
+
+
+def float_boxes(rng, n=400):
+    xy = rng.uniform(0, 60, (n, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(1, 30, (n, 2))], 1)
+    return boxes, rng.uniform(size=n)
+
+
+THRESHOLDS = (0.3, 0.5, 0.7)
+
+
+def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.detection import torch_nms
+    rng = np.random.RandomState(0)
+    for trial in range(16):
+        boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng)
+        threshold = THRESHOLDS[trial % 3]
+        expected = reference_nms(boxes, scores, threshold)
+        got = torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), threshold)
+        np.testing.assert_array_equal(got.numpy(), expected)
+        np.testing.assert_array_equal(
+            torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), threshold, 7).numpy(),
+            reference_nms(boxes, scores, threshold, max_keep=7))
+    # equal scores on identical boxes: the lowest index is kept
+    same = torch.tensor([[0.0, 0.0, 4.0, 4.0]] * 3)
+    assert torch_nms.nms(same, torch.ones(3), 0.5).tolist() == [0]
+
+
+def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.detection import torch_nms
+    rng = np.random.RandomState(1)
+    boxes, scores = tied_pixel_boxes(rng)
+    labels = rng.randint(1, 4, len(boxes))
+    kept = []
+    for c in np.unique(labels):
+        own = np.flatnonzero(labels == c)
+        kept.append(own[reference_nms(boxes[own], scores[own], 0.5)])
+    kept = np.sort(np.concatenate(kept))
+    expected = kept[np.argsort(-scores[kept], kind="stable")]
+    got = torch_nms.batched_nms(torch.from_numpy(boxes), torch.from_numpy(scores),
+                                torch.from_numpy(labels), 0.5)
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_torch_nms_without_torchvision_runs_the_reference(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import sys
+    from tbdzoo.detection import torch_nms
+    boxes, scores = tied_pixel_boxes(np.random.RandomState(5), 60)
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now fails
+    got = torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), 0.5, max_keep=9)
+    assert got.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), reference_nms(boxes, scores, 0.5, max_keep=9))
+
+
+def test_torch_nms_refuses_nan_scores_and_mismatched_lengths():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.detection import torch_nms
+    boxes = torch.tensor([[0.0, 0.0, 2.0, 2.0], [1.0, 1.0, 3.0, 3.0]])
+    with pytest.raises(DetectionInputError, match=r"scores\[1\] is NaN"):
+        torch_nms.nms(boxes, torch.tensor([0.5, float("nan")]), 0.5)
+    with pytest.raises(DetectionInputError, match="2 boxes but 3 scores"):
+        torch_nms.nms(boxes, torch.ones(3), 0.5)
+
+
+def test_tensorflow_nms_keeps_the_reference_boxes_on_whole_pixels_with_ties():
+    """Eagerly and in a tf.function. TensorFlow takes the IoU in float32: on whole-pixel boxes
+    that never moves a comparison with the threshold."""
+    pytest.importorskip("torch")  # torch before TensorFlow in one process
+    tf = pytest.importorskip("tensorflow")
+    from tbdzoo.detection import tensorflow_nms
+    rng = np.random.RandomState(2)
+    traced = tf.function(lambda b, s, t: tensorflow_nms.nms(b, s, t), autograph=False)
+    for trial in range(6):
+        boxes, scores = tied_pixel_boxes(rng)
+        threshold = THRESHOLDS[trial % 3]
+        expected = reference_nms(boxes, scores, threshold)
+        np.testing.assert_array_equal(tensorflow_nms.nms(boxes, scores, threshold).numpy(),
+                                      expected)
+        np.testing.assert_array_equal(traced(boxes, scores, threshold).numpy(), expected)
+    with pytest.raises(DetectionInputError, match="NaN"):
+        tensorflow_nms.nms(boxes[:2], np.array([0.5, np.nan], np.float32), 0.5)
+
+
+def test_mxnet_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
+    from conftest import require_framework
+    require_framework("mxnet")
+    from tbdzoo.detection import mxnet_nms
+    import mxnet as mx
+    rng = np.random.RandomState(3)
+    for trial in range(12):
+        boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng)
+        threshold = THRESHOLDS[trial % 3]
+        np.testing.assert_array_equal(
+            mxnet_nms.nms(mx.nd.array(boxes, dtype="float64"), mx.nd.array(scores), threshold),
+            reference_nms(boxes, scores, threshold))
+    np.testing.assert_array_equal(
+        mxnet_nms.nms(mx.nd.array(boxes), mx.nd.array(scores), 0.5, max_keep=5),
+        reference_nms(boxes, scores, 0.5, max_keep=5))
+    with pytest.raises(DetectionInputError, match=r"scores\[1\] is NaN"):
+        mxnet_nms.nms(mx.nd.array(boxes[:2]), mx.nd.array([0.5, np.nan]), 0.5)
