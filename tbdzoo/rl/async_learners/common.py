@@ -11,11 +11,13 @@ the frames all learners have taken together.
 import math
 import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
 from ... import environments
 from ...errors import HyperparameterError
+from ...models import get_model
 from ..a2c import check_environment
 from ..rollouts import observations_feed, sample_actions, split_output, update_batch
 
@@ -243,3 +245,51 @@ class AsyncResult(object):
         self.cpu_utilisation = [c / (float(f) - start) if float(f) > start else float("nan")
                                 for c, f in zip(cpu, counters.finished)]
         return self
+
+
+def initial_weights(job):
+    """The job's model's initial canonical weights (the same on every backend), built from the
+    spec alone, so the parent process needs no framework."""
+    from ...backends.base import check_buildable
+    from ...spec.init import initial_weights as spec_weights
+    spec = check_buildable(get_model("a3c"), job.hp, job.backend)
+    return spec_weights(spec, job.seed)
+
+
+def shared_arrays(arrays, ctx):
+    """name -> a float32 NumPy view of shared memory (``ctx.RawArray``) holding a copy of
+    ``arrays[name]``: forked children see and write the same bytes, without a lock."""
+    out = OrderedDict()
+    for name, value in arrays.items():
+        value = np.asarray(value, np.float32)
+        view = np.frombuffer(ctx.RawArray("f", max(1, value.size)), np.float32)[:value.size]
+        view = view.reshape(value.shape)
+        view[...] = value
+        out[name] = view
+    return out
+
+
+def shared_counters(learners, ctx):
+    """Counters over one shared float64 block (frames, updates, finishing times)."""
+    block = np.frombuffer(ctx.RawArray("d", 3 * learners), np.float64).reshape(3, learners)
+    return Counters(*block)
+
+
+def thread_counters(learners):
+    return Counters(*np.zeros((3, learners)))
+
+
+def receive(queue, workers):
+    """The next learner's report from ``queue``; raises a learner's error, or names a learner
+    process that died without reporting."""
+    while True:
+        if not queue.empty():
+            report = queue.get()
+            if isinstance(report, BaseException):
+                raise report
+            return report
+        dead = [w for w in workers if w.exitcode not in (None, 0)]
+        if dead:
+            raise RuntimeError("learner process {} exited with code {} before reporting"
+                               .format(dead[0].pid, dead[0].exitcode))
+        time.sleep(0.01)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from .common import AsyncResult, Counters, cpu_seconds, make_envs, run_learner
+from .common import AsyncResult, Counters, cpu_seconds, make_envs, receive, run_learner
 
 
 class SharedRMSprop(object):
@@ -67,10 +67,10 @@ def train(job):
         try:
             barrier.wait(timeout=600)
         except threading.BrokenBarrierError:
-            _receive(queue, workers)   # raises the learner's error
+            receive(queue, workers)   # raises the learner's error
             raise
         start = time.monotonic()
-        reports = sorted(_receive(queue, workers) for _ in workers)
+        reports = sorted(receive(queue, workers) for _ in workers)
     finally:
         for w in workers:
             w.join(timeout=60)
@@ -89,21 +89,6 @@ def train(job):
                                   for n, v in zip(names, optimizer.square_averages))
     result.optimizer_updates = [int(u) for u in optimizer.updates]
     return result
-
-
-def _receive(queue, workers):
-    """The next learner's report; fails, naming the learner, if one died without one."""
-    while True:
-        if not queue.empty():
-            report = queue.get()
-            if isinstance(report, BaseException):
-                raise report
-            return report
-        dead = [w for w in workers if w.exitcode not in (None, 0)]
-        if dead:
-            raise RuntimeError("learner process {} exited with code {} before reporting"
-                               .format(dead[0].pid, dead[0].exitcode))
-        time.sleep(0.01)
 
 
 def _learner(job, index, params, square_averages, updates, counts, barrier, queue, device):
