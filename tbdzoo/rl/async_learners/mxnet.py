@@ -2,8 +2,8 @@
 (docs/a3c.md).
 
 The parent process holds the shared parameters and the shared RMSProp's square averages as
-NumPy views of shared memory and imports no MXNet. Each learner is a forked process that
-imports MXNet with one engine thread, builds its own Gluon copy, copies the shared parameters
+NumPy views of shared memory, and imports MXNet once before forking. Each learner is a forked
+process with one engine thread that builds its own Gluon copy, copies the shared parameters
 into it before each rollout (``set_weights``), takes the gradients with ``autograd`` on it
 (``loss_and_gradients``) and applies them to the shared views with the NumPy RMSProp, without
 a lock. Processes rather than threads: one MXNet process has one engine and one imperative
@@ -11,6 +11,7 @@ state, and its Python frontend holds the GIL between operators, so learner threa
 process would queue on both; a process per learner gives each its own engine, as a PyTorch
 learner has its own interpreter.
 """
+import importlib
 import multiprocessing
 import os
 import threading
@@ -23,6 +24,11 @@ from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, ma
 
 
 def train(job):
+    # Imported once here, before the fork: each child would otherwise spend seconds importing
+    # MXNet; its fork handlers stop the engine before a fork and start a fresh one in the child.
+    for name in ("MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(name, "1")   # read at MXNet's first import
+    importlib.import_module("tbdzoo.backends.mxnet")
     ctx = multiprocessing.get_context("fork")
     initial = initial_weights(job)
     params = shared_arrays(initial, ctx)
@@ -63,8 +69,6 @@ def train(job):
 
 def _learner(job, index, params, optimizer, counters, barrier, queue):
     try:
-        for name in ("MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"):
-            os.environ[name] = "1"   # read when MXNet is first imported, here
         local = job.build_native(device="cpu")
         sync, learn = numpy_learning(local, params, optimizer, index)
         envs = make_envs(job.env_id, job.seed, index, job.window)
