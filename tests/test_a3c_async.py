@@ -41,7 +41,8 @@ def test_two_learners_update_the_shared_parameters(backend):
 
 def _settings(**changes):
     hp = {"t_max": 5, "gamma": 0.99, "reward_clip": 0.0, "lr": 0.1, "alpha": 0.99, "eps": 0.1,
-          "grad_clip_norm": 0.0, "anneal_steps": 100, "learners": 2, "lr_schedule": "linear"}
+          "grad_clip_norm": 0.0, "anneal_steps": 100, "learners": 2, "lr_schedule": "linear",
+          "num_actions": 2}
     hp.update(changes)
     return Settings(hp, 2, 1)
 

@@ -2,7 +2,7 @@
 actor-learners (A3C, docs/a3c.md), and print what it measured.
 
     python -m tbdzoo.rl --backend torch --config cartpole --target 475 --max-seconds 600
-    python -m tbdzoo.rl --mode async --learners 16 --backend torch --config cartpole --max-seconds 60
+    python -m tbdzoo.rl --mode async --learners 16 --config cartpole --max-seconds 60
 """
 import argparse
 import os

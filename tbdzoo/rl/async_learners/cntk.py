@@ -17,7 +17,7 @@ import numpy as np
 
 from ...backends.registry import build
 from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, run_learner, thread_counters)
+                     numpy_learning, predictor, run_learner, thread_counters)
 
 
 def train(job):
@@ -50,8 +50,9 @@ def _run(job, copies, initial, params, square_averages, updates, optimizer, coun
             barrier.wait()
             start = time.monotonic()
             cpu = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid)
-            returns = run_learner(index, local, sync, learn, envs, job.settings, counters,
-                                  job.stop, start, np.random.default_rng(job.seed + index))
+            returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
+                                  counters, job.stop, start,
+                                  np.random.default_rng(job.seed + index))
             used = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid) - cpu
             reports[index] = (returns, used)
             envs.close()

@@ -39,6 +39,7 @@ class Settings(object):
     def __init__(self, hp, learners, frames_per_step):
         self.learners = check_learners(learners)
         self.t_max, self.gamma, self.reward_clip = hp["t_max"], hp["gamma"], hp["reward_clip"]
+        self.num_actions = hp["num_actions"]
         self.lr, self.alpha, self.eps = float(hp["lr"]), float(hp["alpha"]), float(hp["eps"])
         self.clip = float(hp["grad_clip_norm"] or 0.0)
         # The config anneals over ``anneal_steps`` synchronous updates of learners x t_max
@@ -132,18 +133,18 @@ def make_envs(env_id, seed, learner, window):
     return environments.VectorEnv(env_id, n=1, seed=seed + learner, window=window)
 
 
-def run_learner(index, local, sync, learn, envs, settings, counters, stop, start, rng):
+def run_learner(index, predict, sync, learn, envs, settings, counters, stop, start, rng):
     """One actor-learner until ``stop``; returns its finished episodes' returns.
 
-    ``local`` is the learner's own copy (a BackendModel: ``predict`` acts); ``sync()`` copies
-    the shared parameters into it; ``learn(batch, lr)`` takes the gradients on the copy and
-    applies them to the shared parameters.
+    ``predict(observations)`` is the learner's own copy's forward pass (float32 observations
+    to the (n, A + 1) policy logits and values); ``sync()`` copies the shared parameters into
+    the copy; ``learn(batch, lr)`` takes the gradients on the copy and applies them to the
+    shared parameters.
     """
-    num_actions = local.hparams["num_actions"]
+    num_actions = settings.num_actions
 
     def policy(observations):
-        logits, values = split_output(local.predict({"observations": observations_feed(
-            observations)}), num_actions)
+        logits, values = split_output(predict(observations_feed(observations)), num_actions)
         return sample_actions(logits, rng), values
 
     returns = []
@@ -170,6 +171,11 @@ def checked_env(hp, env):
 class _Hparams(object):
     def __init__(self, hp):
         self.hparams = hp
+
+
+def predictor(model):
+    """A BackendModel's ``predict`` as run_learner calls it."""
+    return lambda observations: model.predict({"observations": observations})
 
 
 def numpy_learning(local, params, optimizer, index):

@@ -20,7 +20,8 @@ import time
 import numpy as np
 
 from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, receive, run_learner, shared_arrays, shared_counters)
+                     numpy_learning, predictor, receive, run_learner, shared_arrays,
+                     shared_counters)
 
 
 def train(job):
@@ -74,8 +75,8 @@ def _learner(job, index, params, optimizer, counters, barrier, queue):
         envs = make_envs(job.env_id, job.seed, index, job.window)
         barrier.wait(timeout=600)
         start, cpu = time.monotonic(), cpu_seconds()
-        returns = run_learner(index, local, sync, learn, envs, job.settings, counters, job.stop,
-                              start, np.random.default_rng(job.seed + index))
+        returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
+                              counters, job.stop, start, np.random.default_rng(job.seed + index))
         queue.put((index, returns, cpu_seconds() - cpu))
         envs.close()
     except BaseException as e:  # the parent raises it

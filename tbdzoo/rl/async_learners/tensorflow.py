@@ -15,7 +15,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from .common import AsyncResult, Counters, cpu_seconds, make_envs, run_learner
+from .common import AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_learner
 
 
 class SharedRMSprop(object):
@@ -64,8 +64,8 @@ def train(job):
                 (_, native), = copy.model.prepare_batch(batch).native
                 _, grads = copy.gradients(native)
                 optimizer.step(index, grads, lr)
-            returns = run_learner(index, copy.model, copy.sync, learn, envs, job.settings,
-                                  counters, job.stop, start,
+            returns = run_learner(index, predictor(copy.model), copy.sync, learn, envs,
+                                  job.settings, counters, job.stop, start,
                                   np.random.default_rng(job.seed + index))
             reports[index] = (returns, cpu_seconds(thread=True) - cpu)
             envs.close()

@@ -48,7 +48,6 @@ class SharedRMSprop(object):
 
 def train(job):
     device = job.device or "cpu"
-    torch.set_num_threads(1)
     shared = job.build_native(device="cpu")
     shared.native.share_memory()
     params = shared.native.leaves(shared.trainable_names())
@@ -102,7 +101,16 @@ def _learner(job, index, params, square_averages, updates, counts, barrier, queu
                                   updates=updates)
         counters = Counters(*counts.numpy())
         envs = make_envs(job.env_id, job.seed, index, job.window)
-        clip = job.settings.clip
+        clip, output = job.settings.clip, local.spec.output
+
+        def predict(observations):
+            # straight to the network: the a3c graph has no layer whose behaviour depends on
+            # training or inference mode (no dropout, no BatchNorm), so the copy stays in
+            # training mode, and each agent step skips the uniform API's batch checks
+            with torch.inference_mode():
+                values = local.native.values(
+                    {"observations": torch.from_numpy(observations).to(device)}, (output,))
+                return values[output].float().cpu().numpy()
 
         def sync():
             with torch.no_grad():
@@ -123,7 +131,7 @@ def _learner(job, index, params, square_averages, updates, counts, barrier, queu
                 s.grad = None
         barrier.wait(timeout=600)
         start, cpu = time.monotonic(), cpu_seconds()
-        returns = run_learner(index, local, sync, learn, envs, job.settings, counters, job.stop,
+        returns = run_learner(index, predict, sync, learn, envs, job.settings, counters, job.stop,
                               start, np.random.default_rng(job.seed + index))
         queue.put((index, returns, cpu_seconds() - cpu))
         envs.close()
