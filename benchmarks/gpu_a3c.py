@@ -208,7 +208,8 @@ def run_tbdzoo(config, overrides, learners, env_id, seed, seconds, device):
 
 def environment(device):
     env = {"torch": torch.__version__, "python": platform.python_version(),
-           "host_cpus": os.cpu_count(), "device": device}
+           "host_cpus": os.cpu_count(), "device": device,
+           "load_average_at_start": os.getloadavg()}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(0)
     return env

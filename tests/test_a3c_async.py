@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from tbdzoo.errors import HyperparameterError
+from tbdzoo.errors import HyperparameterError, UnsupportedOptionError
 from tbdzoo.rl import train_a3c
 from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
 
@@ -101,6 +101,8 @@ def test_fewer_than_one_learner_is_refused():
             train_a3c("torch", "cartpole", learners=bad, frames=10)
     with pytest.raises(ValueError, match="stopping rule"):
         train_a3c("torch", "cartpole", learners=1)
+    with pytest.raises(UnsupportedOptionError, match="run on the CPU; fix"):
+        train_a3c("mxnet", "cartpole", learners=1, frames=10, device="cuda:0")
     done = subprocess.run([sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend",
                            "torch", "--config", "cartpole", "--learners", "2,0", "--frames", "10"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)

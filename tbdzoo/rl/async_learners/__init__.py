@@ -8,7 +8,7 @@ with an RMSProp whose statistics are shared too, without locks.
 """
 import importlib
 
-from ...errors import UnknownNameError
+from ...errors import UnknownNameError, UnsupportedOptionError
 from ...models import get_model
 from .common import AsyncResult, Settings, Stop, check_learners, checked_env
 
@@ -45,6 +45,10 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     learners' device (default 'cpu'). Returns an AsyncResult."""
     if backend not in BACKENDS:
         raise UnknownNameError("backend", backend, BACKENDS)
+    if device not in (None, "cpu") and backend != "torch":
+        raise UnsupportedOptionError(
+            "device {!r}: asynchronous learners on {} run on the CPU; fix: drop device, or use "
+            "backend torch, whose learners' copies can be on a GPU".format(device, backend))
     hp = get_model("a3c").hparams(config, **overrides)
     check_learners(hp["learners"] if learners is None else learners)
     learners = hp["learners"] if learners is None else learners
