@@ -153,7 +153,7 @@ def handwritten_learner(index, hp, shared, optimizer, counts, barrier, env_id, s
         model.zero_grad()
         loss.sum().backward()
         nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip_norm"])
-        for p, s in zip(model.parameters(), shared.parameters()):
+        for p, s in zip(model.parameters(), optimizer.param_groups[0]["params"]):
             s.grad = p.grad.to("cpu")
         for group in optimizer.param_groups:
             group["lr"] = hp["lr"] * max(0.0, 1.0 - float(counts[0].sum()) / anneal_frames)

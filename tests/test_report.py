@@ -403,6 +403,8 @@ def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp
         assert a["frames"] >= 100 and a["frames"] == 5 * a["updates"]
         assert a["frames_per_second"] == pytest.approx(a["frames"] / a["seconds"], rel=1e-3)
         assert len(a["cpu_utilisation_per_learner"]) == a["learners"]
+        assert a["frames_per_cpu_second"] == pytest.approx(
+            a["frames"] / sum(a["cpu_seconds_per_learner"]), rel=1e-3)
         assert r["overrides"] == {"hidden": [8, 8]}
     write_report(str(out), str(tmp_path / "report"))
     text = (tmp_path / "report" / "report.md").read_text()
@@ -411,7 +413,7 @@ def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp
     for r in records:
         a = r["asynchronous"]
         row = row_for(rows, "torch", "cartpole", "cpu", "CartPole-v1", str(a["learners"]))
-        assert row[9] == "{:.2f}–{:.2f}".format(min(a["cpu_utilisation_per_learner"]),
+        assert row[10] == "{:.2f}–{:.2f}".format(min(a["cpu_utilisation_per_learner"]),
                                                 max(a["cpu_utilisation_per_learner"]))
     assert (tmp_path / "report" / "asynchronous.png").exists()
     assert not (tmp_path / "report" / "throughput.png").exists()

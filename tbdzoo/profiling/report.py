@@ -324,8 +324,8 @@ def asynchronous_table(records):
     """Asynchronous A3C runs (docs/a3c.md): throughput in frames and updates per second and
     each learner's CPU utilisation, the figure where the learners' count tells its story."""
     headers = ["Backend", "Config", "Device", "Environment", "Learners", "Execution",
-               "Frames/s", "Updates/s", "CPU per learner (mean)", "CPU per learner (min–max)",
-               "Frames", "Seconds"]
+               "Frames/s", "Updates/s", "Frames per CPU second", "CPU per learner (mean)",
+               "CPU per learner (min–max)", "Frames", "Seconds"]
     rows = []
     for r in records:
         a = r["asynchronous"]
@@ -335,6 +335,7 @@ def asynchronous_table(records):
                      text(a.get("env")), text(a.get("learners")), text(a.get("execution")),
                      fmt_number(number(a.get("frames_per_second"))),
                      fmt_number(number(a.get("updates_per_second"))),
+                     fmt_number(number(a.get("frames_per_cpu_second"))),
                      "{:.2f}".format(sum(cpu) / len(cpu)) if cpu else DASH,
                      "{:.2f}–{:.2f}".format(min(cpu), max(cpu)) if cpu else DASH,
                      text(a.get("frames")), fmt_seconds(number(a.get("seconds")))])

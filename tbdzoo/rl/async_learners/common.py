@@ -203,7 +203,7 @@ class AsyncResult(object):
         self.frames = self.updates = 0
         self.seconds = 0.0
         self.frames_by_learner, self.updates_by_learner = [], []
-        self.cpu_utilisation = []
+        self.cpu_utilisation, self.cpu_seconds = [], []
         self.episode_returns = []
         self.weights = self.initial_weights = self.square_averages = None
         self.optimizer_updates = []
@@ -215,6 +215,13 @@ class AsyncResult(object):
     @property
     def updates_per_second(self):
         return self.updates / self.seconds if self.seconds else float("nan")
+
+    @property
+    def frames_per_cpu_second(self):
+        """Frames over the CPU seconds all learners used: what a learner's framework costs per
+        frame, whatever else shares the machine's cores."""
+        used = sum(self.cpu_seconds)
+        return self.frames / used if used > 0 else float("nan")
 
     def mean_return(self, last=100):
         tail = self.episode_returns[-last:]
@@ -229,6 +236,8 @@ class AsyncResult(object):
                 "updates_per_second": self.updates_per_second,
                 "cpu_utilisation_per_learner": cpu,
                 "mean_cpu_utilisation": float(np.mean(cpu)) if cpu else float("nan"),
+                "cpu_seconds_per_learner": [round(c, 4) for c in self.cpu_seconds],
+                "frames_per_cpu_second": self.frames_per_cpu_second,
                 "episodes": len(self.episode_returns), "mean_return": self.mean_return()}
 
     def summary(self):
@@ -250,6 +259,7 @@ class AsyncResult(object):
         self.seconds = max(float(f) for f in counters.finished) - start
         self.cpu_utilisation = [c / (float(f) - start) if float(f) > start else float("nan")
                                 for c, f in zip(cpu, counters.finished)]
+        self.cpu_seconds = list(cpu)
         return self
 
 
