@@ -1,8 +1,9 @@
 """tbdzoo's asynchronous A3C on the PyTorch backend against a hand-written PyTorch A3C: frames/s.
 
-    python3 benchmarks/gpu_a3c.py --out benchmarks/results/h200_a3c.json            # GPU host
-    python3 benchmarks/gpu_a3c.py --device cpu --learners 2 --seconds 20 --repeats 1 \\
-        --out benchmarks/results/cpu_a3c.json                                        # a CPU check
+    python3 benchmarks/gpu_a3c.py --device cuda --out benchmarks/results/h200_a3c_cuda.json
+    python3 benchmarks/gpu_a3c.py --device cpu --out benchmarks/results/h200_a3c_cpu.json
+    python3 benchmarks/gpu_a3c.py --device cpu --learners 2 --seconds 30 --repeats 2 \\
+        --out benchmarks/results/cpu_a3c.json                                # a check on any CPU
 
 The hand-written contender is A3C as PyTorch users write it: one ``nn.Module`` actor-critic
 (the same network as tbdzoo's config: for Pong the paper's conv 16 8x8/4, conv 32 4x4/2, fc 256
