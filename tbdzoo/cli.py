@@ -4,6 +4,8 @@
   tbd run MODEL --backend B [--config C] [--batch-size N] [--steps 20 --warmup 5 --repeats 3] -o FILE
   tbd run MODEL --backend B --data DIR [--data-workers N] [--no-augment]   also fed from DIR
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
+  tbd sweep a3c --backend B --learners 1,2,4,8,16 [--frames N | --seconds S] -o FILE
+                                     asynchronous A3C over the number of actor-learners
   tbd run MODEL --backend B --nproc N [--nnodes M --node-rank K --master HOST:PORT]
           [--global-batch B] [--bn-mode replica|sync] [--baseline]   data-parallel
   tbd bench [-o FILE]                the suite: every model x every ready backend
@@ -211,6 +213,8 @@ def cmd_sweep(args):
     from . import suite
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
+    if args.learners is not None or args.batch_sizes is None:
+        return sweep_learners(args, overrides)
     if "batch_size" in overrides:
         raise UsageError("a sweep takes its batch sizes from --batch-sizes; drop --set batch_size")
     with Runner(args, len(args.batch_sizes)) as runner:
@@ -219,6 +223,71 @@ def cmd_sweep(args):
     runner.finish()
     # A sweep is meant to end at the memory limit: an 'oom' last point is a finding, not a failure.
     return 1 if any(r["status"] == "error" for r in runner.records) else 0
+
+
+def sweep_learners(args, overrides):
+    """``tbd sweep a3c --learners ...``: asynchronous A3C at each number of actor-learners
+    (docs/a3c.md); the batch-size sweep's options that do not apply are refused."""
+    from . import suite
+    from .rl.async_learners import check_learners
+    if args.batch_sizes is not None:
+        raise UsageError("give --batch-sizes (a batch-size sweep) or --learners (asynchronous "
+                         "A3C), not both")
+    if args.learners is None:
+        raise UsageError("a sweep needs --batch-sizes, or for a3c --learners (e.g. 1,2,4,8,16)")
+    if args.model != "a3c":
+        raise UsageError("--learners sweeps asynchronous A3C's actor-learners; {} has none. Fix: "
+                         "tbd sweep a3c --learners ..., or --batch-sizes for {}".format(
+                             args.model, args.model))
+    for n in args.learners:
+        check_learners(n)
+    frames, seconds = args.frames, args.seconds
+    if frames is None and seconds is None:
+        seconds = 30.0
+    command = " ".join(["tbd"] + sys.argv[1:])
+    console = _console()
+
+    def on_record(record):
+        if args.output:
+            suite.append_record(args.output, record)
+        a = record.get("asynchronous", {})
+        if record["status"] == "ok":
+            console.print("{} learners: {:,.0f} frames/s, {:.1f} updates/s, CPU per learner "
+                          "{:.2f}".format(a["learners"], a["frames_per_second"],
+                                          a["updates_per_second"], a["mean_cpu_utilisation"]))
+        else:
+            console.print("[red]{} learners: {}[/red]".format(a.get("learners"), record["error"]),
+                          markup=True, highlight=False)
+    records = suite.sweep_learners(args.backend, args.learners, config=args.config,
+                                   frames=frames, seconds=seconds, seed=args.seed,
+                                   device=args.device, overrides=overrides, command=command,
+                                   on_record=on_record)
+    console.print(async_table(records))
+    if args.output:
+        console.print("records appended to {}".format(args.output))
+    return 1 if any(r["status"] != "ok" for r in records) else 0
+
+
+def async_table(records):
+    from rich.table import Table
+    table = Table(title="asynchronous A3C (frames/s count skipped frames; CPU: each learner's "
+                        "CPU seconds over its wall seconds)")
+    for column in ("backend", "learners", "frames/s", "updates/s", "CPU per learner",
+                   "CPU min-max", "frames", "seconds"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    for r in records:
+        a = r.get("asynchronous", {})
+        if r["status"] != "ok":
+            table.add_row(r["backend"], str(a.get("learners")), "[red]{}[/red]".format(r["status"]),
+                          "", "", "", "", "")
+            continue
+        cpu = a["cpu_utilisation_per_learner"]
+        table.add_row(r["backend"], str(a["learners"]), throughput_number(a["frames_per_second"]),
+                      "{:.1f}".format(a["updates_per_second"]),
+                      "{:.2f}".format(a["mean_cpu_utilisation"]),
+                      "{:.2f}-{:.2f}".format(min(cpu), max(cpu)), "{:,}".format(a["frames"]),
+                      "{:.1f}".format(a["seconds"]))
+    return table
 
 
 def cmd_bench(args):
@@ -454,6 +523,14 @@ def _bytes(text):
         raise argparse.ArgumentTypeError("a size like 8G, 512M or a number of bytes, not {!r}".format(text))
 
 
+def _learners(text):
+    """Comma-separated integers; the values are checked with a message naming the fix."""
+    try:
+        return [int(t) for t in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError("learners are comma-separated integers, e.g. 1,2,4,8,16")
+
+
 def _positive(text):
     value = int(text)
     if value < 1:
@@ -508,10 +585,18 @@ def parser():
     _distributed_flags(run)
     _data_flags(run)
 
-    sweep = sub.add_parser("sweep", help="one model on one backend over batch sizes, until OOM")
+    sweep = sub.add_parser("sweep", help="one model on one backend over batch sizes, until OOM; "
+                                         "a3c also over its number of asynchronous learners")
     sweep.add_argument("model")
     sweep.add_argument("--backend", required=True)
-    sweep.add_argument("--batch-sizes", type=_sizes, required=True, help="e.g. 8,16,32,64")
+    sweep.add_argument("--batch-sizes", type=_sizes, help="e.g. 8,16,32,64")
+    sweep.add_argument("--learners", type=_learners,
+                       help="a3c only: asynchronous actor-learners to sweep, e.g. 1,2,4,8,16")
+    sweep.add_argument("--frames", type=_positive,
+                       help="with --learners: stop each run after this many frames")
+    sweep.add_argument("--seconds", type=float,
+                       help="with --learners: stop each run after this long (default 30)")
+    sweep.add_argument("--seed", type=int, default=0, help="with --learners: environment seed")
     sweep.add_argument("--memory-cap", type=_bytes, help="stop a run whose resident memory passes this (e.g. 8G)")
     _measuring(sweep, 5, 20, 3)
     _distributed_flags(sweep)

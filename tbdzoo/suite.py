@@ -321,5 +321,43 @@ def sweep(model_name, backend, batch_sizes, run=run_one, on_record=None, **optio
     return records
 
 
-__all__ = ["run_one", "run_distributed", "sweep", "plan", "append_record", "ready_backends", "MemoryCap",
+def run_async(backend, learners, config="paper", frames=None, seconds=None, seed=0, device=None,
+              overrides=None, command=None):
+    """One asynchronous A3C run (docs/a3c.md) as a record: the throughput is frames/s (skipped
+    frames counted) and ``asynchronous`` holds the learners, updates/s and each learner's CPU
+    utilisation. It runs from this process, whose learners are the workers; a failure becomes
+    a record, as for any run."""
+    from .profiling.profile import failed_record
+    from .rl.async_learners import train_a3c
+    overrides = dict(overrides or {})
+    try:
+        result = train_a3c(backend, config, learners=learners, frames=frames, seconds=seconds,
+                           seed=seed, device=device, **overrides)
+    except Exception as e:  # a failed run is a result, not the end of a sweep
+        message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
+        record = failed_record("a3c", backend, config, None, message, command)
+        record["asynchronous"] = OrderedDict([("learners", learners)])
+        return _with_options(record, "a3c", config, overrides)
+    record = failed_record("a3c", backend, config, None, None, command, status="ok")
+    del record["error"]
+    record["device"] = device or "cpu"
+    record["throughput"] = OrderedDict([("value", result.frames_per_second),
+                                        ("unit", "frames/s")])
+    record["asynchronous"] = result.record()
+    return _with_options(record, "a3c", config, overrides)
+
+
+def sweep_learners(backend, learners, run=run_async, on_record=None, **options):
+    """Asynchronous A3C at each number of learners, ascending; every point runs (a failure is a
+    record). Returns the records."""
+    records = []
+    for n in sorted(learners):
+        record = run(backend, n, **options)
+        records.append(record)
+        if on_record:
+            on_record(record)
+    return records
+
+
+__all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record", "ready_backends", "MemoryCap",
            "bench_batch_size", "bench_overrides", "on_gpu", "default_device", "ask_device"]

@@ -420,3 +420,39 @@ def test_data_fed_runs_sit_beside_their_synthetic_figures(tmp_path):
     assert 'id="data-fed"' in page and "450.1 images/s" in page
     write_report([write_jsonl(tmp_path / "plain.jsonl", fed[2:])], str(tmp_path / "plain"))
     assert "Data-fed training" not in (tmp_path / "plain" / "report.md").read_text()
+
+
+def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp_path):
+    """`tbd sweep a3c --learners 1,2` (CartPole, PyTorch): one record per learner count with
+    frames/s, updates/s and each learner's CPU utilisation, shown in the report's own table and
+    figure, and kept out of the batch-size tables."""
+    out = tmp_path / "a3c.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend", "torch", "--config",
+         "cartpole", "--learners", "2,1", "--frames", "100", "--set", "hidden=8,8", "-o",
+         str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+        timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["model"], r["status"], r["asynchronous"]["learners"]) for r in records] == [
+        ("a3c", "ok", 1), ("a3c", "ok", 2)]
+    for r in records:
+        a = r["asynchronous"]
+        assert r["throughput"] == {"value": a["frames_per_second"], "unit": "frames/s"}
+        assert a["frames"] >= 100 and a["frames"] == 5 * a["updates"]
+        assert a["frames_per_second"] == pytest.approx(a["frames"] / a["seconds"], rel=1e-3)
+        assert len(a["cpu_utilisation_per_learner"]) == a["learners"]
+        assert a["frames_per_cpu_second"] == pytest.approx(
+            a["frames"] / sum(a["cpu_seconds_per_learner"]), rel=1e-3)
+        assert r["overrides"] == {"hidden": [8, 8]}
+    write_report(str(out), str(tmp_path / "report"))
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert markdown_rows(text, "Results") == []
+    rows = markdown_rows(text, "Asynchronous A3C")
+    for r in records:
+        a = r["asynchronous"]
+        row = row_for(rows, "torch", "cartpole", "cpu", "CartPole-v1", str(a["learners"]))
+        assert row[10] == "{:.2f}–{:.2f}".format(min(a["cpu_utilisation_per_learner"]),
+                                                max(a["cpu_utilisation_per_learner"]))
+    assert (tmp_path / "report" / "asynchronous.png").exists()
+    assert not (tmp_path / "report" / "throughput.png").exists()

@@ -452,6 +452,45 @@ def plot_scaling(records, colors, out_dir, name):
     return save(fig, out_dir, name)
 
 
+def is_asynchronous(record):
+    """An asynchronous A3C run (docs/a3c.md): its figures are per number of learners, not per
+    batch, so it has a figure of its own and stays out of the others."""
+    return isinstance(record.get("asynchronous"), dict)
+
+
+def plot_asynchronous(records, colors, out_dir, name):
+    """Frames/s and mean CPU utilisation per learner against the number of learners, one line
+    per (backend, config, device)."""
+    records = [r for r in records if is_asynchronous(r) and
+               number(dig(r, "asynchronous", "frames_per_second"))]
+    if not records:
+        return None
+    lines = OrderedDict()
+    for r in sorted(records, key=lambda r: dig(r, "asynchronous", "learners")):
+        lines.setdefault((r["backend"], r.get("config"), r.get("device")), []).append(r)
+    fig = new_figure(11.0, 4.0)
+    axes = fig.subplots(1, 2)
+    for (backend, config, device), points in sorted(lines.items(), key=lambda i: str(i[0])):
+        learners = [dig(p, "asynchronous", "learners") for p in points]
+        label = plain("{} ({}, {})".format(backend, config, device))
+        for ax, key in zip(axes, ("frames_per_second", "mean_cpu_utilisation")):
+            ax.plot(learners, [dig(p, "asynchronous", key) for p in points], "-", marker="o",
+                    color=colors[backend], label=label)
+    ticks = sorted({dig(r, "asynchronous", "learners") for r in records})
+    for ax, ylabel in zip(axes, ("frames/s (skipped frames counted)",
+                                 "CPU utilisation per learner (1 = one core)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("actor-learners")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Asynchronous A3C against the number of actor-learners", fontsize=13)
+    return save(fig, out_dir, name)
+
+
 FIGURES = (
     ("throughput.png", plot_throughput, "Throughput per model and backend",
      "Training throughput in each model's own unit; over each bar its value, batch size and "
@@ -469,6 +508,10 @@ FIGURES = (
     ("scaling.png", plot_scaling, "Data-parallel scaling",
      "Speedup of data-parallel runs over one process against the number of processes, from "
      "records with world size > 1 (docs/distributed.md); the dashed line is ideal scaling."),
+    ("asynchronous.png", plot_asynchronous, "Asynchronous A3C against its learners",
+     "Frames per second (skipped frames counted) and each learner's CPU utilisation (its CPU "
+     "seconds over its wall seconds, the mean over learners) for every number of actor-learners "
+     "a backend ran (docs/a3c.md)."),
 )
 
 
@@ -476,9 +519,11 @@ def draw_all(records, out_dir):
     """Every figure the records allow, as [(file name, title, caption)]. A figure of an earlier
     report in out_dir that this one cannot draw is removed, so no stale plot lies beside it."""
     colors = backend_colors({r["backend"] for r in records})
+    synchronous = [r for r in records if not is_asynchronous(r)]
     drawn = []
     for name, draw, title, caption in FIGURES:
-        if records and draw(records, colors, out_dir, name):
+        chosen = records if draw is plot_asynchronous else synchronous
+        if chosen and draw(chosen, colors, out_dir, name):
             drawn.append((name, title, caption))
         elif os.path.exists(os.path.join(out_dir, name)):
             os.remove(os.path.join(out_dir, name))

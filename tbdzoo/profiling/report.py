@@ -41,7 +41,8 @@ class Entry:
     def key(self):
         r = self.record
         return (r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
-                r.get("precision"), (r.get("distributed") or {}).get("world_size", 1))
+                r.get("precision"), (r.get("distributed") or {}).get("world_size", 1),
+                (r.get("asynchronous") or {}).get("learners"))
 
 
 # ---------------------------------------------------------------- reading
@@ -155,16 +156,18 @@ def select(entries):
 
 
 def describe(key):
-    model, backend, config, batch, precision, processes = key
-    return "{} on {}, config {}, batch {}, {}{}".format(
+    model, backend, config, batch, precision, processes, learners = key
+    return "{} on {}, config {}, batch {}, {}{}{}".format(
         model, backend, config, batch, precision,
-        ", {} processes".format(processes) if processes != 1 else "")
+        ", {} processes".format(processes) if processes != 1 else "",
+        ", {} asynchronous learners".format(learners) if learners is not None else "")
 
 
 def sort_key(entry):
     r = entry.record
     return (str(r.get("model")), str(r.get("backend")), str(r.get("config")),
-            str(r.get("precision")), r.get("batch_size") or 0)
+            str(r.get("precision")), r.get("batch_size") or 0,
+            (r.get("asynchronous") or {}).get("learners") or 0)
 
 
 # ---------------------------------------------------------------- formatting
@@ -350,8 +353,43 @@ def failures_table(records):
     return Table(headers, rows)
 
 
+def asynchronous_table(records):
+    """Asynchronous A3C runs (docs/a3c.md): throughput in frames and updates per second and
+    each learner's CPU utilisation, the figure where the learners' count tells its story."""
+    headers = ["Backend", "Config", "Device", "Environment", "Learners", "Execution",
+               "Frames/s", "Updates/s", "Frames per CPU second", "CPU per learner (mean)",
+               "CPU per learner (min–max)", "Frames", "Seconds"]
+    rows = []
+    for r in records:
+        a = r["asynchronous"]
+        cpu = [c for c in (number(c) for c in a.get("cpu_utilisation_per_learner") or [])
+               if c is not None]
+        rows.append([text(r.get("backend")), text(r.get("config")), text(r.get("device")),
+                     text(a.get("env")), text(a.get("learners")), text(a.get("execution")),
+                     fmt_number(number(a.get("frames_per_second"))),
+                     fmt_number(number(a.get("updates_per_second"))),
+                     fmt_number(number(a.get("frames_per_cpu_second"))),
+                     "{:.2f}".format(sum(cpu) / len(cpu)) if cpu else DASH,
+                     "{:.2f}–{:.2f}".format(min(cpu), max(cpu)) if cpu else DASH,
+                     text(a.get("frames")), fmt_seconds(number(a.get("seconds")))])
+    return Table(headers, rows, numeric=headers[4:5] + headers[6:])
+
+
+ASYNC_NOTE = ("Asynchronous A3C (docs/a3c.md): every learner steps its own environment and "
+              "updates the shared parameters without locks. Frames count skipped frames (4 per "
+              "agent step on Atari); a learner's CPU utilisation is its CPU seconds (its process, "
+              "or its thread, plus its worker process on CNTK) over its wall seconds, so 1.00 is "
+              "one core kept busy.")
+
+
 def protocol_line(r):
     """How the figures were measured, in one sentence (docs/profiling.md)."""
+    a = r.get("asynchronous")
+    if isinstance(a, dict):
+        return ("{} on {}, config {}, {} on {}: {} asynchronous learner(s) ({}) for {} frames "
+                "over {}".format(r.get("model"), r.get("backend"), r.get("config"), a.get("env"),
+                                 r.get("device"), a.get("learners"), a.get("execution"),
+                                 text(a.get("frames")), fmt_seconds(number(a.get("seconds")))))
     p = r.get("protocol") or {}
     return ("{} on {}, config {}, batch {}, {} on {}: {} warm-up step(s) excluded, then {} timed "
             "step(s) x {} repeat(s); step time is the median of {} repeats; first step {}, build {}"
@@ -382,14 +420,17 @@ def build_context(entries, sources):
     chosen, notes = select(entries)
     ok = [e for e in chosen if e.record.get("status") == "ok"]
     failed = [e for e in chosen if e.record.get("status") != "ok"]
+    asynchronous = [e.record for e in ok if plots.is_asynchronous(e.record)]
+    synchronous = [e for e in ok if not plots.is_asynchronous(e.record)]
     return {
+        "asynchronous": asynchronous_table(asynchronous), "async_note": ASYNC_NOTE,
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
-        "results": results_table([e.record for e in ok]),
-        "data": data_table([e.record for e in ok]),
-        "memory": memory_table([e.record for e in ok]),
-        "memory_findings": memory_findings([e.record for e in ok]),
-        "network_memory": network_memory_table([e.record for e in ok]),
+        "results": results_table([e.record for e in synchronous]),
+        "data": data_table([e.record for e in synchronous]),
+        "memory": memory_table([e.record for e in synchronous]),
+        "memory_findings": memory_findings([e.record for e in synchronous]),
+        "network_memory": network_memory_table([e.record for e in synchronous]),
         "failures": failures_table([e.record for e in failed]),
         "provenance": provenance(ok),
     }
@@ -441,6 +482,9 @@ def render_markdown(ctx, figures):
     out += ["## Results", "", md_table(ctx["results"])]
     if ctx["data"].rows:
         out += ["## Data-fed training", "", md_escape(DATA_NOTE), "", md_table(ctx["data"])]
+    if ctx["asynchronous"].rows:
+        out += ["## Asynchronous A3C", "", md_escape(ctx["async_note"]), "",
+                md_table(ctx["asynchronous"])]
     for name, title, caption in figures:
         out += ["## {}".format(title), "", "![{}]({})".format(title, name), "", caption, ""]
     out += ["## Memory", "", md_escape(MEMORY_LEGEND), ""]
@@ -499,6 +543,11 @@ config, batch, precision); the newest was used:</p>
 <h2 id="data-fed">Data-fed training</h2>
 <p class="note">{{ data_note }}</p>
 {{ table(data, kind="wrap") }}
+{% endif %}
+{% if asynchronous.rows %}
+<h2 id="asynchronous">Asynchronous A3C</h2>
+<p class="note">{{ async_note }}</p>
+{{ table(asynchronous) }}
 {% endif %}
 {% for name, title, caption in figures %}
 <h2>{{ title }}</h2>

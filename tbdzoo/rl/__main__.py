@@ -1,6 +1,8 @@
-"""python -m tbdzoo.rl: train the a3c model synchronously (A2C) and print what it measured.
+"""python -m tbdzoo.rl: train the a3c model, synchronously (A2C) or with asynchronous
+actor-learners (A3C, docs/a3c.md), and print what it measured.
 
     python -m tbdzoo.rl --backend torch --config cartpole --target 475 --max-seconds 600
+    python -m tbdzoo.rl --mode async --learners 16 --config cartpole --max-seconds 60
 """
 import argparse
 import os
@@ -8,6 +10,11 @@ import os
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tbdzoo.rl", description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("sync", "async"), default="sync",
+                   help="sync: A2C, seeded (default); async: A3C's asynchronous learners")
+    p.add_argument("--learners", type=int,
+                   help="async: the number of actor-learners (default: the config's)")
+    p.add_argument("--device", help="async on torch: the learners' device (default cpu)")
     p.add_argument("--backend", default="torch")
     p.add_argument("--config", default="cartpole")
     p.add_argument("--env", help="environment (default: the config's env)")
@@ -22,15 +29,22 @@ def main(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a hyperparameter (repeatable)")
     args = p.parse_args(argv)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
-                 "TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
+    threads = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+               "MXNET_CPU_WORKER_NTHREADS")
+    if args.mode == "sync":   # async learner threads call TensorFlow at once: keep inter-op
+        threads += ("TF_NUM_INTEROP_THREADS",)
+    for name in threads:
         os.environ.setdefault(name, str(args.threads))   # read when a framework is imported
-    from ..backends.registry import build
-    from .a2c import train_a2c
     overrides = {}
     for item in args.set:
         name, _, value = item.partition("=")
         overrides[name] = _parse(value)
+    if args.mode == "async":
+        return _asynchronous(p, args, overrides)
+    if args.learners is not None or args.device is not None:
+        p.error("--learners and --device are options of --mode async")
+    from ..backends.registry import build
+    from .a2c import train_a2c
     model = build("a3c", backend=args.backend, config=args.config, seed=args.seed, **overrides)
     try:
         result = train_a2c(model, args.env, seed=args.seed, max_frames=args.max_frames,
@@ -40,6 +54,24 @@ def main(argv=None):
         model.close()
     print(result.summary())
     return 0 if args.target is None or result.solved_at is not None else 1
+
+
+def _asynchronous(p, args, overrides):
+    from .async_learners import train_a3c
+    if args.target is not None:
+        p.error("--target stops the synchronous mode; --mode async stops at --max-frames or "
+                "--max-seconds")
+    if args.max_frames is None and args.max_seconds is None:
+        p.error("--mode async needs --max-frames or --max-seconds")
+    from ..errors import TbdError
+    try:
+        result = train_a3c(args.backend, args.config, learners=args.learners,
+                           frames=args.max_frames, seconds=args.max_seconds, seed=args.seed,
+                           env=args.env, device=args.device, **overrides)
+    except TbdError as e:
+        p.error(str(e))
+    print(result.summary())
+    return 0
 
 
 def _parse(text):

@@ -1,0 +1,62 @@
+"""A3C proper: asynchronous actor-learners on shared parameters, on every backend (docs/a3c.md).
+
+Each backend's module has the same entry point, ``train(job)``, and does it its framework's
+way: PyTorch with one process per learner on a model in shared memory, TensorFlow with threads
+on one shared set of variables, MXNet with one process per learner on NumPy views of shared
+memory, CNTK with one learner thread per worker process, all updating the shared parameters
+with an RMSProp whose statistics are shared too, without locks.
+"""
+import importlib
+
+from ...errors import UnknownNameError, UnsupportedOptionError
+from ...models import get_model
+from .common import AsyncResult, Settings, Stop, check_learners, checked_env
+
+BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
+
+
+class Job(object):
+    """One run's request, picklable, as every backend's ``train`` receives it."""
+
+    def __init__(self, backend, config, overrides, hp, settings, stop, env_id, seed, window,
+                 device):
+        self.backend, self.config, self.overrides, self.hp = backend, config, overrides, hp
+        self.settings, self.stop, self.env_id, self.seed = settings, stop, env_id, seed
+        self.window, self.device = window, device
+
+    @property
+    def learners(self):
+        return self.settings.learners
+
+    def build_native(self, backend=None, device=None):
+        """The learner's own copy (or the shared model): the job's a3c model, built here."""
+        from ...backends.registry import build_native
+        return build_native("a3c", backend or self.backend, config=self.config, seed=self.seed,
+                            device=device, **self.overrides)
+
+
+def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, seconds=None,
+              seed=0, env=None, device=None, window=100, **overrides):
+    """Train the a3c model with ``learners`` (default: the config's) asynchronous
+    actor-learners on ``backend`` until ``frames`` frames of all learners together (skipped
+    frames counted) or ``seconds``, whichever comes first. Learner i's environment is seeded
+    ``seed + i``; the learners' interleaving is the operating system's, so runs are not
+    repeatable (``tbdzoo.rl.train_a2c`` is the seeded mode). ``device`` is the PyTorch
+    learners' device (default 'cpu'). Returns an AsyncResult."""
+    if backend not in BACKENDS:
+        raise UnknownNameError("backend", backend, BACKENDS)
+    if device not in (None, "cpu") and backend != "torch":
+        raise UnsupportedOptionError(
+            "device {!r}: asynchronous learners on {} run on the CPU; fix: drop device, or use "
+            "backend torch, whose learners' copies can be on a GPU".format(device, backend))
+    hp = get_model("a3c").hparams(config, **overrides)
+    check_learners(hp["learners"] if learners is None else learners)
+    learners = hp["learners"] if learners is None else learners
+    stop = Stop(frames, seconds)
+    env_id, frames_per_step = checked_env(hp, env or hp["env"])
+    job = Job(backend, config, dict(overrides), hp, Settings(hp, learners, frames_per_step), stop,
+              env_id, seed, window, device)
+    return importlib.import_module(__name__ + "." + backend).train(job)
+
+
+__all__ = ["train_a3c", "AsyncResult", "check_learners", "BACKENDS"]

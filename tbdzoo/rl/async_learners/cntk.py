@@ -1,0 +1,85 @@
+"""CNTK: one learner thread per CNTK worker process (docs/a3c.md).
+
+CNTK 2.7 runs in its own interpreter (CPython 3.6, tbdzoo/backends/remote.py), and the
+environments run here (Gymnasium needs this interpreter), so each learner is a thread of this
+process that steps its own environment and drives its own worker, which holds the learner's
+copy of the network. The shared parameters and the shared RMSProp's square averages are NumPy
+arrays of this process; before each rollout the thread sends the shared parameters to its
+worker (``set_weights``), acts through it (``predict``), receives the rollout's gradients
+(``loss_and_gradients``) and applies them to the shared arrays, without a lock. The networks
+run in the workers in parallel; the threads share this process's GIL only for the environment
+steps and the NumPy update. A learner's CPU time is its thread's plus its worker's.
+"""
+import threading
+import time
+
+import numpy as np
+
+from ...backends.registry import build
+from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
+                     numpy_learning, predictor, run_learner, thread_counters)
+
+
+def train(job):
+    initial = initial_weights(job)
+    params = dict((n, v.copy()) for n, v in initial.items())
+    square_averages = dict((n, np.zeros_like(v)) for n, v in initial.items())
+    updates = np.zeros(job.learners, np.int64)
+    optimizer = NumpyRMSProp(params, square_averages, updates, job.settings)
+    counters = thread_counters(job.learners)
+    copies = []
+    try:
+        for _ in range(job.learners):
+            copies.append(build("a3c", backend="cntk", config=job.config, seed=job.seed,
+                                isolate=True, **job.overrides))
+        return _run(job, copies, initial, params, square_averages, updates, optimizer, counters)
+    finally:
+        for copy in copies:
+            copy.close()
+
+
+def _run(job, copies, initial, params, square_averages, updates, optimizer, counters):
+    barrier = threading.Barrier(job.learners + 1)
+    reports, errors = [None] * job.learners, []
+
+    def learner(index):
+        local = copies[index]
+        try:
+            sync, learn = numpy_learning(local, params, optimizer, index)
+            envs = make_envs(job.env_id, job.seed, index, job.window)
+            barrier.wait()
+            start = time.monotonic()
+            cpu = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid)
+            returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
+                                  counters, job.stop, start,
+                                  np.random.default_rng(job.seed + index))
+            used = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid) - cpu
+            reports[index] = (returns, used)
+            envs.close()
+        except BaseException as e:
+            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
+            barrier.abort()
+    threads = [threading.Thread(target=learner, args=(i,), daemon=True)
+               for i in range(job.learners)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.monotonic()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    result = AsyncResult("cntk", job.env_id, job.learners,
+                         "{} threads, each driving its own CNTK worker process".format(
+                             job.learners))
+    for returns, _ in reports:
+        result.episode_returns.extend(returns)
+    result.finish(counters, start, [r[1] for r in reports])
+    result.initial_weights = initial
+    result.weights = dict((n, v.copy()) for n, v in params.items())
+    result.square_averages = dict((n, v.copy()) for n, v in square_averages.items())
+    result.optimizer_updates = [int(u) for u in updates]
+    return result

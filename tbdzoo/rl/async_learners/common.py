@@ -1,0 +1,311 @@
+"""What every backend's asynchronous learners share: the settings read from the a3c config,
+the learner count check, the per-learner counters, one learner's loop, the NumPy shared
+RMSProp, CPU accounting and the result (docs/a3c.md).
+
+A learner repeats: copy the shared parameters into its own copy, act ``t_max`` steps in its
+own environment, compute the n-step returns in NumPy (tbdzoo.rl.rollouts.update_batch), take
+the gradients on its copy and apply them to the shared parameters through the shared RMSProp,
+without locks (Mnih et al. 2016, Algorithm S3). The learning rate anneals linearly to 0 with
+the frames all learners have taken together.
+"""
+import math
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from ... import environments
+from ...errors import HyperparameterError
+from ...models import get_model
+from ..a2c import check_environment
+from ..rollouts import observations_feed, sample_actions, split_output, update_batch
+
+
+def check_learners(learners):
+    """Raise HyperparameterError unless ``learners`` is an integer >= 1."""
+    if isinstance(learners, bool) or not isinstance(learners, (int, np.integer)) or learners < 1:
+        raise HyperparameterError(
+            "learners={!r}: asynchronous A3C needs at least one actor-learner; fix: learners >= 1 "
+            "(the paper: 16)".format(learners))
+    return int(learners)
+
+
+class Settings(object):
+    """The update's hyperparameters, the same on every backend: t_max, gamma, reward clip,
+    the shared RMSProp's alpha and epsilon (inside the root, docs/optimizers.md), the initial
+    learning rate, the global-norm clip and the frames over which the rate anneals to 0."""
+
+    def __init__(self, hp, learners, frames_per_step):
+        self.learners = check_learners(learners)
+        self.t_max, self.gamma, self.reward_clip = hp["t_max"], hp["gamma"], hp["reward_clip"]
+        self.num_actions = hp["num_actions"]
+        self.lr, self.alpha, self.eps = float(hp["lr"]), float(hp["alpha"]), float(hp["eps"])
+        self.clip = float(hp["grad_clip_norm"] or 0.0)
+        # The config anneals over ``anneal_steps`` synchronous updates of learners x t_max
+        # agent steps; the same number of frames here, counted over all learners.
+        self.anneal_frames = int(hp["anneal_steps"]) * hp["learners"] * hp["t_max"] * \
+            frames_per_step
+        self.linear = hp["lr_schedule"] == "linear"
+
+    def learning_rate(self, frames):
+        if not self.linear:
+            return self.lr
+        return self.lr * max(0.0, 1.0 - float(frames) / self.anneal_frames)
+
+
+def clip_scale(grads, clip):
+    """The factor that scales ``grads`` (NumPy arrays) to global norm ``clip`` at most."""
+    if not clip:
+        return 1.0
+    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+    return min(1.0, clip / (norm + 1e-6))
+
+
+class NumpyRMSProp(object):
+    """RMSProp over NumPy arrays that every learner updates in place, without a lock:
+    v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps). ``params`` and
+    ``square_averages`` map names to the shared arrays (views of shared memory across
+    processes, plain arrays across threads); ``updates[i]`` counts learner i's steps."""
+
+    def __init__(self, params, square_averages, updates, settings):
+        self.params, self.square_averages = params, square_averages
+        self.updates, self.settings = updates, settings
+
+    def step(self, learner, grads, lr):
+        s = self.settings
+        scale = clip_scale(list(grads.values()), s.clip)
+        for name, g in grads.items():
+            g = np.asarray(g, np.float32)
+            if scale != 1.0:
+                g = g * np.float32(scale)
+            v = self.square_averages[name]
+            v *= s.alpha
+            v += (1.0 - s.alpha) * g * g
+            self.params[name] -= lr * g / np.sqrt(v + s.eps)
+        self.updates[learner] += 1
+
+
+class Counters(object):
+    """Each learner's frames and updates in its own slot (so no increment is lost without a
+    lock), the time all learners start from and their own finishing times."""
+
+    def __init__(self, frames, updates, finished):
+        self.frames, self.updates, self.finished = frames, updates, finished
+
+    def total_frames(self):
+        return int(np.sum(self.frames))
+
+
+def cpu_seconds(thread=False, pid=None):
+    """User + system CPU seconds of this process (all its threads), of this thread only
+    (``thread=True``: psutil's per-thread times, matched by native id) or of process ``pid``."""
+    import psutil
+    if thread:
+        ident = threading.get_native_id()
+        for t in psutil.Process().threads():
+            if t.id == ident:
+                return t.user_time + t.system_time
+        return float("nan")
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+class Stop(object):
+    """When a learner stops: after ``frames`` frames of all learners together or ``seconds``
+    after the start, whichever comes first."""
+
+    def __init__(self, frames=None, seconds=None):
+        if frames is None and seconds is None:
+            raise ValueError("train_a3c needs a stopping rule: frames or seconds")
+        if frames is not None and frames < 1 or seconds is not None and seconds <= 0:
+            raise ValueError("frames={!r}, seconds={!r}: a stopping rule must be positive"
+                             .format(frames, seconds))
+        self.frames, self.seconds = frames, seconds
+
+    def reached(self, counters, start):
+        return (self.frames is not None and counters.total_frames() >= self.frames) or \
+            (self.seconds is not None and time.monotonic() - start >= self.seconds)
+
+
+def make_envs(env_id, seed, learner, window):
+    """Learner ``learner``'s own environment, seeded ``seed + learner``."""
+    return environments.VectorEnv(env_id, n=1, seed=seed + learner, window=window)
+
+
+def run_learner(index, predict, sync, learn, envs, settings, counters, stop, start, rng):
+    """One actor-learner until ``stop``; returns its finished episodes' returns.
+
+    ``predict(observations)`` is the learner's own copy's forward pass (float32 observations
+    to the (n, A + 1) policy logits and values); ``sync()`` copies the shared parameters into
+    the copy; ``learn(batch, lr)`` takes the gradients on the copy and applies them to the
+    shared parameters.
+    """
+    num_actions = settings.num_actions
+
+    def policy(observations):
+        logits, values = split_output(predict(observations_feed(observations)), num_actions)
+        return sample_actions(logits, rng), values
+
+    returns = []
+    while not stop.reached(counters, start):
+        sync()
+        rollout = environments.collect(envs, policy, settings.t_max)
+        learn(update_batch(rollout, settings.gamma, settings.reward_clip),
+              settings.learning_rate(counters.total_frames()))
+        counters.frames[index] += int(rollout.frames)
+        counters.updates[index] += 1
+        returns.extend(rollout.episode_returns.tolist())
+    counters.finished[index] = time.monotonic()
+    return returns
+
+
+def checked_env(hp, env):
+    """(env id, frames per agent step) after checking that ``env`` fits the network of
+    hyperparameters ``hp``."""
+    with environments.VectorEnv(env, n=1, seed=0) as envs:
+        check_environment(_Hparams(hp), envs)
+        return envs.id, envs.frames_per_step
+
+
+class _Hparams(object):
+    def __init__(self, hp):
+        self.hparams = hp
+
+
+def predictor(model):
+    """A BackendModel's ``predict`` as run_learner calls it."""
+    return lambda observations: model.predict({"observations": observations})
+
+
+def numpy_learning(local, params, optimizer, index):
+    """(sync, learn) for a learner whose copy is any BackendModel and whose shared parameters
+    are NumPy arrays: the weights go in through ``set_weights``, the canonical gradients come
+    out of ``loss_and_gradients`` and the shared NumPy RMSProp applies them."""
+    def sync():
+        local.set_weights(params)
+
+    def learn(batch, lr):
+        _, grads = local.loss_and_gradients(batch)
+        optimizer.step(index, grads, lr)
+    return sync, learn
+
+
+class AsyncResult(object):
+    """What an asynchronous run measured: frames (skipped frames counted) and updates of all
+    learners, the seconds from the common start to the last learner's stop, each learner's CPU
+    utilisation (CPU seconds over those seconds; 1.0 is one core busy), finished episodes'
+    returns, and the shared state at the end: weights, RMSProp square averages and each
+    learner's update count as the shared optimizer recorded it."""
+
+    def __init__(self, backend, env_id, learners, how):
+        self.backend, self.env_id, self.learners, self.how = backend, env_id, learners, how
+        self.frames = self.updates = 0
+        self.seconds = 0.0
+        self.frames_by_learner, self.updates_by_learner = [], []
+        self.cpu_utilisation, self.cpu_seconds = [], []
+        self.episode_returns = []
+        self.weights = self.initial_weights = self.square_averages = None
+        self.optimizer_updates = []
+
+    @property
+    def frames_per_second(self):
+        return self.frames / self.seconds if self.seconds else float("nan")
+
+    @property
+    def updates_per_second(self):
+        return self.updates / self.seconds if self.seconds else float("nan")
+
+    @property
+    def frames_per_cpu_second(self):
+        """Frames over the CPU seconds all learners used: what a learner's framework costs per
+        frame, whatever else shares the machine's cores."""
+        used = sum(self.cpu_seconds)
+        return self.frames / used if used > 0 else float("nan")
+
+    def mean_return(self, last=100):
+        tail = self.episode_returns[-last:]
+        return float(np.mean(tail)) if tail else float("nan")
+
+    def record(self):
+        """The figures as a JSON-ready dict (the sweep's records carry it as ``a3c``)."""
+        cpu = [round(c, 4) for c in self.cpu_utilisation]
+        return {"learners": self.learners, "execution": self.how, "env": self.env_id,
+                "frames": self.frames, "updates": self.updates, "seconds": round(self.seconds, 4),
+                "frames_per_second": self.frames_per_second,
+                "updates_per_second": self.updates_per_second,
+                "cpu_utilisation_per_learner": cpu,
+                "mean_cpu_utilisation": float(np.mean(cpu)) if cpu else float("nan"),
+                "cpu_seconds_per_learner": [round(c, 4) for c in self.cpu_seconds],
+                "frames_per_cpu_second": self.frames_per_cpu_second,
+                "episodes": len(self.episode_returns), "mean_return": self.mean_return()}
+
+    def summary(self):
+        cpu = self.cpu_utilisation
+        return ("{} on {} ({}), {} learners: {} frames, {} updates in {:.1f} s ({:.0f} frames/s, "
+                "{:.1f} updates/s); CPU per learner {:.2f} (min {:.2f}, max {:.2f}); {} episodes, "
+                "mean return {:.1f}".format(
+                    self.env_id, self.backend, self.how, self.learners, self.frames, self.updates,
+                    self.seconds, self.frames_per_second, self.updates_per_second,
+                    float(np.mean(cpu)) if cpu else float("nan"),
+                    min(cpu) if cpu else float("nan"), max(cpu) if cpu else float("nan"),
+                    len(self.episode_returns), self.mean_return()))
+
+    def finish(self, counters, start, cpu):
+        """Fill the counts and rates from the learners' counters and CPU seconds."""
+        self.frames_by_learner = [int(f) for f in counters.frames]
+        self.updates_by_learner = [int(u) for u in counters.updates]
+        self.frames, self.updates = sum(self.frames_by_learner), sum(self.updates_by_learner)
+        self.seconds = max(float(f) for f in counters.finished) - start
+        self.cpu_utilisation = [c / (float(f) - start) if float(f) > start else float("nan")
+                                for c, f in zip(cpu, counters.finished)]
+        self.cpu_seconds = list(cpu)
+        return self
+
+
+def initial_weights(job):
+    """The job's model's initial canonical weights (the same on every backend), built from the
+    spec alone, so the parent process needs no framework."""
+    from ...backends.base import check_buildable
+    from ...spec.init import initial_weights as spec_weights
+    spec = check_buildable(get_model("a3c"), job.hp, job.backend)
+    return spec_weights(spec, job.seed)
+
+
+def shared_arrays(arrays, ctx):
+    """name -> a float32 NumPy view of shared memory (``ctx.RawArray``) holding a copy of
+    ``arrays[name]``: forked children see and write the same bytes, without a lock."""
+    out = OrderedDict()
+    for name, value in arrays.items():
+        value = np.asarray(value, np.float32)
+        view = np.frombuffer(ctx.RawArray("f", max(1, value.size)), np.float32)[:value.size]
+        view = view.reshape(value.shape)
+        view[...] = value
+        out[name] = view
+    return out
+
+
+def shared_counters(learners, ctx):
+    """Counters over one shared float64 block (frames, updates, finishing times)."""
+    block = np.frombuffer(ctx.RawArray("d", 3 * learners), np.float64).reshape(3, learners)
+    return Counters(*block)
+
+
+def thread_counters(learners):
+    return Counters(*np.zeros((3, learners)))
+
+
+def receive(queue, workers):
+    """The next learner's report from ``queue``; raises a learner's error, or names a learner
+    process that died without reporting."""
+    while True:
+        if not queue.empty():
+            report = queue.get()
+            if isinstance(report, BaseException):
+                raise report
+            return report
+        dead = [w for w in workers if w.exitcode not in (None, 0)]
+        if dead:
+            raise RuntimeError("learner process {} exited with code {} before reporting"
+                               .format(dead[0].pid, dead[0].exitcode))
+        time.sleep(0.01)

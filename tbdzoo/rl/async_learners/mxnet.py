@@ -1,0 +1,84 @@
+"""MXNet: one process per learner on parameters in shared memory, seen as NumPy views
+(docs/a3c.md).
+
+The parent process holds the shared parameters and the shared RMSProp's square averages as
+NumPy views of shared memory, and imports MXNet once before forking. Each learner is a forked
+process with one engine thread that builds its own Gluon copy, copies the shared parameters
+into it before each rollout (``set_weights``), takes the gradients with ``autograd`` on it
+(``loss_and_gradients``) and applies them to the shared views with the NumPy RMSProp, without
+a lock. Processes rather than threads: learner threads in one MXNet process share its engine
+and interpreter, and measured against processes they used far less CPU for about the same cost
+per frame (docs/a3c.md); a process per learner gives each its own, as a PyTorch learner has.
+"""
+import importlib
+import multiprocessing
+import os
+import threading
+import time
+
+import numpy as np
+
+from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
+                     numpy_learning, predictor, receive, run_learner, shared_arrays,
+                     shared_counters)
+
+
+def train(job):
+    # Imported once here, before the fork: each child would otherwise spend seconds importing
+    # MXNet; its fork handlers stop the engine before a fork and start a fresh one in the child.
+    for name in ("MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(name, "1")   # read at MXNet's first import
+    importlib.import_module("tbdzoo.backends.mxnet")
+    ctx = multiprocessing.get_context("fork")
+    initial = initial_weights(job)
+    params = shared_arrays(initial, ctx)
+    square_averages = shared_arrays(dict((n, np.zeros_like(v)) for n, v in initial.items()), ctx)
+    updates = np.frombuffer(ctx.RawArray("q", job.learners), np.int64)
+    counters = shared_counters(job.learners, ctx)
+    barrier, queue = ctx.Barrier(job.learners + 1), ctx.SimpleQueue()
+    optimizer = NumpyRMSProp(params, square_averages, updates, job.settings)
+    workers = [ctx.Process(target=_learner, args=(job, index, params, optimizer, counters,
+                                                  barrier, queue), daemon=True)
+               for index in range(job.learners)]
+    for w in workers:
+        w.start()
+    try:
+        try:
+            barrier.wait(timeout=600)
+        except threading.BrokenBarrierError:
+            receive(queue, workers)   # raises the learner's error
+            raise
+        start = time.monotonic()
+        reports = sorted(receive(queue, workers) for _ in workers)
+    finally:
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.terminate()
+    result = AsyncResult("mxnet", job.env_id, job.learners,
+                         "{} processes (fork), parameters in shared memory".format(job.learners))
+    for _, returns, _ in reports:
+        result.episode_returns.extend(returns)
+    result.finish(counters, start, [r[2] for r in reports])
+    result.initial_weights = initial
+    result.weights = dict((n, v.copy()) for n, v in params.items())
+    result.square_averages = dict((n, v.copy()) for n, v in square_averages.items())
+    result.optimizer_updates = [int(u) for u in updates]
+    return result
+
+
+def _learner(job, index, params, optimizer, counters, barrier, queue):
+    try:
+        local = job.build_native(device="cpu")
+        sync, learn = numpy_learning(local, params, optimizer, index)
+        envs = make_envs(job.env_id, job.seed, index, job.window)
+        barrier.wait(timeout=600)
+        start, cpu = time.monotonic(), cpu_seconds()
+        returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
+                              counters, job.stop, start, np.random.default_rng(job.seed + index))
+        queue.put((index, returns, cpu_seconds() - cpu))
+        envs.close()
+    except BaseException as e:  # the parent raises it
+        barrier.abort()
+        queue.put(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
+        raise

@@ -1,0 +1,115 @@
+"""TensorFlow: threads on one shared model (docs/a3c.md).
+
+The shared model's ``tf.Variable`` set is the shared parameters, and one slot variable per
+parameter holds the shared RMSProp's square average. Each learner thread has its own
+environment and its own copy (a model of its own, built before the threads start, since
+Keras names layers from one global counter); before each rollout one compiled function assigns
+the shared variables to the copy, the copy's compiled gradient function runs, and one compiled
+update, shared by all threads, clips the gradients to the global norm and applies RMSProp to
+the shared variables and slots. Nothing is locked: TensorFlow runs each call's kernels outside
+the GIL, so the threads overlap in them.
+"""
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from .common import AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_learner
+
+
+class SharedRMSprop(object):
+    """One slot variable per shared variable; ``apply`` is one ``tf.function`` every thread
+    calls: v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps) after global-norm
+    clipping. ``updates[i]`` counts learner i's steps."""
+
+    def __init__(self, variables, settings, learners):
+        self.variables, self.settings = list(variables), settings
+        self.slots = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
+        self.updates = np.zeros(learners, np.int64)
+        self._apply = tf.function(self._update)
+
+    def _update(self, grads, lr):
+        s = self.settings
+        if s.clip:
+            grads, _ = tf.clip_by_global_norm(grads, s.clip)
+        for w, v, g in zip(self.variables, self.slots, grads):
+            v.assign(s.alpha * v + (1.0 - s.alpha) * tf.square(g))
+            w.assign_sub(lr * g / tf.sqrt(v + s.eps))
+
+    def step(self, learner, grads, lr):
+        self._apply(list(grads), tf.constant(lr, tf.float32))
+        self.updates[learner] += 1
+
+
+def train(job):
+    shared = job.build_native(device="cpu")
+    names = shared._group_names["all"]
+    variables = shared._group_variables["all"]
+    optimizer = SharedRMSprop(variables, job.settings, job.learners)
+    initial = shared.get_weights()
+    copies = [_Copy(job.build_native(device="cpu"), variables) for _ in range(job.learners)]
+    counters = Counters(np.zeros(job.learners), np.zeros(job.learners), np.zeros(job.learners))
+    barrier = threading.Barrier(job.learners + 1)
+    reports, errors = [None] * job.learners, []
+
+    def learner(index):
+        copy = copies[index]
+        try:
+            envs = make_envs(job.env_id, job.seed, index, job.window)
+            barrier.wait()
+            start, cpu = time.monotonic(), cpu_seconds(thread=True)
+
+            def learn(batch, lr):
+                (_, native), = copy.model.prepare_batch(batch).native
+                _, grads = copy.gradients(native)
+                optimizer.step(index, grads, lr)
+            returns = run_learner(index, predictor(copy.model), copy.sync, learn, envs,
+                                  job.settings, counters, job.stop, start,
+                                  np.random.default_rng(job.seed + index))
+            reports[index] = (returns, cpu_seconds(thread=True) - cpu)
+            envs.close()
+        except BaseException as e:
+            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
+            barrier.abort()
+    threads = [threading.Thread(target=learner, args=(i,), daemon=True)
+               for i in range(job.learners)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.monotonic()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    result = AsyncResult("tensorflow", job.env_id, job.learners,
+                         "{} threads on one shared model".format(job.learners))
+    for returns, _ in reports:
+        result.episode_returns.extend(returns)
+    result.finish(counters, start, [r[1] for r in reports])
+    result.initial_weights, result.weights = initial, shared.get_weights()
+    result.square_averages = dict((n, shared.native.to_canonical(n, v.numpy()))
+                                  for n, v in zip(names, optimizer.slots))
+    result.optimizer_updates = [int(u) for u in optimizer.updates]
+    return result
+
+
+class _Copy(object):
+    """A learner's own model, with a compiled copy of the shared variables into it."""
+
+    def __init__(self, model, shared_variables):
+        self.model = model
+        self.gradients = model._gradient_fns[0]
+        mine = model._group_variables["all"]
+
+        @tf.function
+        def sync():
+            for m, s in zip(mine, shared_variables):
+                m.assign(s)
+        self._sync = sync
+
+    def sync(self):
+        self._sync()
