@@ -43,9 +43,12 @@ def recorded(tmp_path_factory):
         logits, values = split_output(model.predict({"observations": obs.astype(np.float32)}), 2)
         return sample_actions(logits, rng), values
 
-    with VectorEnv("CartPole-v1", n=8, seed=0) as envs:
-        for _ in range(4):   # into the episodes, so the returns see some episode ends
+    # a time limit of 12 steps: the recorded rollout (steps 10-14) holds a termination and the
+    # truncations of the first episodes, so its returns bootstrap from final values too
+    with VectorEnv("CartPole-v1", n=8, seed=0, max_episode_steps=12) as envs:
+        for _ in range(3):   # into the episodes, so the returns see some episode ends
             rollout = collect(envs, policy, 5)
+    assert rollout.truncated.any() and (rollout.dones & ~rollout.truncated).any()
     path = str(tmp_path_factory.mktemp("rollout") / "cartpole.npz")
     rollout.save(path)
     batch = update_batch(Rollout.load(path), model.hparams["gamma"])
@@ -94,6 +97,26 @@ def test_a_recorded_rollout_trains_alike_on_every_backend(backend, recorded):
                                    rtol=1e-4, atol=1e-5)
     finally:
         other.close()
+
+
+def test_the_update_batch_bootstraps_a_truncation_from_its_final_value():
+    """Two learners, three steps, time-major: learner 0's episode is cut by the time limit at
+    step 1 (V of its final observation 8), learner 1's terminates there."""
+    t, n = 3, 2
+    rollout = Rollout(
+        observations=np.zeros((t, n, 4), np.float32), actions=np.zeros((t, n), np.int64),
+        rewards=np.array([[1.0, 0.0], [1.0, 3.0], [1.0, 2.0]]),
+        dones=np.array([[0, 0], [1, 1], [0, 0]], bool),
+        truncated=np.array([[0, 0], [1, 0], [0, 0]], bool),
+        truncation_values=np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 0.0]]),
+        values=np.array([[1.0, 1.0], [0.5, 0.0], [6.0, 5.0]]), bootstrap=np.array([10.0, 4.0]),
+        next_observations=np.zeros((n, 4), np.float32), episode_returns=np.zeros(2),
+        episode_lengths=np.zeros(2, np.int64), frames=6)
+    batch = update_batch(rollout, gamma=0.5)
+    # learner 0: 1 + .5 * (1 + .5 * 8) = 3.5, 1 + .5 * 8 = 5, 1 + .5 * 10 = 6
+    # learner 1: 0 + .5 * 3 = 1.5, 3, 2 + .5 * 4 = 4
+    np.testing.assert_array_equal(batch["returns"][:, 0], [3.5, 1.5, 5.0, 3.0, 6.0, 4.0])
+    np.testing.assert_array_equal(batch["advantages"], [2.5, 0.5, 4.5, 3.0, 0.0, -1.0])
 
 
 def test_the_learning_rate_anneals_linearly_to_zero():
