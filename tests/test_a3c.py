@@ -164,3 +164,21 @@ def test_bad_input_gets_a_clear_error():
         build("a3c", backend="torch", config="paper", observation_shape=(4, 10, 10))
     with pytest.raises(HyperparameterError, match="cannot feed the atari network"):
         build("a3c", backend="torch", config="paper", observation_shape=(4,))
+
+
+def test_the_command_line_records_each_run(tmp_path):
+    """`python -m tbdzoo.rl --record FILE` adds one run per call, with the command that
+    reproduces it (benchmarks/results/a3c_cartpole.json is such a file)."""
+    import json
+    from tbdzoo.rl.__main__ import main
+    path = str(tmp_path / "runs.json")
+    argv = ["--config", "cartpole", "--set", "hidden=8,8", "--set", "learners=4",
+            "--max-frames", "200", "--record", path]
+    assert main(argv + ["--seed", "1"]) == 0 and main(argv + ["--seed", "2"]) == 0
+    with open(path) as f:
+        runs = json.load(f)["runs"]
+    assert [r["seed"] for r in runs] == [1, 2]
+    first = runs[0]
+    assert first["backend"] == "torch" and first["frames"] == 200 and not first["reached"]
+    assert first["hparams"]["learners"] == 4 and first["overrides"]["hidden"] == [8, 8]
+    assert first["command"].startswith("python -m tbdzoo.rl --config cartpole --set hidden=8,8")

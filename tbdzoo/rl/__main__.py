@@ -4,6 +4,8 @@
 """
 import argparse
 import os
+import shlex
+import sys
 
 
 def main(argv=None):
@@ -21,7 +23,13 @@ def main(argv=None):
                         "threads spinning on a loaded machine cost 100x on CartPole's MLP)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a hyperparameter (repeatable)")
+    p.add_argument("--record", metavar="FILE.json",
+                   help="add this run (backend, seed, frames, seconds, reached, the command) to "
+                        "the runs of FILE.json, e.g. benchmarks/results/a3c_cartpole.json")
     args = p.parse_args(argv)
+    command = "python -m tbdzoo.rl " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    load_before = os.getloadavg()[0]
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
                  "TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
         os.environ.setdefault(name, str(args.threads))   # read when a framework is imported
@@ -32,6 +40,7 @@ def main(argv=None):
         name, _, value = item.partition("=")
         overrides[name] = _parse(value)
     model = build("a3c", backend=args.backend, config=args.config, seed=args.seed, **overrides)
+    hparams = dict(model.hparams)
     try:
         result = train_a2c(model, args.env, seed=args.seed, max_frames=args.max_frames,
                            max_seconds=args.max_seconds, target_return=args.target,
@@ -39,6 +48,11 @@ def main(argv=None):
     finally:
         model.close()
     print(result.summary())
+    if args.record:
+        from .record import add_run
+        add_run(args.record, result, backend=args.backend, config=args.config, seed=args.seed,
+                target=args.target, overrides=overrides, hparams=hparams, command=command,
+                load=(load_before, os.getloadavg()[0]))
     return 0 if args.target is None or result.solved_at is not None else 1
 
 
