@@ -31,8 +31,17 @@ def run_record(result, backend, config, seed, target, overrides, hparams, comman
     }
 
 
+def dumps(data):
+    """The file's text: its fields, then one run a line, so a diff shows the runs added."""
+    head = dict((k, v) for k, v in data.items() if k != "runs")
+    lines = ["{"] + ["  {}: {},".format(json.dumps(k), json.dumps(v)) for k, v in head.items()]
+    runs = ",\n".join("    " + json.dumps(run) for run in data["runs"])
+    return "\n".join(lines) + '\n  "runs": [\n' + runs + "\n  ]\n}\n"
+
+
 def add_run(path, result, **fields):
-    """Appends the run to ``path`` under an exclusive lock: parallel runs share one file."""
+    """Appends the run to ``path`` under an exclusive lock (parallel runs share one file);
+    a reader that wants a consistent view takes the same lock (``fcntl.LOCK_SH``)."""
     record = run_record(result, **fields)
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -42,6 +51,5 @@ def add_run(path, result, **fields):
         data["runs"].append(record)
         f.seek(0)
         f.truncate()
-        json.dump(data, f, indent=1)
-        f.write("\n")
+        f.write(dumps(data))
     return record
