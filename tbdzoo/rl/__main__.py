@@ -1,6 +1,8 @@
 """python -m tbdzoo.rl: train the a3c model synchronously (A2C) and print what it measured.
 
     python -m tbdzoo.rl --backend torch --config cartpole --target 475 --max-seconds 600
+    python -m tbdzoo.rl --backend cntk --seed 0 --target 475 --max-frames 330000 \
+        --record benchmarks/results/a3c_cartpole.json   # the runs of docs/environments.md
 """
 import argparse
 import os
