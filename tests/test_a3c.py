@@ -26,8 +26,10 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-# CartPole's network, narrowed, and 8 learners: a rollout of 8 x 5 steps is the update's batch.
-SMALL = {"hidden": (8, 8), "learners": 8}
+# CartPole's network, narrowed, and 8 learners: a rollout of 8 x 5 steps is the update's batch;
+# the paper's entropy weight, so the update's gradients include the term the cartpole config
+# leaves out.
+SMALL = {"hidden": (8, 8), "learners": 8, "entropy_weight": 0.01}
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +45,12 @@ def recorded(tmp_path_factory):
         logits, values = split_output(model.predict({"observations": obs.astype(np.float32)}), 2)
         return sample_actions(logits, rng), values
 
-    with VectorEnv("CartPole-v1", n=8, seed=0) as envs:
-        for _ in range(4):   # into the episodes, so the returns see some episode ends
+    # a time limit of 12 steps: the recorded rollout (steps 10-14) holds a termination and the
+    # truncations of the first episodes, so its returns bootstrap from final values too
+    with VectorEnv("CartPole-v1", n=8, seed=0, max_episode_steps=12) as envs:
+        for _ in range(3):   # into the episodes, so the returns see some episode ends
             rollout = collect(envs, policy, 5)
+    assert rollout.truncated.any() and (rollout.dones & ~rollout.truncated).any()
     path = str(tmp_path_factory.mktemp("rollout") / "cartpole.npz")
     rollout.save(path)
     batch = update_batch(Rollout.load(path), model.hparams["gamma"])
@@ -96,6 +101,26 @@ def test_a_recorded_rollout_trains_alike_on_every_backend(backend, recorded):
         other.close()
 
 
+def test_the_update_batch_bootstraps_a_truncation_from_its_final_value():
+    """Two learners, three steps, time-major: learner 0's episode is cut by the time limit at
+    step 1 (V of its final observation 8), learner 1's terminates there."""
+    t, n = 3, 2
+    rollout = Rollout(
+        observations=np.zeros((t, n, 4), np.float32), actions=np.zeros((t, n), np.int64),
+        rewards=np.array([[1.0, 0.0], [1.0, 3.0], [1.0, 2.0]]),
+        dones=np.array([[0, 0], [1, 1], [0, 0]], bool),
+        truncated=np.array([[0, 0], [1, 0], [0, 0]], bool),
+        truncation_values=np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 0.0]]),
+        values=np.array([[1.0, 1.0], [0.5, 0.0], [6.0, 5.0]]), bootstrap=np.array([10.0, 4.0]),
+        next_observations=np.zeros((n, 4), np.float32), episode_returns=np.zeros(2),
+        episode_lengths=np.zeros(2, np.int64), frames=6)
+    batch = update_batch(rollout, gamma=0.5)
+    # learner 0: 1 + .5 * (1 + .5 * 8) = 3.5, 1 + .5 * 8 = 5, 1 + .5 * 10 = 6
+    # learner 1: 0 + .5 * 3 = 1.5, 3, 2 + .5 * 4 = 4
+    np.testing.assert_array_equal(batch["returns"][:, 0], [3.5, 1.5, 5.0, 3.0, 6.0, 4.0])
+    np.testing.assert_array_equal(batch["advantages"], [2.5, 0.5, 4.5, 3.0, 0.0, -1.0])
+
+
 def test_the_learning_rate_anneals_linearly_to_zero():
     model = build("a3c", backend="torch", config="tiny", anneal_steps=10)
     group = model.program.groups["all"]
@@ -141,3 +166,21 @@ def test_bad_input_gets_a_clear_error():
         build("a3c", backend="torch", config="paper", observation_shape=(4, 10, 10))
     with pytest.raises(HyperparameterError, match="cannot feed the atari network"):
         build("a3c", backend="torch", config="paper", observation_shape=(4,))
+
+
+def test_the_command_line_records_each_run(tmp_path):
+    """`python -m tbdzoo.rl --record FILE` adds one run per call, with the command that
+    reproduces it (benchmarks/results/a3c_cartpole.json is such a file)."""
+    import json
+    from tbdzoo.rl.__main__ import main
+    path = str(tmp_path / "runs.json")
+    argv = ["--config", "cartpole", "--set", "hidden=8,8", "--set", "learners=4",
+            "--max-frames", "200", "--record", path]
+    assert main(argv + ["--seed", "1"]) == 0 and main(argv + ["--seed", "2"]) == 0
+    with open(path) as f:
+        runs = json.load(f)["runs"]
+    assert [r["seed"] for r in runs] == [1, 2]
+    first = runs[0]
+    assert first["backend"] == "torch" and first["frames"] == 200 and not first["reached"]
+    assert first["hparams"]["learners"] == 4 and first["overrides"]["hidden"] == [8, 8]
+    assert first["command"].startswith("python -m tbdzoo.rl --config cartpole --set hidden=8,8")

@@ -203,6 +203,66 @@ def test_returns_ignore_the_bootstrap_after_a_final_step_and_sum_without_discoun
                                   [[10.0], [9.0], [7.0]])
 
 
+def test_a_truncated_return_bootstraps_from_the_final_observation_inside_the_window():
+    """Env 0 is cut by a time limit at step 1: R1 = r1 + gamma V(final obs of that episode),
+    neither 1 (a terminal) nor r1 + gamma R2 (the next episode's). Env 1 terminates there."""
+    rewards = np.array([[1.0, 0.0], [1.0, 3.0], [1.0, 2.0]])
+    dones = np.array([[False, False], [True, True], [False, False]])
+    truncated = np.array([[False, False], [True, False], [False, False]])
+    final_values = np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 0.0]])
+    bootstrap = np.array([10.0, 4.0])
+    # env 0: R2 = 1 + .5*10 = 6; R1 = 1 + .5*8 = 5; R0 = 1 + .5*5 = 3.5
+    # env 1: R2 = 2 + .5*4 = 4; R1 = 3 (terminated); R0 = 0 + .5*3 = 1.5
+    expected = np.array([[3.5, 1.5], [5.0, 3.0], [6.0, 4.0]], np.float32)
+    got = E.returns(rewards, dones, bootstrap, 0.5, truncated, final_values)
+    np.testing.assert_array_equal(got, expected)
+    values = np.array([[1.0, 1.0], [0.5, 0.0], [6.0, 5.0]])
+    np.testing.assert_array_equal(
+        E.advantages(rewards, dones, values, bootstrap, 0.5, truncated, final_values),
+        expected - values.astype(np.float32))
+    with pytest.raises(E.RolloutError, match="need truncation_values"):
+        E.returns(rewards, dones, bootstrap, 0.5, truncated)
+    with pytest.raises(E.RolloutError, match="also be done"):
+        E.returns(rewards, np.zeros_like(dones), bootstrap, 0.5, truncated, final_values)
+
+
+def test_a_time_limit_inside_a_rollout_is_a_truncation_with_its_final_value():
+    """CartPole cut at 3 steps: the rollout marks the truncation, keeps V(final observation)
+    from the policy, and its returns bootstrap from it; the next observation is the new
+    episode's first. A pole that falls is terminated, not truncated."""
+    envs = E.VectorEnv("CartPole-v1", 2, seed=0, max_episode_steps=3)
+    seen = []
+
+    def policy(obs):
+        seen.append(np.array(obs))
+        return lean_policy(obs)
+
+    r = E.collect(envs, policy, 5)
+    assert r.dones[2].all() and r.truncated[2].all() and r.truncated.sum() == 2
+    final = seen[3]   # asked after step 2, on the final observations
+    assert not np.array_equal(final, r.observations[3])   # not the new episode's start
+    np.testing.assert_array_equal(r.truncation_values[2], final[:, 2])   # lean_policy's V
+    gamma = 0.9
+    returns = r.returns(gamma)
+    np.testing.assert_allclose(returns[2], 1.0 + gamma * final[:, 2], rtol=1e-6)
+    np.testing.assert_allclose(returns[1], 1.0 + gamma * returns[2], rtol=1e-6)
+    np.testing.assert_allclose(returns[4], 1.0 + gamma * r.bootstrap, rtol=1e-6)
+    envs.close()
+    falls = E.collect(E.VectorEnv("CartPole-v1", 2, seed=0), random_policy(2), 100)
+    assert falls.dones.any() and not falls.truncated.any()
+
+
+def test_a_rollout_file_without_truncations_loads_as_untruncated(tmp_path):
+    r = E.collect(E.VectorEnv("cartpole", 1, seed=0), random_policy(2), 30)
+    older = dict(r.arrays())
+    del older["truncated"], older["truncation_values"]
+    np.savez(str(tmp_path / "older.npz"), **older)
+    back = E.Rollout.load(str(tmp_path / "older.npz"))
+    assert back == r and not back.truncated.any()
+    with pytest.raises(E.RolloutError, match="no truncation_values"):
+        E.Rollout(**dict(older, truncated=np.ones_like(r.dones)))
+
+
 def test_rollout_methods_match_the_functions():
     r = E.collect(E.VectorEnv("cartpole", 2, seed=0), lean_policy, 30)
     np.testing.assert_array_equal(r.returns(0.99), E.returns(r.rewards, r.dones, r.bootstrap, 0.99))
@@ -298,6 +358,8 @@ def test_options_are_checked():
         E.make("pong", repeat_action_probability=1.5)
     with pytest.raises(E.EnvironmentOptionError, match="discrete"):
         E.make("Pendulum-v1")
+    with pytest.raises(E.EnvironmentOptionError, match="max_episode_steps=0"):
+        E.make("cartpole", max_episode_steps=0)
 
 
 def test_missing_opencv_names_the_fix(monkeypatch):

@@ -10,7 +10,9 @@ def collect(envs, policy_fn, t_max):
 
     ``policy_fn(observations)`` takes the (n, ...) observations and returns ``(actions,
     values)``: n integer actions and n value estimates. After the last step it is called once
-    more on the next observations for the bootstrap values (its actions are then unused).
+    more on the next observations for the bootstrap values (its actions are then unused), and
+    after a step where a time limit truncated an episode, once on the final observations for
+    the values a truncated return bootstraps from.
     The environments keep their state, so consecutive calls continue the same episodes.
     """
     if isinstance(t_max, bool) or not isinstance(t_max, (int, np.integer)) or t_max < 1:
@@ -21,15 +23,22 @@ def collect(envs, policy_fn, t_max):
     rewards = np.empty((t_max, n), np.float32)
     dones = np.empty((t_max, n), np.bool_)
     values = np.empty((t_max, n), np.float32)
+    truncated = np.zeros((t_max, n), np.bool_)
+    truncation_values = np.zeros((t_max, n), np.float32)
     envs.pop_finished()  # count only the episodes that end in this rollout
     frames = envs.frames
     for t in range(t_max):
         obs[t] = envs.observations
         actions[t], values[t] = _ask(policy_fn, envs.observations, n)
         _, rewards[t], dones[t] = envs.step(actions[t])
+        truncated[t] = envs.truncated
+        if truncated[t].any():
+            _, final_values = _ask(policy_fn, envs.final_observations, n)
+            truncation_values[t] = np.where(truncated[t], final_values, 0.0)
     _, bootstrap = _ask(policy_fn, envs.observations, n)
     episode_returns, episode_lengths = envs.pop_finished()
     return Rollout(observations=obs, actions=actions, rewards=rewards, dones=dones, values=values,
+                   truncated=truncated, truncation_values=truncation_values,
                    bootstrap=bootstrap, next_observations=np.array(envs.observations),
                    episode_returns=episode_returns, episode_lengths=episode_lengths,
                    frames=envs.frames - frames)

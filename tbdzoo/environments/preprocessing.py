@@ -37,16 +37,22 @@ class SeedOnFirstReset(gym.Wrapper):
 def make(name=DEFAULT, seed=None, **options):
     """A preprocessed Gymnasium environment: an Atari game gives uint8 observations of
     (stack, 84, 84); another registered id (``CartPole-v1``) is returned as Gymnasium makes it.
-    Only discrete action spaces are accepted (A3C's policy is a softmax over actions)."""
+    Only discrete action spaces are accepted (A3C's policy is a softmax over actions).
+    ``max_episode_steps`` replaces a non-Atari environment's time limit (CartPole-v1: 500)."""
     env_id = resolve(name)
     if is_atari(env_id):
         env = _atari(env_id, _atari_options(options))
     else:
+        limit = options.pop("max_episode_steps", None)
         if options:
             raise EnvironmentOptionError(
                 "{} are options of Atari games, not of {}; fix: drop them".format(
                     sorted(options), env_id))
-        env = gym.make(env_id)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise EnvironmentOptionError(
+                "max_episode_steps={!r} must be a positive integer".format(limit))
+        env = gym.make(env_id) if limit is None else gym.make(env_id, max_episode_steps=limit)
     if not isinstance(env.action_space, Discrete):
         env.close()
         raise EnvironmentOptionError(

@@ -12,6 +12,8 @@ FIELDS = (
     ("actions", np.int64, ("T", "n")),
     ("rewards", np.float32, ("T", "n")),  # the game's own rewards, unclipped
     ("dones", np.bool_, ("T", "n")),  # the episode ended at this step (terminated or truncated)
+    ("truncated", np.bool_, ("T", "n")),  # ... cut by a time limit, not terminated
+    ("truncation_values", np.float32, ("T", "n")),  # V(final observation) there, else 0
     ("values", np.float32, ("T", "n")),  # the policy's V(s_t)
     ("bootstrap", np.float32, ("n",)),  # V(s_T) of next_observations
     ("next_observations", None, ("n", "...")),  # where the next rollout starts
@@ -20,12 +22,23 @@ FIELDS = (
     ("frames", np.int64, ()),  # emulator frames, skipped frames counted
 )
 
+# Fields that files written before truncations were told apart lack: no step was truncated.
+OPTIONAL = ("truncated", "truncation_values")
+
 
 class Rollout(object):
     """The arrays of one rollout, checked against each other; see FIELDS for each one."""
 
     def __init__(self, **arrays):
         names = [f[0] for f in FIELDS]
+        if "truncation_values" not in arrays and np.any(arrays.get("truncated", False)):
+            raise RolloutError("truncated steps but no truncation_values to bootstrap them "
+                               "from; fix: pass the value of each truncated final observation")
+        if "dones" in arrays:
+            for name in OPTIONAL:
+                if name not in arrays:
+                    arrays[name] = np.zeros(np.shape(arrays["dones"]), dict(
+                        (f[0], f[1]) for f in FIELDS)[name])
         if sorted(arrays) != sorted(names):
             raise RolloutError("a rollout has the arrays {}; got {}".format(names, sorted(arrays)))
         for name, dtype, _ in FIELDS:
@@ -61,11 +74,13 @@ class Rollout(object):
 
     def returns(self, gamma):
         """n-step discounted returns, (T, n) float32: the value head's targets."""
-        return returns(self.rewards, self.dones, self.bootstrap, gamma)
+        return returns(self.rewards, self.dones, self.bootstrap, gamma, self.truncated,
+                       self.truncation_values)
 
     def advantages(self, gamma):
         """Returns minus the values, (T, n) float32: the policy gradient's weights."""
-        return advantages(self.rewards, self.dones, self.values, self.bootstrap, gamma)
+        return advantages(self.rewards, self.dones, self.values, self.bootstrap, gamma,
+                          self.truncated, self.truncation_values)
 
     def arrays(self):
         """Every field by name, ``frames`` as a 0-d array."""

@@ -46,6 +46,9 @@ class VectorEnv(object):
         self._length = np.zeros(self.num_envs, np.int64)
         self._finished = []
         self.observations, _ = self._vec.reset()
+        self.terminated = np.zeros(self.num_envs, np.bool_)   # of the last step
+        self.truncated = np.zeros(self.num_envs, np.bool_)    # cut by a time limit, not ended
+        self.final_observations = self.observations           # see step()
 
     @property
     def frames(self):
@@ -57,11 +60,23 @@ class VectorEnv(object):
         """Applies one action per environment; returns (observations, rewards, dones).
 
         ``dones[i]`` marks the end of environment i's episode (terminated or truncated); its
-        returned observation then already starts the next episode.
+        returned observation then already starts the next episode. The step also sets
+        ``terminated`` and ``truncated`` (n,) bool (``truncated`` only where a time limit cut an
+        episode that did not terminate at that step: its state still has a value) and
+        ``final_observations``: the returned observations, but the last observation of each
+        episode that ended, which a return bootstraps from after a truncation.
         """
         actions = self._checked(actions)
-        obs, rewards, terminated, truncated, _ = self._vec.step(actions)
+        obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        terminated = np.asarray(terminated, np.bool_)
+        truncated = np.logical_and(truncated, ~terminated)
         dones = np.logical_or(terminated, truncated)
+        final = obs
+        if dones.any():
+            final = np.array(obs)
+            for i in np.flatnonzero(dones):
+                final[i] = info["final_obs"][i]
+        self.terminated, self.truncated, self.final_observations = terminated, truncated, final
         rewards = np.asarray(rewards, np.float32)
         self._return += rewards
         self._length += 1

@@ -3,9 +3,13 @@ actor-learners (A3C, docs/a3c.md), and print what it measured.
 
     python -m tbdzoo.rl --backend torch --config cartpole --target 475 --max-seconds 600
     python -m tbdzoo.rl --mode async --learners 16 --config cartpole --max-seconds 60
+    python -m tbdzoo.rl --backend cntk --seed 0 --target 475 --max-frames 330000 \
+        --record benchmarks/results/a3c_cartpole.json   # the runs of docs/environments.md
 """
 import argparse
 import os
+import shlex
+import sys
 
 
 def main(argv=None):
@@ -28,7 +32,13 @@ def main(argv=None):
                         "threads spinning on a loaded machine cost 100x on CartPole's MLP)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a hyperparameter (repeatable)")
+    p.add_argument("--record", metavar="FILE.json",
+                   help="add this run (backend, seed, frames, seconds, reached, the command) to "
+                        "the runs of FILE.json, e.g. benchmarks/results/a3c_cartpole.json")
     args = p.parse_args(argv)
+    command = "python -m tbdzoo.rl " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    load_before = os.getloadavg()[0]
     threads = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
                "MXNET_CPU_WORKER_NTHREADS")
     if args.mode == "sync":   # async learner threads call TensorFlow at once: keep inter-op
@@ -46,6 +56,7 @@ def main(argv=None):
     from ..backends.registry import build
     from .a2c import train_a2c
     model = build("a3c", backend=args.backend, config=args.config, seed=args.seed, **overrides)
+    hparams = dict(model.hparams)
     try:
         result = train_a2c(model, args.env, seed=args.seed, max_frames=args.max_frames,
                            max_seconds=args.max_seconds, target_return=args.target,
@@ -53,6 +64,11 @@ def main(argv=None):
     finally:
         model.close()
     print(result.summary())
+    if args.record:
+        from .record import add_run
+        add_run(args.record, result, backend=args.backend, config=args.config, seed=args.seed,
+                target=args.target, overrides=overrides, hparams=hparams, command=command,
+                load=(load_before, os.getloadavg()[0]))
     return 0 if args.target is None or result.solved_at is not None else 1
 
 
@@ -61,6 +77,9 @@ def _asynchronous(p, args, overrides):
     if args.target is not None:
         p.error("--target stops the synchronous mode; --mode async stops at --max-frames or "
                 "--max-seconds")
+    if args.record:
+        p.error("--record keeps the synchronous mode's runs to a target; an asynchronous run's "
+                "record comes from `tbd sweep a3c --learners N -o FILE.jsonl`")
     if args.max_frames is None and args.max_seconds is None:
         p.error("--mode async needs --max-frames or --max-seconds")
     from ..errors import TbdError

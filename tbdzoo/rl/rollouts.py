@@ -29,13 +29,15 @@ def observations_feed(observations):
 
 def update_batch(rollout, gamma, reward_clip=0.0):
     """The a3c program's batch from a Rollout: its T x n steps flattened time-major, the
-    actions taken, the n-step advantages (the value estimate a constant) and returns.
+    actions taken, the n-step advantages (the value estimate a constant) and returns, which
+    bootstrap from a truncated episode's final observation (docs/environments.md).
     ``reward_clip`` > 0 clips each reward to [-reward_clip, reward_clip] first."""
     rewards = rollout.rewards
     if reward_clip:
         rewards = np.clip(rewards, -reward_clip, reward_clip)
     from ..environments import targets
-    returns = targets.returns(rewards, rollout.dones, rollout.bootstrap, gamma)
+    returns = targets.returns(rewards, rollout.dones, rollout.bootstrap, gamma,
+                              rollout.truncated, rollout.truncation_values)
     advantages = returns - rollout.values
     steps = rollout.t_max * rollout.num_envs
     obs = rollout.observations.reshape((steps,) + rollout.observations.shape[2:])
