@@ -9,7 +9,7 @@ import json
 import tensorflow as tf
 
 from . import ops
-from .model import NHWC, Model, _to
+from .model import CANONICAL, NHWC, Model, _to
 
 ENGINE = "MultiWorkerMirroredStrategy"
 _STRATEGY = []  # the one strategy of this process, made by init() before any TensorFlow op
@@ -111,6 +111,32 @@ def sync_batchnorm(args, p, a, training, update):
     return tf.transpose(y, [0, rank - 1] + list(range(1, rank - 1))) if rank > 2 else y
 
 
+def sync_sequence_batchnorm(args, p, a, training, update):
+    """SpecModel's sequence_batchnorm adapter with the statistics of every replica's valid
+    steps (--bn-mode sync): the masked sums and the count of valid positions are all-reduced,
+    the mean first, then the squared deviations from it. Padded positions give 0."""
+    context = tf.distribute.get_replica_context()
+    running_mean, running_var = p.get("running_mean"), p.get("running_var")
+    if (not training and running_mean is not None) or context is None:
+        return ops.sequence_batchnorm(_to(args[0], CANONICAL), args[1][0], p["gamma"], p["beta"],
+                                      running_mean, running_var, a, training, update)
+    x = _to(args[0], CANONICAL)
+    mask = tf.sequence_mask(args[1][0], int(x.shape[1]), dtype=x.dtype)[:, :, None]
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat(
+        [tf.reduce_sum(x * mask, axis=[0, 1]), tf.reduce_sum(mask)[None]], 0))
+    n = total[-1]
+    mean = total[:-1] / n
+    var = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                             tf.reduce_sum(tf.square((x - mean) * mask), axis=[0, 1])) / n
+    if update and running_mean is not None:
+        m = a["momentum"]
+        unbiased = var * n / tf.maximum(n - 1.0, 1.0)
+        running_mean.assign((1.0 - m) * running_mean + m * tf.stop_gradient(mean))
+        running_var.assign((1.0 - m) * running_var + m * tf.stop_gradient(unbiased))
+    y = (x - mean) * (p["gamma"] * tf.math.rsqrt(var + a["eps"])) + p["beta"]
+    return y * mask
+
+
 class DistributedModel(Model):
     """The TensorFlow model as one replica of ``world``: variables made in the strategy's
     scope, every step run by ``strategy.run`` in a compiled function, and gradients summed
@@ -127,7 +153,8 @@ class DistributedModel(Model):
         with self.strategy.scope():
             Model._build(self, weights)
         if self.world.bn_mode == "sync":  # before any step is traced
-            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm)
+            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm,
+                                    sequence_batchnorm=sync_sequence_batchnorm)
         # this rank's w_r, read by the compiled step; a plain variable: it differs per rank
         self._weight = tf.Variable(self.world.gradient_weight, trainable=False, dtype=tf.float32)
         if self.program is None:

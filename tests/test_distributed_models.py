@@ -1,0 +1,139 @@
+"""Every model trains data-parallel on every backend (docs/distributed.md, "Correctness and
+tolerances"): two ranks on this host's CPU against one process. A3C's network (no BatchNorm)
+trains like one process at the global batch; Deep Speech 2 and Inception-v3 (BatchNorm) do so
+with --bn-mode sync where the engine has it (PyTorch, TensorFlow), and on MXNet and CNTK, whose
+engines refuse it, their first step is the per-replica one: each shard normalised by its own
+statistics, the update the weighted mean of the shards' gradients."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tbdzoo import distributed
+from tbdzoo.backends import environments
+from tbdzoo.backends.registry import build
+from tbdzoo.distributed.world import gradient_weight, shard
+from tbdzoo.models import get_model
+
+from conftest import require_framework
+from test_distributed import (FAST, LOSS_ATOL, LOSS_RTOL, assert_weights_close,  # noqa: E402
+                              noise_only)
+
+require_framework("torch")
+
+BACKENDS = ["torch", "tensorflow", "mxnet", "cntk"]
+SYNC_BN = ("torch", "tensorflow")  # the engines that all-reduce BatchNorm's moments
+
+
+def require(backend):
+    """Skip, naming the fix, when this host lacks the backend's engine."""
+    if backend == "cntk":
+        if not os.path.exists(environments.python_of("cntk")):
+            pytest.skip("the CNTK environment is missing; " + environments.how_to_create("cntk"))
+        if shutil.which("mpiexec") is None:
+            pytest.skip("mpiexec is missing; install Debian's openmpi-bin (`make env-cntk` does)")
+    else:
+        import importlib.util
+        if importlib.util.find_spec(backend) is None:
+            pytest.skip("{} is not installed; create the environment with `make env-main`"
+                        .format(backend))
+
+
+def one_process(backend, model, steps, batch_size, **overrides):
+    """One process at the global batch: its losses, weights after ``steps`` and gradients."""
+    with build(model, backend, config="tiny", seed=0, device="cpu", batch_size=batch_size,
+               **overrides) as m:
+        batch = m.synthetic_batch(seed=0, batch_size=batch_size)
+        _, grads = m.loss_and_gradients(batch)
+        losses = [m.train_step(batch) for _ in range(steps)]
+        return losses, m.get_weights(), grads
+
+
+def assert_like_one_process(backend, model, global_batch, steps=3, bn_mode="replica",
+                            **overrides):
+    expected, weights, grads = one_process(backend, model, steps, global_batch, **overrides)
+    got = distributed.train(model, backend, nproc=2, global_batch=global_batch, steps=steps,
+                            config="tiny", bn_mode=bn_mode, **dict(overrides, **FAST))
+    skip = noise_only(grads)
+    print_agreement(backend, model, got, expected, weights, skip)
+    np.testing.assert_allclose(got["losses"], expected, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert_weights_close(got["weights"], weights, skip)
+    assert_weights_close(got["ranks"][1]["weights"], got["weights"], skip)
+    # the shards really differ: each rank's own first loss is not the global one
+    assert got["ranks"][0]["losses"][0] != pytest.approx(expected[0], rel=1e-4)
+
+
+def print_agreement(backend, model, got, expected, weights, skip=()):
+    """The measured agreement docs/distributed.md quotes (shown by ``pytest -s``): the largest
+    relative loss difference and absolute weight difference over both ranks."""
+    losses = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], expected))
+    diff = max(float(np.abs(r["weights"][n] - w).max()) for r in got["ranks"]
+               for n, w in weights.items() if n not in skip)
+    print("\n{} on {}: losses within {:.1e} relative, weights within {:.1e}".format(
+        model, backend, losses, diff))
+
+
+def assert_per_replica_first_step(backend, model, global_batch, clip_value=None, **overrides):
+    """One step of two ranks in --bn-mode replica against one process on each shard: the
+    global loss is the shards' weighted mean, and SGD's first update (no momentum yet) uses
+    the weighted mean of the shards' gradients, each clipped element-wise after the sum."""
+    md = get_model(model)
+    spec = md.build_graph(md.hparams("tiny", **dict(overrides, batch_size=global_batch)))
+    with build(model, backend, config="tiny", seed=0, device="cpu",
+               batch_size=global_batch // 2, **overrides) as m:
+        full = m.synthetic_batch(seed=0, batch_size=global_batch)
+        shards = [shard(spec, full, r, 2) for r in range(2)]
+        weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
+        results = [m.loss_and_gradients(s) for s in shards]
+        lr, wd = m.learning_rate(), m.hparams["weight_decay"]
+        w0 = m.get_weights()
+        names = m.trainable_names()
+        whole = m.loss_and_gradients(full)[0]
+    got = distributed.train(model, backend, nproc=2, global_batch=global_batch, steps=1,
+                            config="tiny", **dict(overrides, **FAST))
+    expected_loss = sum(w * loss for w, (loss, _) in zip(weights, results))
+    expected = {}
+    for n in names:
+        g = sum(w * grads[n] for w, (_, grads) in zip(weights, results)) + wd * w0[n]
+        expected[n] = w0[n] - lr * (np.clip(g, -clip_value, clip_value) if clip_value else g)
+    print_agreement(backend, model, got, [expected_loss], expected)
+    assert got["losses"][0] == pytest.approx(expected_loss, rel=LOSS_RTOL, abs=LOSS_ATOL)
+    assert abs(got["losses"][0] - whole) > 1e-4  # BatchNorm saw each shard, not the whole batch
+    assert_weights_close(got["weights"], expected)
+    assert_weights_close(got["ranks"][1]["weights"], expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a3c_trains_like_one_process(backend):
+    """A3C's actor-critic update (policy gradient, entropy, value; RMSProp, global-norm
+    clipping) on its synthetic rollout: no BatchNorm, so every engine matches one process."""
+    require(backend)
+    assert_like_one_process(backend, "a3c", global_batch=6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deepspeech2_trains_like_one_process_or_per_replica(backend):
+    """Deep Speech 2 (convolutions with BatchNorm, sequence-wise BatchNorm over each shard's
+    valid steps, bidirectional GRUs, CTC): exact with --bn-mode sync; per replica otherwise."""
+    require(backend)
+    if backend in SYNC_BN:
+        assert_like_one_process(backend, "deepspeech2",
+                                global_batch=4, bn_mode="sync")
+    else:
+        clip = get_model("deepspeech2").hparams("tiny")["grad_clip_value"]
+        assert_per_replica_first_step(backend, "deepspeech2", global_batch=4, clip_value=clip)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inception_v3_trains_like_one_process_or_per_replica(backend):
+    """Inception-v3 (BatchNorm after every convolution, the auxiliary head's loss, RMSProp,
+    global-norm clipping; dropout 0): exact with --bn-mode sync; per replica otherwise, where
+    plain SGD without clipping makes the expected first update a closed form."""
+    require(backend)
+    if backend in SYNC_BN:
+        assert_like_one_process(backend, "inception_v3", global_batch=4, steps=2,
+                                bn_mode="sync", dropout=0.0)
+    else:
+        assert_per_replica_first_step(backend, "inception_v3", global_batch=4, dropout=0.0,
+                                      optimizer="sgd", grad_clip_norm=0.0)
