@@ -257,14 +257,17 @@ class Agent(object):
             os.path.basename(self.launcher.args[0]), "\n".join(lines[-4:])) if lines else ""
 
     def _hang(self, now):
-        for slot in self.slots:
-            age = slot.heartbeat_age(now)
-            if (slot.exit_seen is None and slot.pid is not None and age is not None
-                    and age > self.rank_timeout):
-                steps, _ = slot.progress()
-                return ("{} stopped responding: no heartbeat for {:.0f} s (--rank-timeout {:g} s)"
-                        " after {} step(s)".format(slot.describe(), age, self.rank_timeout, steps)
-                        + self._others(slot))
+        # the silent rank whose heartbeat stopped first: a peer blocked in a collective that
+        # holds the interpreter's lock may fall silent after it
+        silent = [(slot.heartbeat_age(now), slot) for slot in self.slots
+                  if slot.exit_seen is None and slot.pid is not None]
+        silent = [(age, slot) for age, slot in silent if age is not None and age > self.rank_timeout]
+        if silent:
+            age, slot = max(silent, key=lambda pair: pair[0])
+            steps, _ = slot.progress()
+            return ("{} stopped responding: no heartbeat for {:.0f} s (--rank-timeout {:g} s)"
+                    " after {} step(s)".format(slot.describe(), age, self.rank_timeout, steps)
+                    + self._others(slot))
         progress = [s.progress() for s in self.slots]
         latest = max([t for _, t in progress if t is not None] or [self.started])
         if now - latest > self.step_timeout:
