@@ -24,6 +24,7 @@ from .world import ENVIRONMENT_VARIABLE, Node
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0      # after a first failure: time for the others' exits to be seen
 TERMINATE_SECONDS = 5.0  # SIGTERM, then SIGKILL
+STALE_SECONDS = 3.0      # a live rank silent this long when a peer fails is blamed instead
 
 
 class Helper(object):
@@ -221,6 +222,13 @@ class Agent(object):
             if slot.exit_seen is None and slot.returncode() is not None:
                 slot.exit_seen = time.time()
         failed = [s for s in self.slots if s.exit_seen is not None and s.returncode() != 0]
+        silent = self._silent(time.time())
+        if silent is not None and not any(s.returncode() < 0 for s in failed):
+            age, slot = silent
+            return ("{} stopped responding: no heartbeat for {:.0f} s, and its peers failed "
+                    "waiting for it before --rank-timeout {:g} s ended, after {} step(s)".format(
+                        slot.describe(), age, self.rank_timeout, slot.progress()[0])
+                    + self._others(slot))
 
         def order(slot):
             code = slot.returncode()
@@ -241,6 +249,15 @@ class Agent(object):
         elif culprit.process is None:
             message += self._launcher_tail()
         return message + self._others(culprit)
+
+    def _silent(self, now):
+        """(heartbeat age, slot) of the live rank silent longest, when that is above
+        STALE_SECONDS: a rank stopped or stuck while its peers' collectives time out (a
+        TensorFlow worker's coordination-service heartbeat gives up within seconds)."""
+        ages = [(slot.heartbeat_age(now), slot) for slot in self.slots
+                if slot.pid is not None and slot.returncode() is None]
+        ages = [(age, slot) for age, slot in ages if age is not None and age > STALE_SECONDS]
+        return max(ages, key=lambda pair: pair[0]) if ages else None
 
     def _launcher_tail(self):
         """The last lines of the outside launcher's output (mpiexec names the rank it lost
