@@ -17,8 +17,8 @@ from tbdzoo.distributed.world import gradient_weight, shard
 from tbdzoo.models import get_model
 
 from conftest import require_framework
-from test_distributed import (FAST, LOSS_ATOL, LOSS_RTOL, assert_weights_close,  # noqa: E402
-                              noise_only)
+from test_distributed import (FAST, LOSS_ATOL, LOSS_RTOL, WEIGHT_ATOL, WEIGHT_RTOL,  # noqa: E402
+                              assert_weights_close, noise_only)
 
 require_framework("torch")
 
@@ -52,7 +52,7 @@ def one_process(backend, model, steps, batch_size, gradients=True, **overrides):
 
 
 def assert_like_one_process(backend, model, global_batch, steps=3, bn_mode="replica",
-                            **overrides):
+                            weight_atol=WEIGHT_ATOL, **overrides):
     expected, weights, grads = one_process(backend, model, steps, global_batch,
                                            gradients=steps > 1, **overrides)
     got = distributed.train(model, backend, nproc=2, global_batch=global_batch, steps=steps,
@@ -61,7 +61,10 @@ def assert_like_one_process(backend, model, global_batch, steps=3, bn_mode="repl
     skip = noise_only(grads) if grads is not None else ()
     print_agreement(backend, model, got, expected, weights, skip)
     np.testing.assert_allclose(got["losses"], expected, rtol=LOSS_RTOL, atol=LOSS_ATOL)
-    assert_weights_close(got["weights"], weights, skip)
+    for name, value in weights.items():
+        if name not in skip:
+            np.testing.assert_allclose(got["weights"][name], value, rtol=WEIGHT_RTOL,
+                                       atol=weight_atol, err_msg=name)
     assert_weights_close(got["ranks"][1]["weights"], got["weights"], skip)
     # the shards really differ: rank 0's own first loss is not the global one
     assert got["ranks"][0]["losses"][0] != pytest.approx(expected[0], rel=LOSS_RTOL)
@@ -78,29 +81,32 @@ def print_agreement(backend, model, got, expected, weights, skip=()):
         model, backend, losses, diff))
 
 
-def assert_per_replica_first_step(backend, model, global_batch, clip_value=None, **overrides):
+def assert_per_replica_first_step(backend, model, global_batch, **overrides):
     """One step of two ranks in --bn-mode replica against one process on each shard: the
-    global loss is the shards' weighted mean, and SGD's first update (no momentum yet) uses
-    the weighted mean of the shards' gradients, each clipped element-wise after the sum."""
+    global loss is the shards' weighted mean, and the update is the program's clipping and
+    optimizer (tbdzoo's NumPy reference, docs/optimizers.md) applied to the weighted mean of
+    the shards' gradients."""
+    from tbdzoo.backends.common.optimizers import ReferenceOptimizer, reference_clip
     md = get_model(model)
     spec = md.build_graph(md.hparams("tiny", **dict(overrides, batch_size=global_batch)))
+    (group,) = spec.program.groups.values()  # one group of every parameter
     with build(model, backend, config="tiny", seed=0, device="cpu",
                batch_size=global_batch // 2, **overrides) as m:
         full = m.synthetic_batch(seed=0, batch_size=global_batch)
         shards = [shard(spec, full, r, 2) for r in range(2)]
         weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
         results = [m.loss_and_gradients(s) for s in shards]
-        lr, wd = m.learning_rate(), m.hparams["weight_decay"]
+        lr = m.learning_rate()
         w0 = m.get_weights()
         names = m.trainable_names()
         whole = m.loss_and_gradients(full)[0]
     got = distributed.train(model, backend, nproc=2, global_batch=global_batch, steps=1,
                             config="tiny", **dict(overrides, **FAST))
     expected_loss = sum(w * loss for w, (loss, _) in zip(weights, results))
-    expected = {}
-    for n in names:
-        g = sum(w * grads[n] for w, (_, grads) in zip(weights, results)) + wd * w0[n]
-        expected[n] = w0[n] - lr * (np.clip(g, -clip_value, clip_value) if clip_value else g)
+    reduced = [sum(w * grads[n] for w, (_, grads) in zip(weights, results)) for n in names]
+    clipped = reference_clip(reduced, group["clip"])
+    expected = {n: ReferenceOptimizer(group["optimizer"]).step(w0[n], g, lr)
+                for n, g in zip(names, clipped)}
     print_agreement(backend, model, got, [expected_loss], expected)
     assert got["losses"][0] == pytest.approx(expected_loss, rel=LOSS_RTOL, abs=LOSS_ATOL)
     assert abs(got["losses"][0] - whole) > 1e-4  # BatchNorm saw each shard, not the whole batch
@@ -125,23 +131,23 @@ def test_deepspeech2_trains_like_one_process_or_per_replica(backend):
         assert_like_one_process(backend, "deepspeech2",
                                 global_batch=4, bn_mode="sync")
     else:
-        clip = get_model("deepspeech2").hparams("tiny")["grad_clip_value"]
-        assert_per_replica_first_step(backend, "deepspeech2", global_batch=4, clip_value=clip)
+        assert_per_replica_first_step(backend, "deepspeech2", global_batch=4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_inception_v3_trains_like_one_process_or_per_replica(backend):
     """Inception-v3 (BatchNorm after every convolution, the auxiliary head's loss, RMSProp,
     global-norm clipping; dropout 0): one step as one process with --bn-mode sync; per
-    replica otherwise, where plain SGD without clipping makes the expected first update a
-    closed form. One step only: tiny Inception-v3 is ill-conditioned in float32
+    replica otherwise. One step only: tiny Inception-v3 is ill-conditioned in float32
     (docs/consistency.md), and from the second step on float32's summation order alone moves
     its loss by more than the tolerance (docs/distributed.md)."""
     require(backend)
     if backend in SYNC_BN:
+        # TensorFlow's one-process BatchNorm (fused kernels) and the all-reduced two-pass
+        # moments round apart by up to 9e-4 in the first convolution's weights after the
+        # step (docs/distributed.md)
         assert_like_one_process(backend, "inception_v3", global_batch=4, steps=1,
-                                bn_mode="sync", dropout=0.0)
+                                bn_mode="sync", weight_atol=2e-3 if backend == "tensorflow"
+                                else WEIGHT_ATOL, dropout=0.0)
     else:
-        assert_per_replica_first_step(backend, "inception_v3", global_batch=4, dropout=0.0,
-                                      optimizer="sgd", nesterov=False,
-                                      grad_clip_norm=0.0)
+        assert_per_replica_first_step(backend, "inception_v3", global_batch=4, dropout=0.0)
