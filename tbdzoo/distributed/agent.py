@@ -18,7 +18,8 @@ import time
 from collections import OrderedDict
 
 from ..errors import TbdError
-from .rank import LOCAL_RANK_VARIABLE, NODE_VARIABLE, STATUS_VARIABLE, engine_of
+from .rank import (LOCAL_RANK_VARIABLE, NODE_VARIABLE, RANK_TIMEOUT_VARIABLE, STATUS_VARIABLE,
+                   engine_of)
 from .world import ENVIRONMENT_VARIABLE, Node
 
 POLL_SECONDS = 0.2
@@ -148,6 +149,7 @@ class Agent(object):
         from ..backends.environments import worker_environment
         env = worker_environment()
         env.setdefault("OMP_NUM_THREADS", str(self.job.get("threads_per_rank", 1)))
+        env[RANK_TIMEOUT_VARIABLE] = str(self.rank_timeout)
         env.update({k: str(v) for k, v in extra.items()})
         return env
 

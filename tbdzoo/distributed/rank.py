@@ -15,6 +15,7 @@ import traceback
 STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
 NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
 LOCAL_RANK_VARIABLE = "TBDZOO_LOCAL_RANK_VARIABLE"  # then: the variable holding the local rank
+RANK_TIMEOUT_VARIABLE = "TBDZOO_RANK_TIMEOUT"  # --rank-timeout, for an engine's own failure detector
 HEARTBEAT_SECONDS = 1.0
 
 

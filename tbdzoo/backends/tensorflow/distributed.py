@@ -5,6 +5,7 @@ TensorFlow 2.21). Gradients are all-reduced in the replica context before clippi
 per replica, or synchronised over the global batch (--bn-mode sync)."""
 import functools
 import json
+import os
 
 import tensorflow as tf
 
@@ -48,7 +49,26 @@ def rank_launcher(node, argv):
 
 
 # -- rank side -----------------------------------------------------------------------------------
+def _configure_coordination(world):
+    """The coordination service the strategy would start, but with --rank-timeout as its
+    heartbeat timeout: its default (10 s) gives up on a worker that a busy host starves of CPU
+    for that long, so a run would fail before the timeout tbdzoo states."""
+    from tensorflow.python.distribute.collective_all_reduce_strategy import \
+        coordination_config_pb2  # the module the strategy itself configures it with
+    from tensorflow.python.eager import context
+    from ...distributed.rank import RANK_TIMEOUT_VARIABLE
+    seconds = float(os.environ.get(RANK_TIMEOUT_VARIABLE, 0) or 0)
+    if not seconds or context.context().coordination_service is not None:
+        return
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader="/job:worker/replica:0/task:0",
+        heartbeat_timeout_in_ms=int(seconds * 1000),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name="worker",
+                                                                 num_tasks=world.size)])
+
+
 def init(world):
+    _configure_coordination(world)
     implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
                       if world.node.device == "cuda" else
                       tf.distribute.experimental.CommunicationImplementation.RING)
