@@ -20,7 +20,8 @@ from tbdzoo.errors import DistributedError
 from tbdzoo.models import get_model
 
 from test_distributed import (FAST, GLOBAL_BATCH, LOSS_ATOL, LOSS_RTOL, alive,  # noqa: F401
-                              assert_trained_like_one, assert_weights_close, wait_for_steps)
+                              assert_a_stopped_rank_is_declared_hung, assert_trained_like_one,
+                              assert_weights_close, wait_for_steps)
 
 if not os.path.exists(environments.python_of("cntk")):
     pytest.skip("the CNTK environment is missing; " + environments.how_to_create("cntk"),
@@ -41,6 +42,16 @@ def test_two_ranks_train_like_one_process():
     got = distributed.train("transformer", "cntk", nproc=2, global_batch=GLOBAL_BATCH,
                             steps=steps, config="tiny", **dict(overrides, **FAST))
     assert_trained_like_one(got, expected, weights, grads)
+
+
+def test_a_recurrent_model_over_ragged_batches_trains_like_one_process():
+    """Seq2Seq tiny (LSTMs over per-example lengths, attention, a one-objective program):
+    each rank's shard has its own padding and number of target tokens, and the global losses
+    and both ranks' weights are still one process's at the global batch."""
+    from test_distributed import SEQ2SEQ_BATCH
+    from test_distributed_models import assert_like_one_process
+    got = assert_like_one_process("cntk", "seq2seq", SEQ2SEQ_BATCH)
+    assert got["ranks"][0]["gradient_weight"] == pytest.approx(15 / 28)  # tokens, not examples
 
 
 def test_batchnorm_statistics_are_per_replica():
@@ -119,3 +130,9 @@ def test_a_killed_rank_ends_the_run_naming_it():
     while time.time() < deadline and any(alive(p) for p in pids):
         time.sleep(0.2)
     assert not [p for p in pids if alive(p)]
+
+
+def test_a_stopped_rank_is_declared_hung_and_everything_stops():
+    """A rank stopped with SIGSTOP: named within --rank-timeout; the other rank and mpiexec
+    are stopped too."""
+    assert_a_stopped_rank_is_declared_hung("cntk", victim=1)

@@ -20,7 +20,7 @@ from conftest import require_framework
 require_framework("mxnet")
 
 # the same checks and tolerances as PyTorch and TensorFlow
-from test_distributed import FAST, alive, wait_for_steps  # noqa: E402
+from test_distributed import FAST, alive, assert_a_stopped_rank_is_declared_hung, wait_for_steps  # noqa: E402
 from test_distributed import test_batchnorm_statistics_are_per_replica as per_replica_check  # noqa: E402
 from test_distributed import test_two_processes_train_like_one as train_like_one_check  # noqa: E402
 from test_distributed import (  # noqa: E402
@@ -93,3 +93,9 @@ def test_a_killed_worker_or_server_ends_the_run_naming_it(victim):
                                   "SIGKILL while the ranks were running".format(pid))
     assert time.time() - start < 30
     assert_nothing_left(run, list(ranks.values()) + list(helpers.values()))
+
+
+def test_a_stopped_worker_is_declared_hung_and_everything_stops():
+    """A worker stopped with SIGSTOP: named within --rank-timeout; the other worker, the
+    scheduler and the server are stopped too."""
+    assert_a_stopped_rank_is_declared_hung("mxnet", victim=1)

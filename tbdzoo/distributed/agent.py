@@ -18,12 +18,14 @@ import time
 from collections import OrderedDict
 
 from ..errors import TbdError
-from .rank import LOCAL_RANK_VARIABLE, NODE_VARIABLE, STATUS_VARIABLE, engine_of
+from .rank import (LOCAL_RANK_VARIABLE, NODE_VARIABLE, RANK_TIMEOUT_VARIABLE, STATUS_VARIABLE,
+                   engine_of)
 from .world import ENVIRONMENT_VARIABLE, Node
 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0      # after a first failure: time for the others' exits to be seen
 TERMINATE_SECONDS = 5.0  # SIGTERM, then SIGKILL
+STALE_SECONDS = 3.0      # a live rank silent this long when a peer fails is blamed instead
 
 
 class Helper(object):
@@ -147,6 +149,7 @@ class Agent(object):
         from ..backends.environments import worker_environment
         env = worker_environment()
         env.setdefault("OMP_NUM_THREADS", str(self.job.get("threads_per_rank", 1)))
+        env[RANK_TIMEOUT_VARIABLE] = str(self.rank_timeout)
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
@@ -221,6 +224,13 @@ class Agent(object):
             if slot.exit_seen is None and slot.returncode() is not None:
                 slot.exit_seen = time.time()
         failed = [s for s in self.slots if s.exit_seen is not None and s.returncode() != 0]
+        silent = self._silent(time.time())
+        if silent is not None and not any(s.returncode() < 0 for s in failed):
+            age, slot = silent
+            return ("{} stopped responding: no heartbeat for {:.0f} s, and its peers failed "
+                    "waiting for it before --rank-timeout {:g} s ended, after {} step(s)".format(
+                        slot.describe(), age, self.rank_timeout, slot.progress()[0])
+                    + self._others(slot))
 
         def order(slot):
             code = slot.returncode()
@@ -242,6 +252,15 @@ class Agent(object):
             message += self._launcher_tail()
         return message + self._others(culprit)
 
+    def _silent(self, now):
+        """(heartbeat age, slot) of the live rank silent longest, when that is above
+        STALE_SECONDS: a rank stopped or stuck while its peers' collectives time out (a
+        TensorFlow worker's coordination-service heartbeat gives up within seconds)."""
+        ages = [(slot.heartbeat_age(now), slot) for slot in self.slots
+                if slot.pid is not None and slot.returncode() is None]
+        ages = [(age, slot) for age, slot in ages if age is not None and age > STALE_SECONDS]
+        return max(ages, key=lambda pair: pair[0]) if ages else None
+
     def _launcher_tail(self):
         """The last lines of the outside launcher's output (mpiexec names the rank it lost
         and how), as a clause of an error message."""
@@ -257,14 +276,17 @@ class Agent(object):
             os.path.basename(self.launcher.args[0]), "\n".join(lines[-4:])) if lines else ""
 
     def _hang(self, now):
-        for slot in self.slots:
-            age = slot.heartbeat_age(now)
-            if (slot.exit_seen is None and slot.pid is not None and age is not None
-                    and age > self.rank_timeout):
-                steps, _ = slot.progress()
-                return ("{} stopped responding: no heartbeat for {:.0f} s (--rank-timeout {:g} s)"
-                        " after {} step(s)".format(slot.describe(), age, self.rank_timeout, steps)
-                        + self._others(slot))
+        # the silent rank whose heartbeat stopped first: a peer blocked in a collective that
+        # holds the interpreter's lock may fall silent after it
+        silent = [(slot.heartbeat_age(now), slot) for slot in self.slots
+                  if slot.exit_seen is None and slot.pid is not None]
+        silent = [(age, slot) for age, slot in silent if age is not None and age > self.rank_timeout]
+        if silent:
+            age, slot = max(silent, key=lambda pair: pair[0])
+            steps, _ = slot.progress()
+            return ("{} stopped responding: no heartbeat for {:.0f} s (--rank-timeout {:g} s)"
+                    " after {} step(s)".format(slot.describe(), age, self.rank_timeout, steps)
+                    + self._others(slot))
         progress = [s.progress() for s in self.slots]
         latest = max([t for _, t in progress if t is not None] or [self.started])
         if now - latest > self.step_timeout:

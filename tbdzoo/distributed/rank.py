@@ -15,6 +15,7 @@ import traceback
 STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
 NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
 LOCAL_RANK_VARIABLE = "TBDZOO_LOCAL_RANK_VARIABLE"  # then: the variable holding the local rank
+RANK_TIMEOUT_VARIABLE = "TBDZOO_RANK_TIMEOUT"  # --rank-timeout, for an engine's own failure detector
 HEARTBEAT_SECONDS = 1.0
 
 
@@ -67,9 +68,15 @@ def this_world(engine):
 
 
 def build(job, world, engine):
+    """The engine's model at the per-replica batch; an epoch-based learning-rate schedule
+    counts epochs in steps of the global batch, as one process at that batch does."""
     from ..models import get_model
     model_def = get_model(job["model"])
-    hparams = model_def.hparams(job["config"], **dict(job["overrides"], batch_size=job["per_replica"]))
+    overrides = dict(job["overrides"], batch_size=job["per_replica"])
+    whole = model_def.hparams(job["config"], **dict(job["overrides"], batch_size=job["global_batch"]))
+    if "steps_per_epoch" in whole and "steps_per_epoch" not in job["overrides"]:
+        overrides["steps_per_epoch"] = whole["steps_per_epoch"]
+    hparams = model_def.hparams(job["config"], **overrides)
     return engine.model_class()(model_def, hparams, job["seed"], device=world.device, world=world)
 
 

@@ -156,13 +156,31 @@ def counted(spec, batch):
     ``ignore_index``, else examples (of one update, for a training program)."""
     if spec.program is not None:
         from ..backends.programs import split_step_batch
-        return split_step_batch(spec, spec.program, batch)[1]
+        updates, examples = split_step_batch(spec, spec.program, batch)
+        labels = _ignored_labels(spec.program)
+        if labels is None or len(updates) != 1:
+            return examples
+        name, ignore = labels
+        return int((np.asarray(updates[0][1][name]) != ignore).sum())
     loss = spec.loss
     labels = np.asarray(batch[loss["labels"]])
     ignore = loss.get("ignore_index")
     if ignore is None:
         return len(labels)
     return int((labels != ignore).sum())
+
+
+def _ignored_labels(program):
+    """(labels input, ignored id) when every loss of the program averages over the same
+    labels' non-ignored entries (Seq2Seq's padded targets), else None: the losses then
+    average over examples."""
+    keys = set()
+    for loss in program.losses.values():
+        keys.add((loss["inputs"].get("labels"), loss["attrs"].get("ignore_index")))
+    if len(keys) != 1:
+        return None
+    name, ignore = keys.pop()
+    return None if name is None or ignore is None else (name, ignore)
 
 
 def gradient_weight(spec, global_batch, rank, size):

@@ -5,11 +5,12 @@ TensorFlow 2.21). Gradients are all-reduced in the replica context before clippi
 per replica, or synchronised over the global batch (--bn-mode sync)."""
 import functools
 import json
+import os
 
 import tensorflow as tf
 
 from . import ops
-from .model import NHWC, Model, _to
+from .model import CANONICAL, NHWC, Model, _to
 
 ENGINE = "MultiWorkerMirroredStrategy"
 _STRATEGY = []  # the one strategy of this process, made by init() before any TensorFlow op
@@ -48,7 +49,26 @@ def rank_launcher(node, argv):
 
 
 # -- rank side -----------------------------------------------------------------------------------
+def _configure_coordination(world):
+    """The coordination service the strategy would start, but with --rank-timeout as its
+    heartbeat timeout: its default (10 s) gives up on a worker that a busy host starves of CPU
+    for that long, so a run would fail before the timeout tbdzoo states."""
+    from tensorflow.python.distribute.collective_all_reduce_strategy import \
+        coordination_config_pb2  # the module the strategy itself configures it with
+    from tensorflow.python.eager import context
+    from ...distributed.rank import RANK_TIMEOUT_VARIABLE
+    seconds = float(os.environ.get(RANK_TIMEOUT_VARIABLE, 0) or 0)
+    if not seconds or context.context().coordination_service is not None:
+        return
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader="/job:worker/replica:0/task:0",
+        heartbeat_timeout_in_ms=int(seconds * 1000),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name="worker",
+                                                                 num_tasks=world.size)])
+
+
 def init(world):
+    _configure_coordination(world)
     implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
                       if world.node.device == "cuda" else
                       tf.distribute.experimental.CommunicationImplementation.RING)
@@ -111,6 +131,32 @@ def sync_batchnorm(args, p, a, training, update):
     return tf.transpose(y, [0, rank - 1] + list(range(1, rank - 1))) if rank > 2 else y
 
 
+def sync_sequence_batchnorm(args, p, a, training, update):
+    """SpecModel's sequence_batchnorm adapter with the statistics of every replica's valid
+    steps (--bn-mode sync): the masked sums and the count of valid positions are all-reduced,
+    the mean first, then the squared deviations from it. Padded positions give 0."""
+    context = tf.distribute.get_replica_context()
+    running_mean, running_var = p.get("running_mean"), p.get("running_var")
+    if (not training and running_mean is not None) or context is None:
+        return ops.sequence_batchnorm(_to(args[0], CANONICAL), args[1][0], p["gamma"], p["beta"],
+                                      running_mean, running_var, a, training, update)
+    x = _to(args[0], CANONICAL)
+    mask = tf.sequence_mask(args[1][0], int(x.shape[1]), dtype=x.dtype)[:, :, None]
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat(
+        [tf.reduce_sum(x * mask, axis=[0, 1]), tf.reduce_sum(mask)[None]], 0))
+    n = total[-1]
+    mean = total[:-1] / n
+    var = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                             tf.reduce_sum(tf.square((x - mean) * mask), axis=[0, 1])) / n
+    if update and running_mean is not None:
+        m = a["momentum"]
+        unbiased = var * n / tf.maximum(n - 1.0, 1.0)
+        running_mean.assign((1.0 - m) * running_mean + m * tf.stop_gradient(mean))
+        running_var.assign((1.0 - m) * running_var + m * tf.stop_gradient(unbiased))
+    y = (x - mean) * (p["gamma"] * tf.math.rsqrt(var + a["eps"])) + p["beta"]
+    return y * mask
+
+
 class DistributedModel(Model):
     """The TensorFlow model as one replica of ``world``: variables made in the strategy's
     scope, every step run by ``strategy.run`` in a compiled function, and gradients summed
@@ -127,7 +173,8 @@ class DistributedModel(Model):
         with self.strategy.scope():
             Model._build(self, weights)
         if self.world.bn_mode == "sync":  # before any step is traced
-            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm)
+            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm,
+                                    sequence_batchnorm=sync_sequence_batchnorm)
         # this rank's w_r, read by the compiled step; a plain variable: it differs per rank
         self._weight = tf.Variable(self.world.gradient_weight, trainable=False, dtype=tf.float32)
         if self.program is None:

@@ -133,6 +133,35 @@ def sync_batchnorm(inputs, p, a, training):
     return y.to(x.dtype)
 
 
+def sync_sequence_batchnorm(inputs, p, a, training):
+    """sequence_batchnorm (statistics over the valid steps only) whose training statistics are
+    every rank's valid steps (--bn-mode sync): the masked sums and the count of valid steps are
+    all-reduced, the mean first, then the squared deviations from it, as one process's op
+    computes them over the global batch. Inference is the single-process op."""
+    from torch.distributed.nn.functional import all_reduce
+    x, lengths = inputs
+    if not training and a["track_running_stats"]:
+        return ops.sequence_batchnorm(inputs, p, a, training)
+    dtype = x.dtype
+    x = x.float()
+    mask = ops.valid_mask(lengths, x.shape[1], x.dtype)  # (N, T)
+    sums = all_reduce(torch.cat([torch.einsum("nt,ntc->c", mask, x), mask.sum().view(1)]))
+    n = sums[-1]
+    mean = sums[:-1] / n
+    centred = x - mean
+    var = all_reduce(torch.einsum("nt,ntc->c", mask, centred * centred)) / n
+    if training and a["track_running_stats"]:
+        with torch.no_grad():
+            m = a["momentum"]
+            p["running_mean"].mul_(1 - m).add_(mean.detach(), alpha=m)
+            p["running_var"].mul_(1 - m).add_(var.detach() * n / (n - 1).clamp(min=1), alpha=m)
+    y = torch.addcmul(p["beta"], centred, torch.rsqrt(var + a["eps"]) * p["gamma"])
+    return (y * mask[:, :, None]).to(dtype)
+
+
+SYNC_OPS = {"batchnorm": sync_batchnorm, "sequence_batchnorm": sync_sequence_batchnorm}
+
+
 class DistributedModel(Model):
     """The PyTorch model as one replica of ``world``."""
 
@@ -145,7 +174,7 @@ class DistributedModel(Model):
     def _build(self, weights):
         Model._build(self, weights)
         if self.world.bn_mode == "sync":
-            self.native.op_overrides = {"batchnorm": sync_batchnorm}
+            self.native.op_overrides = dict(SYNC_OPS)
             self.native._plans.clear()  # replan with the override
             self.native._plan = self.native.plan((self.spec.output,))
         if self.program is not None:
