@@ -410,31 +410,38 @@ def _kernel_weights(op, x, p, a, directions):
     return weights
 
 
-@torch.compiler.disable
 def _packing(lengths, t, device):
     """Where a batch-first (N, T) batch's valid steps go in the packed, time-major order the
     fused kernel reads (longest example first at each step): the flat (N T) row of each packed
     row, on ``device``, and the per-step batch sizes, on the host. Computed once per lengths
-    tensor from its host copy and shared by every recurrent node reading it, so a deep stack
-    packs and unpacks with one gather and one scatter per layer where ``pack_padded_sequence``
-    and ``pad_packed_sequence`` copy once per time step, in both passes."""
+    tensor from its host copy and shared by every node reading it, so a deep stack packs and
+    unpacks with one gather and one scatter per layer where ``pack_padded_sequence`` and
+    ``pad_packed_sequence`` copy once per time step, in both passes. A lookup that finds them
+    is traced by ``torch.compile``; only computing them leaves its graph."""
+    cached = getattr(lengths, "_tbdzoo_packing", None)
+    key = (t, str(device))
+    if cached is not None and key in cached:
+        return cached[key]
+    return _compute_packing(lengths, t, device, key)
+
+
+@torch.compiler.disable
+def _compute_packing(lengths, t, device, key):
     cache = getattr(lengths, "_tbdzoo_packing", None)
     if cache is None:
         cache = {}
         if lengths.device.type != "cpu":
             lengths._tbdzoo_packing = cache
-    key = (t, str(device))
-    if key not in cache:
-        host = _host_lengths(lengths).numpy()
-        order = np.argsort(-host, kind="stable")
-        valid = host[order][None, :] > np.arange(t)[:, None]  # (T, N), time-major, sorted
-        rows = (order[None, :] * t + np.arange(t)[:, None])[valid]
-        batch_sizes = valid.sum(axis=1)
-        rows = torch.from_numpy(rows.astype(np.int64))
-        if device.type == "cuda":
-            rows = rows.pin_memory()
-        cache[key] = (rows.to(device, non_blocking=True),
-                      torch.from_numpy(batch_sizes[batch_sizes > 0].astype(np.int64)))
+    host = _host_lengths(lengths).numpy()
+    order = np.argsort(-host, kind="stable")
+    valid = host[order][None, :] > np.arange(t)[:, None]  # (T, N), time-major, sorted
+    rows = (order[None, :] * t + np.arange(t)[:, None])[valid]
+    batch_sizes = valid.sum(axis=1)
+    rows = torch.from_numpy(rows.astype(np.int64))
+    if device.type == "cuda":
+        rows = rows.pin_memory()
+    cache[key] = (rows.to(device, non_blocking=True),
+                  torch.from_numpy(batch_sizes[batch_sizes > 0].astype(np.int64)))
     return cache[key]
 
 
@@ -453,18 +460,28 @@ def _recurrent(op, inputs, p, a, training):
     zeros = x.new_zeros(a["num_layers"] * len(directions), n, h)
     hidden = (zeros, zeros) if op == "lstm" else zeros
     kernel = torch._VF.lstm if op == "lstm" else torch._VF.gru
-    with warnings.catch_warnings():  # per-gate tensors, concatenated, are compacted per call
-        warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
-        if _runs_padded(x, a):
-            out = kernel(x, hidden, weights, True, a["num_layers"], 0.0, training, False, True)[0]
-            return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
-        rows, batch_sizes = _packing(lengths, t, x.device)
-        out = kernel(_pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"], 0.0,
-                     training, a["bidirectional"])[0]
+    if _runs_padded(x, a):
+        out = _quietly(kernel, x, hidden, weights, True, a["num_layers"], 0.0, training, False,
+                       True)[0]
+        return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
+    rows, batch_sizes = _packing(lengths, t, x.device)
+    out = _quietly(kernel, _pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"],
+                   0.0, training, a["bidirectional"])[0]
     out = _unpack(out, rows, n, t)
     if a["merge"] == "sum":
         out = out[..., :h] + out[..., h:]
     return out
+
+
+def _quietly(kernel, *args):
+    """The fused kernel without cuDNN's warning that its weights are not one contiguous chunk:
+    they are the per-gate tensors, concatenated, and compacted per call by design. Under
+    ``torch.compile`` the call is left alone, since a warnings context breaks the graph."""
+    if torch.compiler.is_compiling():
+        return kernel(*args)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
+        return kernel(*args)
 
 
 def _runs_padded(x, attrs):
@@ -472,7 +489,6 @@ def _runs_padded(x, attrs):
     return x.is_cuda and not attrs["bidirectional"]
 
 
-@torch.compiler.disable
 def _pack(x, rows):
     """The valid rows of a batch-first (N, T, C) tensor in packed order. A tensor that
     ``_unpack`` made from packed rows with these indices gives those rows back: gathering its
@@ -486,7 +502,6 @@ def _pack(x, rows):
     return x.reshape(n * t, c).index_select(0, rows)
 
 
-@torch.compiler.disable
 def _unpack(packed, rows, n, t):
     """Packed rows back to a batch-first (N, T, C) tensor, zeros in the padding."""
     out = packed.new_zeros(n * t, packed.shape[1]).index_copy(0, rows, packed).view(n, t, -1)
