@@ -98,7 +98,7 @@ def test_the_data_depends_on_the_seed_alone(spoken, tmp_path):
     assert files(str(tmp_path / "again")) == files(root)
     calls = []
     make_speech.make_spoken_numbers(str(tmp_path / "other"), 6,
-                                    lambda done, total: calls.append((done, total)), **SMALL)
+                                    lambda what, done, total: calls.append((done, total)), **SMALL)
     assert calls == [(k, 12) for k in range(1, 13)]
     assert len(LibriSpeech(str(tmp_path / "other"), "test-clean")) == 3
     assert files(str(tmp_path / "other"))["SPEAKERS.TXT"] != files(root)["SPEAKERS.TXT"]
