@@ -63,7 +63,7 @@ def mxnet_step(form, features, indices, weights, upstream):
     attrs = {"output_size": SIZE, "sampling_ratio": SR}
     ctx = ops.GraphContext({}, False)
     ctx.in_shapes = [features.shape[1:], indices.shape[1:], weights.shape[1:]]
-    op = ops.roi_align_gathered if form == "gathered" else ops.roi_align
+    op = ops.roi_align if form == "gathered" else ops.roi_align_sparse
 
     class Block(mx.gluon.HybridBlock):
         def hybrid_forward(self, F, x, i, w, u):

@@ -112,10 +112,10 @@ def test_tensorflow_roi_align_matches_torchvision_forward_and_backward(mode):
     np.testing.assert_allclose(grad.numpy(), expected_grad, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["roi_align", "roi_align_gathered"])
+@pytest.mark.parametrize("form", ["roi_align", "roi_align_sparse"])
 @pytest.mark.parametrize("hybridize", [False, True])
 def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridize):
-    """The sparse custom operator (the backend's op) and the gather form, imperative and in a
+    """The gather form (the backend's op) and the sparse custom operator, imperative and in a
     hybridized block."""
     require_framework("mxnet")
     from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)

@@ -494,19 +494,12 @@ def ctc(F, logits, labels, input_lengths, label_lengths, frames, max_labels):
 
 # -- detection -----------------------------------------------------------------------------------
 def roi_align(F, inputs, p, a, ctx):
-    """One sparse product of the bins' weighted taps with the batch's feature rows, as the
-    PyTorch backend computes it: the custom operator of roi_align.py (its backward pass is the
-    transposed product, the spec's scatter-add). Output canonical (N, R, C, oh, ow)."""
-    features, indices, weights = inputs
-    return sparse_roi_align.roi_align(F, features, indices, weights, a["output_size"],
-                                      a["sampling_ratio"])
-
-
-def roi_align_gathered(F, inputs, p, a, ctx):
-    """The same with every tap gathered: one ``take`` of the batch's (N H W, C) feature rows at
-    each example's indices offset by n H W (indices travel as float32, exact below 2**24);
-    take's backward is the scatter-add. It holds sr^2 x 4 = 16 times the output for the
-    backward pass (benchmarks/roi_align_backends.py compares the two)."""
+    """One ``take`` of the batch's (N H W, C) feature rows at each example's indices offset by
+    n H W (indices travel as float32, exact below 2**24); take's backward is the scatter-add
+    the spec asks. Output canonical (N, R, C, oh, ow). It holds sr^2 x 4 = 16 times the output
+    for the backward pass; ``roi_align_sparse`` does not, but Faster R-CNN's first backward
+    pass through it receives a NaN output gradient in MXNet 1.9.1 (docs/detection.md), so the
+    graph uses this form."""
     features, indices, weights = inputs
     (c, h, w), (rois, samples, _) = ctx.in_shapes[0], ctx.in_shapes[1]
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
@@ -517,6 +510,16 @@ def roi_align_gathered(F, inputs, p, a, ctx):
     taps = F.broadcast_mul(taps, F.reshape(weights, shape=(0, -1, 1)))
     out = F.sum(F.reshape(taps, shape=(-1, rois, oh, ow, sr * sr * 4, c)), axis=4)
     return F.transpose(out / float(sr * sr), axes=(0, 1, 4, 2, 3))
+
+
+def roi_align_sparse(F, inputs, p, a, ctx):
+    """The same as one sparse product of the bins' weighted taps with the batch's feature rows,
+    as the PyTorch backend computes it: the custom operator of roi_align.py (its backward pass
+    is the transposed product). Matches torchvision on its own (tests/test_detection_ops.py);
+    not the graph's op (``roi_align`` says why)."""
+    features, indices, weights = inputs
+    return sparse_roi_align.roi_align(F, features, indices, weights, a["output_size"],
+                                      a["sampling_ratio"])
 
 
 def to_batch(F, inputs, p, a, ctx):
