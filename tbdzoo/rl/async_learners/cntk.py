@@ -10,14 +10,14 @@ worker (``set_weights``), acts through it (``predict``), receives the rollout's 
 run in the workers in parallel; the threads share this process's GIL only for the environment
 steps and the NumPy update. A learner's CPU time is its thread's plus its worker's.
 """
-import threading
 import time
 
 import numpy as np
 
 from ...backends.registry import build
 from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, predictor, run_learner, thread_counters)
+                     numpy_learning, predictor, run_in_threads, run_learner,
+                     thread_counters)
 
 
 def train(job):
@@ -39,39 +39,22 @@ def train(job):
 
 
 def _run(job, copies, initial, params, square_averages, updates, optimizer, counters):
-    barrier = threading.Barrier(job.learners + 1)
-    reports, errors = [None] * job.learners, []
+    reports = [None] * job.learners
 
-    def learner(index):
+    def learner(index, barrier):
         local = copies[index]
-        try:
-            sync, learn = numpy_learning(local, params, optimizer, index)
-            envs = make_envs(job.env_id, job.seed, index, job.window)
-            barrier.wait()
-            start = time.monotonic()
-            cpu = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid)
-            returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
-                                  counters, job.stop, start,
-                                  np.random.default_rng(job.seed + index))
-            used = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid) - cpu
-            reports[index] = (returns, used)
-            envs.close()
-        except BaseException as e:
-            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
-            barrier.abort()
-    threads = [threading.Thread(target=learner, args=(i,), daemon=True)
-               for i in range(job.learners)]
-    for t in threads:
-        t.start()
-    try:
+        sync, learn = numpy_learning(local, params, optimizer, index)
+        envs = make_envs(job.env_id, job.seed, index, job.window)
         barrier.wait()
-    except threading.BrokenBarrierError:
-        pass
-    start = time.monotonic()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+        start = time.monotonic()
+        cpu = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid)
+        returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
+                              counters, job.stop, start,
+                              np.random.default_rng(job.seed + index))
+        used = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid) - cpu
+        reports[index] = (returns, used)
+        envs.close()
+    start = run_in_threads(job.learners, learner)
     result = AsyncResult("cntk", job.env_id, job.learners,
                          "{} threads, each driving its own CNTK worker process".format(
                              job.learners))

@@ -111,6 +111,57 @@ def cpu_seconds(thread=False, pid=None):
     return times.user + times.system
 
 
+def run_in_threads(learners, learner):
+    """Run ``learner(index, barrier)`` in one thread per learner; each waits on ``barrier``
+    when ready, and all are released together. Returns that common start time once every
+    thread has finished; the first learner's error is raised (a failing learner breaks the
+    barrier, so no thread waits for it forever)."""
+    barrier = threading.Barrier(learners + 1)
+    errors = []
+
+    def body(index):
+        try:
+            learner(index, barrier)
+        except BaseException as e:
+            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
+            barrier.abort()
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(learners)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.monotonic()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return start
+
+
+def run_processes(workers, barrier, queue):
+    """Start the learner processes, release them together once every one has reached
+    ``barrier``, and return the common start time and their reports (sorted by learner). A
+    learner that fails before the barrier breaks it, and its error is raised; every process is
+    joined, or terminated after a minute."""
+    for w in workers:
+        w.start()
+    try:
+        try:
+            barrier.wait(timeout=600)
+        except threading.BrokenBarrierError:
+            receive(queue, workers)   # raises the learner's error
+            raise
+        start = time.monotonic()
+        return start, sorted(receive(queue, workers) for _ in workers)
+    finally:
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.terminate()
+
+
 class Stop(object):
     """When a learner stops: after ``frames`` frames of all learners together or ``seconds``
     after the start, whichever comes first."""

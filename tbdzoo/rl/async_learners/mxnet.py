@@ -13,13 +13,12 @@ per frame (docs/a3c.md); a process per learner gives each its own, as a PyTorch 
 import importlib
 import multiprocessing
 import os
-import threading
 import time
 
 import numpy as np
 
 from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, predictor, receive, run_learner, shared_arrays,
+                     numpy_learning, predictor, run_learner, run_processes, shared_arrays,
                      shared_counters)
 
 
@@ -40,21 +39,7 @@ def train(job):
     workers = [ctx.Process(target=_learner, args=(job, index, params, optimizer, counters,
                                                   barrier, queue), daemon=True)
                for index in range(job.learners)]
-    for w in workers:
-        w.start()
-    try:
-        try:
-            barrier.wait(timeout=600)
-        except threading.BrokenBarrierError:
-            receive(queue, workers)   # raises the learner's error
-            raise
-        start = time.monotonic()
-        reports = sorted(receive(queue, workers) for _ in workers)
-    finally:
-        for w in workers:
-            w.join(timeout=60)
-            if w.is_alive():
-                w.terminate()
+    start, reports = run_processes(workers, barrier, queue)
     result = AsyncResult("mxnet", job.env_id, job.learners,
                          "{} processes (fork), parameters in shared memory".format(job.learners))
     for _, returns, _ in reports:

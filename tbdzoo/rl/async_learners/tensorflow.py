@@ -9,13 +9,13 @@ update, shared by all threads, clips the gradients to the global norm and applie
 the shared variables and slots. Nothing is locked: TensorFlow runs each call's kernels outside
 the GIL, so the threads overlap in them.
 """
-import threading
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from .common import AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_learner
+from .common import (AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_in_threads,
+                     run_learner)
 
 
 class SharedRMSprop(object):
@@ -50,41 +50,24 @@ def train(job):
     initial = shared.get_weights()
     copies = [_Copy(job.build_native(device="cpu"), variables) for _ in range(job.learners)]
     counters = Counters(np.zeros(job.learners), np.zeros(job.learners), np.zeros(job.learners))
-    barrier = threading.Barrier(job.learners + 1)
-    reports, errors = [None] * job.learners, []
+    reports = [None] * job.learners
 
-    def learner(index):
+    def learner(index, barrier):
         copy = copies[index]
-        try:
-            envs = make_envs(job.env_id, job.seed, index, job.window)
-            barrier.wait()
-            start, cpu = time.monotonic(), cpu_seconds(thread=True)
-
-            def learn(batch, lr):
-                (_, native), = copy.model.prepare_batch(batch).native
-                _, grads = copy.gradients(native)
-                optimizer.step(index, grads, lr)
-            returns = run_learner(index, predictor(copy.model), copy.sync, learn, envs,
-                                  job.settings, counters, job.stop, start,
-                                  np.random.default_rng(job.seed + index))
-            reports[index] = (returns, cpu_seconds(thread=True) - cpu)
-            envs.close()
-        except BaseException as e:
-            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
-            barrier.abort()
-    threads = [threading.Thread(target=learner, args=(i,), daemon=True)
-               for i in range(job.learners)]
-    for t in threads:
-        t.start()
-    try:
+        envs = make_envs(job.env_id, job.seed, index, job.window)
         barrier.wait()
-    except threading.BrokenBarrierError:
-        pass
-    start = time.monotonic()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+        start, cpu = time.monotonic(), cpu_seconds(thread=True)
+
+        def learn(batch, lr):
+            (_, native), = copy.model.prepare_batch(batch).native
+            _, grads = copy.gradients(native)
+            optimizer.step(index, grads, lr)
+        returns = run_learner(index, predictor(copy.model), copy.sync, learn, envs,
+                              job.settings, counters, job.stop, start,
+                              np.random.default_rng(job.seed + index))
+        reports[index] = (returns, cpu_seconds(thread=True) - cpu)
+        envs.close()
+    start = run_in_threads(job.learners, learner)
     result = AsyncResult("tensorflow", job.env_id, job.learners,
                          "{} threads on one shared model".format(job.learners))
     for returns, _ in reports:

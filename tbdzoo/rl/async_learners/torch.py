@@ -13,14 +13,14 @@ With ``device='cuda'`` they start by **spawn**, since CUDA cannot be re-initiali
 forked child; the shared parameters stay in host shared memory and each learner's copy on the
 GPU.
 """
-import threading
 import time
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from .common import AsyncResult, Counters, cpu_seconds, make_envs, receive, run_learner
+from .common import (AsyncResult, Counters, cpu_seconds, make_envs, run_learner,
+                     run_processes)
 
 
 class SharedRMSprop(object):
@@ -60,21 +60,7 @@ def train(job):
                                                   optimizer.updates, counts, barrier, queue,
                                                   device), daemon=True)
                for index in range(job.learners)]
-    for w in workers:
-        w.start()
-    try:
-        try:
-            barrier.wait(timeout=600)
-        except threading.BrokenBarrierError:
-            receive(queue, workers)   # raises the learner's error
-            raise
-        start = time.monotonic()
-        reports = sorted(receive(queue, workers) for _ in workers)
-    finally:
-        for w in workers:
-            w.join(timeout=60)
-            if w.is_alive():
-                w.terminate()
+    start, reports = run_processes(workers, barrier, queue)
     counters = Counters(*counts.numpy())
     result = AsyncResult("torch", job.env_id, job.learners,
                          "{} processes ({}), model in shared memory".format(
