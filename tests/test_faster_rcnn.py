@@ -207,6 +207,15 @@ def test_empty_images_train_when_the_config_allows_them():
     assert np.isfinite(model.train_step(batch))
 
 
+def test_a_bf16_step_runs_roi_align_in_float32():
+    """Under bf16 autocast the sparse RoIAlign product stays float32 (autocast cast its rows to
+    bf16 and its backward failed)."""
+    require_backend("torch")
+    model = build_native(NAME, "torch", config="tiny", seed=0, device="cpu", precision="bf16")
+    batch = model.synthetic_batch(seed=0)
+    assert all(np.isfinite(model.train_step(batch)) for _ in range(2))
+
+
 def test_predict_needs_images_and_their_sizes_only(torch_model):
     batch = torch_model.synthetic_batch(seed=0)
     out = torch_model.predict({"images": batch["images"], "image_hw": batch["image_hw"]})
