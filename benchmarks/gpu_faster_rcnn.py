@@ -33,7 +33,8 @@ precision: tf32, or bf16 autocast for the whole forward pass (master weights fp3
 precision option does. ``compiled`` (optional) builds tbdzoo with ``execution="compiled"`` and
 wraps torchvision's model in ``torch.compile`` (its sampling and NMS break the graph).
 
-Per cell: build both, one step each (the first losses: they differ a little, since the two
+Per cell (PyTorch's generators seeded with 0, so torchvision's samples repeat from run to
+run): build both, one step each (the first losses: they differ a little, since the two
 draw different anchors and RoIs and differ in the points listed in the module above), the
 peak memory of one step of each (``max_memory_allocated`` after a reset, less what the other
 side holds), ``warmup`` steps each, then ``repeats`` rounds of ``steps`` steps of each side
@@ -145,6 +146,7 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)  # torchvision's samplers draw from PyTorch's generators
     start = time.perf_counter()
     if compiled:  # each cell compiles from scratch
         torch._dynamo.reset()
