@@ -192,7 +192,8 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
         median = statistics.median(times[name])
         result[name] = {"step_s": times[name], "step_s_median": median,
                         "throughput": items / median, "peak_bytes": alone[name]}
-    result["throughput_ratio"] = result["tbdzoo"]["throughput"] / result["torchvision"]["throughput"]
+    result["throughput_ratio"] = \
+        result["tbdzoo"]["throughput"] / result["torchvision"]["throughput"]
     result["memory_ratio"] = alone["tbdzoo"] / alone["torchvision"] if cuda else None
     result["cell_seconds"] = time.perf_counter() - start
     del model, net, opt, contenders, ours, theirs, prepared
@@ -203,9 +204,11 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
 
 def summary(cell):
     """One line per cell: throughputs, ratios, first losses, seconds."""
-    memory = "" if cell["memory_ratio"] is None else " {:>6.3f}x memory ({:.2f} / {:.2f} GiB)".format(
-        cell["memory_ratio"], cell["tbdzoo"]["peak_bytes"] / 2 ** 30,
-        cell["torchvision"]["peak_bytes"] / 2 ** 30)
+    memory = ""
+    if cell["memory_ratio"] is not None:
+        memory = " {:>6.3f}x memory ({:.2f} / {:.2f} GiB)".format(
+            cell["memory_ratio"], cell["tbdzoo"]["peak_bytes"] / 2 ** 30,
+            cell["torchvision"]["peak_bytes"] / 2 ** 30)
     return ("{} {:<5} {:<9} {:>8.2f} {:>8.2f} img/s {:>6.3f}x speed{} loss {:.4g} vs {:.4g} "
             "({:.0f}s)".format(
                 MODEL, cell["precision"], cell["execution"], cell["tbdzoo"]["throughput"],
