@@ -43,33 +43,64 @@ def test_paper_network_has_torchvisions_52094294_convolution_and_linear_paramete
     assert g.shape_of(faster_rcnn.BOX_DELTAS) == (84,)
 
     torch = pytest.importorskip("torch")
-    try:
-        from torchvision.models import resnet101
-        from torchvision.models.detection import FasterRCNN
-        from torchvision.models.detection.anchor_utils import AnchorGenerator
-        from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, RPNHead
-        from torchvision.ops import FrozenBatchNorm2d, MultiScaleRoIAlign
-    except Exception as e:  # torchvision missing or built for another torch
-        pytest.skip("torchvision does not import: {}".format(e))
+    torchvision_reference = _torchvision_reference()
+    from torchvision.models import resnet101
+    from torchvision.ops import FrozenBatchNorm2d
     nn = torch.nn
-    net = resnet101(weights=None, norm_layer=FrozenBatchNorm2d)
-    backbone = nn.Sequential(OrderedDict(
-        (k, getattr(net, k)) for k in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2",
-                                       "layer3")))
-    backbone.out_channels = 1024
-    box_head = nn.Sequential(OrderedDict([("layer4", net.layer4),
-                                          ("avgpool", nn.AdaptiveAvgPool2d(1)),
-                                          ("flatten", nn.Flatten())]))
-    theirs = FasterRCNN(
-        backbone, num_classes=None,
-        rpn_anchor_generator=AnchorGenerator(((128, 256, 512),), ((0.5, 1.0, 2.0),)),
-        rpn_head=RPNHead(1024, 9), box_roi_pool=MultiScaleRoIAlign(["0"], 14, 2),
-        box_head=box_head, box_predictor=FastRCNNPredictor(2048, 21))
+    theirs = torchvision_reference.faster_rcnn(hp)
     weights = OrderedDict(
         (module + "." + p, tuple(t.shape)) for module, m in theirs.named_modules()
         if isinstance(m, (nn.Conv2d, nn.Linear)) for p, t in m.named_parameters(recurse=False))
     assert sum(int(np.prod(s)) for s in weights.values()) == 52094294
     assert trainable == weights   # the same names, shapes and order
+    # the trunk built from torchvision's Bottleneck is resnet101's, buffers included
+    trunk, _, _ = torchvision_reference.resnet_trunk(hp)
+    ours = OrderedDict((k, tuple(t.shape)) for k, t in nn.Sequential(trunk).state_dict().items())
+    net = resnet101(weights=None, norm_layer=FrozenBatchNorm2d)
+    resnet = OrderedDict((k, tuple(t.shape)) for k, t in net.state_dict().items()
+                         if not k.startswith("fc."))
+    assert ours == resnet
+
+
+def _torchvision_reference():
+    try:
+        from tbdzoo.detection import torchvision_reference
+    except Exception as e:  # torchvision missing or built for another torch
+        pytest.skip("torchvision does not import: {}".format(e))
+    return torchvision_reference
+
+
+def test_torchvisions_model_takes_tbdzoos_weights_and_computes_the_same_outputs():
+    """tbdzoo's weights loaded into torchvision's FasterRCNN (benchmarks/gpu_faster_rcnn.py
+    trains it from them) give the same RPN outputs and, on the same RoIs, class scores."""
+    require_backend("torch")
+    import torch
+    from tbdzoo.detection.roi_align import roi_align_points
+    torchvision_reference = _torchvision_reference()
+    model = build_native(NAME, "torch", config="tiny", seed=0)
+    hp = model.hparams
+    theirs = torchvision_reference.load_weights(
+        torchvision_reference.faster_rcnn(hp), model.get_weights()).eval()
+    images = model.synthetic_batch(seed=0)["images"][:1]
+    rng = np.random.RandomState(1)
+    corners = rng.uniform(0, 40, (hp["rois_per_image"], 2))
+    rois = np.concatenate([corners, corners + rng.uniform(4, 24, corners.shape)], 1)
+    indices, taps = roi_align_points(rois, faster_rcnn.feature_hw(model.spec),
+                                     1.0 / hp["feature_stride"], hp["roi_size"],
+                                     hp["roi_sampling_ratio"], hp["roi_aligned"])
+    names = [faster_rcnn.RPN_LOGITS, faster_rcnn.RPN_DELTAS, faster_rcnn.CLASS_LOGITS]
+    ours = model.values({"images": images, "roi_indices": indices[None],
+                         "roi_weights": taps[None]}, names)
+    with torch.no_grad():
+        features = theirs.backbone(torch.from_numpy(images))
+        logits, deltas = theirs.rpn.head([features])
+        pooled = theirs.roi_heads.box_roi_pool({"0": features}, [torch.from_numpy(rois).float()],
+                                               [images.shape[2:]])
+        classes, _ = theirs.roi_heads.box_predictor(theirs.roi_heads.box_head(pooled))
+    np.testing.assert_allclose(logits[0].numpy(), ours[names[0]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(deltas[0].numpy(), ours[names[1]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(classes.numpy(), ours[names[2]].reshape(classes.shape),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_tiny_program_reads_four_losses_and_the_targets_step_writes_every_target():
@@ -174,6 +205,15 @@ def test_empty_images_train_when_the_config_allows_them():
     assert not targets["rpn_labels"][1].any() and targets["rpn_label_weights"][1].sum() == 16
     assert not (targets["roi_labels"][1] > 0).any()
     assert np.isfinite(model.train_step(batch))
+
+
+def test_a_bf16_step_runs_roi_align_in_float32():
+    """Under bf16 autocast the sparse RoIAlign product stays float32 (autocast cast its rows to
+    bf16 and its backward failed)."""
+    require_backend("torch")
+    model = build_native(NAME, "torch", config="tiny", seed=0, device="cpu", precision="bf16")
+    batch = model.synthetic_batch(seed=0)
+    assert all(np.isfinite(model.train_step(batch)) for _ in range(2))
 
 
 def test_predict_needs_images_and_their_sizes_only(torch_model):

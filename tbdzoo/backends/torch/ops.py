@@ -579,7 +579,8 @@ def roi_align(inputs, p, a, training):
     backward pass is its transpose times the output gradient, the spec's scatter-add. Gathering
     every tap first (index_select) moves 16 times the output's memory and took 13.8 s for a
     forward and backward pass at Faster R-CNN's size on the CPU, against 2.8 s for this and
-    4.0 s for torchvision's RoIAlign (benchmarks/roi_align_torch.py). Computed in float32 (sparse kernels lack bf16)."""
+    4.0 s for torchvision's RoIAlign (benchmarks/roi_align_torch.py). Computed in float32, autocast
+    off (sparse kernels lack bf16; under autocast the product's backward fails)."""
     features, indices, weights = inputs
     n, c, h, w = features.shape
     rois, samples = indices.shape[1], indices.shape[2]
@@ -591,7 +592,9 @@ def roi_align(inputs, p, a, training):
     mixing = torch.sparse_coo_tensor(
         torch.stack([targets.reshape(-1), columns.reshape(-1)]),
         weights.float().reshape(-1) / float(sr * sr), (bins, n * h * w), check_invariants=False)
-    out = torch.sparse.mm(mixing, rows).view(n, rois, oh, ow, c)
+    with torch.autocast(device_type=device.type, enabled=False):  # autocast would cast
+        out = torch.sparse.mm(mixing, rows)  # the rows to bf16, whose backward then fails
+    out = out.view(n, rois, oh, ow, c)
     return out.permute(0, 1, 4, 2, 3).to(features.dtype)
 
 
