@@ -1,0 +1,110 @@
+"""tbdzoo.training and `tbd train`: a tiny proxy reaching a low, honest target in seconds, the
+record's fields, the MLPerf lines, the errors, and another backend reaching it in about the
+same number of steps."""
+import json
+import os
+
+import pytest
+
+from tbdzoo.cli import main
+from tbdzoo.datasets.makers import make
+from tbdzoo.training import TrainingError, parse_target, train_to_target
+from tbdzoo.training.mllog import TrainingMllog
+
+from conftest import require_backend
+
+# Ten classes, so chance is 0.1: 0.4 top-1 on the held-out split is learnt, not guessed.
+TARGET = "top1=0.4"
+FAST = {"max_minutes": 2.0, "eval_every": 10, "max_steps": 200}
+
+
+@pytest.fixture(scope="module")
+def fm32(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("data") / "fm32")
+    make("fashion-mnist-imagenet", out, seed=0,
+         options={"size": 32, "train_per_class": 40, "val_per_class": 10})
+    return out
+
+
+def test_torch_proxy_reaches_target(fm32, tmp_path):
+    log = str(tmp_path / "mllog.txt")
+    result = train_to_target("resnet50", "torch", fm32, TARGET, seed=0,
+                             mllog=TrainingMllog(log), **FAST)
+    assert result.reached and result.steps % 10 == 0 and result.steps <= 200
+    record = result.record()
+    for key in ("model", "backend", "seed", "dataset", "metric", "target", "reached", "steps",
+                "seconds", "eval_seconds", "history", "pipeline", "hparams"):
+        assert key in record, key
+    assert record["metric"] == "top1" and record["target"] == 0.4
+    assert record["dataset"].startswith("fashion-mnist-imagenet[")
+    assert record["history"][-1]["value"] >= 0.4
+    assert all(a["value"] < 0.4 for a in record["history"][:-1])
+    assert record["seconds"] > 0 and record["eval_seconds"] > 0
+    json.dumps(record)
+    lines = [json.loads(l.split(":::MLLOG ", 1)[1]) for l in open(log) if ":::MLLOG" in l]
+    keys = [l["key"] for l in lines]
+    assert keys[0] == "submission_benchmark" and "run_start" in keys
+    assert keys.count("eval_accuracy") == len(record["history"])
+    assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
+
+
+@pytest.mark.parametrize("backend", ["mxnet"])
+def test_another_backend_takes_about_the_same_steps(fm32, backend):
+    require_backend(backend)
+    torch_run = train_to_target("resnet50", "torch", fm32, TARGET, seed=0, **FAST)
+    other = train_to_target("resnet50", backend, fm32, TARGET, seed=0, **FAST)
+    assert other.reached
+    # Same weights, order and crops; the pixels (decoders, resizers) and rounding differ.
+    assert abs(other.steps - torch_run.steps) <= 30, (torch_run.steps, other.steps)
+
+
+def test_a3c_reaches_a_low_return(tmp_path):
+    out = str(tmp_path / "runs.jsonl")
+    assert main(["train", "a3c", "--backend", "torch", "--target", "return=25",
+                 "--max-minutes", "2", "--eval-every", "5", "-o", out]) == 0
+    record = json.loads(open(out).read().splitlines()[-1])
+    assert record["reached"] and record["metric"] == "return" and record["dataset"] == "CartPole-v1"
+    assert record["steps"] >= 1 and record["eval_seconds"] == 0.0
+
+
+def test_cli_appends_records(fm32, tmp_path, capsys):
+    out = str(tmp_path / "runs.jsonl")
+    args = ["train", "resnet50", "--backend", "torch", "--data", fm32, "--target", "top1=0.2",
+            "--eval-every", "10", "--max-steps", "100", "-o", out]
+    assert main(args) == 0
+    assert main(args + ["--seed", "1"]) == 0
+    records = [json.loads(l) for l in open(out).read().splitlines()]
+    assert [r["seed"] for r in records] == [0, 1]
+    assert "reached at step" in capsys.readouterr().out
+
+
+def test_unknown_metric_lists_the_models_metrics():
+    with pytest.raises(TrainingError, match="bleu is not a metric of resnet50; its metrics: top1"):
+        parse_target("resnet50", "bleu=20")
+
+
+def test_target_out_of_range():
+    with pytest.raises(TrainingError, match="out of range"):
+        parse_target("resnet50", "top1=1.5")
+    with pytest.raises(TrainingError, match="METRIC=VALUE"):
+        parse_target("a3c", "475")
+
+
+def test_model_without_a_task():
+    with pytest.raises(TrainingError, match="no training task yet"):
+        parse_target("wgan", "fid=10")
+
+
+def test_wrong_layout_names_the_layout_and_the_maker(tmp_path, capsys):
+    (tmp_path / "images").mkdir()
+    code = main(["train", "resnet50", "--backend", "torch", "--data", str(tmp_path),
+                 "-o", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "DIR/train/<synset>/*.JPEG" in err and "tbd data make fashion-mnist-imagenet" in err
+    assert not os.path.exists(str(tmp_path / "r.jsonl"))
+
+
+def test_cli_refuses_an_unknown_metric_before_building(capsys):
+    assert main(["train", "resnet50", "--backend", "torch", "--target", "wer=0.1"]) == 2
+    assert "its metrics: top1" in capsys.readouterr().err
