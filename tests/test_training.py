@@ -26,10 +26,16 @@ def fm32(tmp_path_factory):
     return out
 
 
-def test_torch_proxy_reaches_target(fm32, tmp_path):
-    log = str(tmp_path / "mllog.txt")
+@pytest.fixture(scope="module")
+def torch_run(fm32, tmp_path_factory):
+    log = str(tmp_path_factory.mktemp("mllog") / "mllog.txt")
     result = train_to_target("resnet50", "torch", fm32, TARGET, seed=0,
                              mllog=TrainingMllog(log), **FAST)
+    return result, log
+
+
+def test_torch_proxy_reaches_target(torch_run):
+    result, log = torch_run
     assert result.reached and result.steps % 10 == 0 and result.steps <= 200
     record = result.record()
     for key in ("model", "backend", "seed", "dataset", "metric", "target", "reached", "steps",
@@ -49,13 +55,14 @@ def test_torch_proxy_reaches_target(fm32, tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["mxnet"])
-def test_another_backend_takes_about_the_same_steps(fm32, backend):
+def test_another_backend_takes_about_the_same_steps(fm32, torch_run, backend):
     require_backend(backend)
-    torch_run = train_to_target("resnet50", "torch", fm32, TARGET, seed=0, **FAST)
     other = train_to_target("resnet50", backend, fm32, TARGET, seed=0, **FAST)
     assert other.reached
-    # Same weights, order and crops; the pixels (decoders, resizers) and rounding differ.
-    assert abs(other.steps - torch_run.steps) <= 30, (torch_run.steps, other.steps)
+    # Same initial weights, example order and crops; the pixels (each framework's decoder and
+    # resizer) and the rounding differ, so the steps may differ by an evaluation or three.
+    steps = torch_run[0].steps
+    assert abs(other.steps - steps) <= 30, (steps, other.steps)
 
 
 def test_a3c_reaches_a_low_return(tmp_path):
