@@ -137,17 +137,20 @@ def plot(runs, keys, path):
     fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
     for ax, (model, metric, target) in zip(axes[0], keys):
         for i, backend in enumerate(BACKENDS):
-            steps = [r["steps"] for r in runs if r["reached"] and r["backend"] == backend and
-                     (r["model"], r["metric"], r["target"]) == (model, metric, target)]
+            mine = sorted((r for r in runs if r["reached"] and r["backend"] == backend and
+                           (r["model"], r["metric"], r["target"]) == (model, metric, target)),
+                          key=lambda r: r["seed"])
+            steps = [r["steps"] for r in mine]
             if not steps:
                 continue
-            ax.scatter([i] * len(steps), steps, color="C{}".format(i), zorder=3,
-                       label=None)
+            # Seeds side by side, so two seeds of the same steps stay two dots.
+            offsets = [0.1 * (k - (len(mine) - 1) / 2.0) for k in range(len(mine))]
+            ax.scatter([i + o for o in offsets], steps, color="C{}".format(i), zorder=3)
             ax.hlines(statistics.mean(steps), i - 0.25, i + 0.25, color="C{}".format(i))
         ax.set_xticks(range(len(BACKENDS)))
         ax.set_xticklabels(BACKENDS)
         ax.set_ylim(bottom=0)
-        ax.set_ylabel("steps to target (one dot a seed; line: mean)")
+        ax.set_ylabel("steps to target\n(dots: seeds in order; line: mean)")
         ax.set_title("{}: {}={:g}".format(model, metric, target))
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
