@@ -126,3 +126,24 @@ def test_wrong_layout_names_the_layout_and_the_maker(tmp_path, capsys):
 def test_cli_refuses_an_unknown_metric_before_building(capsys):
     assert main(["train", "resnet50", "--backend", "torch", "--target", "wer=0.1"]) == 2
     assert "its metrics: top1" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def numbers(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("text") / "numbers")
+    make("numbers-en-vi", out, seed=0, options={"train": 600, "dev": 50, "test": 100})
+    return out
+
+
+def test_seq2seq_proxy_reaches_a_token_accuracy(numbers, one_torch_thread):
+    result = train_to_target("seq2seq", "torch", numbers, "token_accuracy=0.3", seed=0,
+                             max_minutes=2.0, eval_every=25, max_steps=300)
+    assert result.reached, result.history
+    assert result.record()["examples"] == {"train": 600, "test": 100}
+    with pytest.raises(TrainingError, match="its metrics: token_accuracy"):
+        parse_target("seq2seq", "bleu=20")
+
+
+def test_translation_folder_of_the_wrong_layout(fm32):
+    with pytest.raises(TrainingError, match="tbd data make numbers-en-vi"):
+        train_to_target("seq2seq", "torch", fm32, "token_accuracy=0.5")

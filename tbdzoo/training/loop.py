@@ -118,6 +118,14 @@ def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
     if name == "a3c":
         return
+    if name == "seq2seq":
+        from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
+        if data_dir is None:
+            raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one "
+                                "with: {}".format(name, LAYOUT, DATA_COMMAND))
+        open_pairs(data_dir, "train")
+        open_pairs(data_dir, "test")
+        return
     from .image_task import _open
     if data_dir is None:
         from .image_task import LAYOUT
@@ -130,10 +138,13 @@ def task_check(name, data_dir):
 
 def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_every, progress,
                     mllog, max_steps, workers):
-    from .image_task import ImageClassificationTask
     if data_dir is None:
         task_check(model.name, None)
-    task = ImageClassificationTask(model, data_dir, seed=seed, workers=workers)
+    if model.name == "seq2seq":
+        from .translation_task import TranslationTask as Task
+    else:
+        from .image_task import ImageClassificationTask as Task
+    task = Task(model, data_dir, seed=seed, workers=workers)
     result.details.update([("dataset", task.dataset), ("data_dir", os.path.abspath(data_dir)),
                            ("pipeline", task.pipeline), ("examples", task.examples)])
     batch_size = model.hparams["batch_size"]

@@ -12,6 +12,7 @@ __all__ = ["PROXIES", "proxy_overrides", "DATA_COMMAND"]
 DATA_COMMAND = {
     "image_classification": "tbd data make fashion-mnist-imagenet --out DIR --set size=32 "
                             "--set train_per_class=200 --set val_per_class=50",
+    "translation": "tbd data make numbers-en-vi --out DIR",
 }
 
 PROXIES = {
@@ -26,16 +27,24 @@ PROXIES = {
                      "batch_size": 16, "train_examples": 2000},
     # The cartpole config as it is: an MLP, 16 synchronous learners.
     "a3c": {},
+    # numbers-en-vi's word vocabularies (107 English and 20 Vietnamese lines, plus the special
+    # ids), sentences of up to 10 + 11 words, layers 2 + 2 as in the paper but 64 units wide;
+    # Adam at 3e-3 instead of 3e-4, so the proxy learns in a few hundred steps.
+    "seq2seq": {"src_vocab": 110, "tgt_vocab": 24, "embed_dim": 32, "units": 64,
+                "attention_units": 32, "attention_layer": 64, "src_len": 12, "tgt_len": 14,
+                "batch_size": 32, "lr": 3e-3},
 }
 
 # The config a proxy builds on, per model.
-BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole"}
+BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
+               "seq2seq": "paper"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
     "resnet50": {"target": "top1=0.65", "eval_every": 20},
     "inception_v3": {"target": "top1=0.65", "eval_every": 20},
     "a3c": {"target": "return=475", "eval_every": 10},
+    "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
 }
 
 

@@ -13,10 +13,16 @@ _TOP1 = Metric("top1", 0.0, 1.0, True, "top-1 accuracy on the held-out split (va
 _RETURN = Metric("return", 0.0, 500.0, True,
                  "mean return of the last 100 finished training episodes (train_a2c's window)")
 
+_TOKENS = Metric("token_accuracy", 0.0, 1.0, True,
+                 "teacher-forced next-word accuracy on the held-out split (tst2013)")
+_SENTENCES = Metric("sentence_accuracy", 0.0, 1.0, True,
+                    "fraction of held-out sentences with every word right, teacher-forced")
+
 METRICS = {
     "resnet50": (_TOP1,),
     "inception_v3": (_TOP1,),
     "a3c": (_RETURN,),
+    "seq2seq": (_TOKENS, _SENTENCES),
 }
 
 
