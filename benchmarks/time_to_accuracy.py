@@ -91,7 +91,7 @@ def grid(args):
                     continue
                 record = run_in_child(model, backend, seed, args)
                 record["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-                runs.append(record)
+                runs = read_runs(args.out) + [record]   # what another grid wrote meanwhile too
                 write_runs(args.out, runs)
                 print("{} on {} seed {}: {} at step {} ({} s of training)".format(
                     model, backend, seed, "reached" if record["reached"] else "NOT reached",

@@ -98,8 +98,8 @@ class TranslationTask(object):
         for batch in self._held_out:
             logits = np.asarray(self.model.predict(batch))
             guess = np.argmax(logits, axis=-1)
-            labels, lengths = batch["labels"], batch["tgt_lengths"]
-            inside = np.arange(labels.shape[1])[None, :] < lengths[:, None]
+            labels = batch["labels"]
+            inside = labels != self.hp["pad_id"]     # the words and the end-of-sentence mark
             hits = (guess == labels) & inside
             right += int(hits.sum())
             words += int(inside.sum())
