@@ -135,13 +135,14 @@ def numbers(tmp_path_factory):
     return out
 
 
-def test_seq2seq_proxy_reaches_a_token_accuracy(numbers, one_torch_thread):
-    result = train_to_target("seq2seq", "torch", numbers, "token_accuracy=0.3", seed=0,
+@pytest.mark.parametrize("model", ["seq2seq", "transformer"])
+def test_translation_proxy_reaches_a_token_accuracy(numbers, one_torch_thread, model):
+    result = train_to_target(model, "torch", numbers, "token_accuracy=0.3", seed=0,
                              max_minutes=2.0, eval_every=25, max_steps=300)
     assert result.reached, result.history
     assert result.record()["examples"] == {"train": 600, "test": 100}
     with pytest.raises(TrainingError, match="its metrics: token_accuracy"):
-        parse_target("seq2seq", "bleu=20")
+        parse_target(model, "bleu=20")
 
 
 def test_translation_folder_of_the_wrong_layout(fm32):

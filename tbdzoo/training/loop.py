@@ -118,7 +118,7 @@ def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
     if name == "a3c":
         return
-    if name == "seq2seq":
+    if name in ("seq2seq", "transformer"):
         from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
         if data_dir is None:
             raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one "
@@ -140,7 +140,7 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
                     mllog, max_steps, workers):
     if data_dir is None:
         task_check(model.name, None)
-    if model.name == "seq2seq":
+    if model.name in ("seq2seq", "transformer"):
         from .translation_task import TranslationTask as Task
     else:
         from .image_task import ImageClassificationTask as Task

@@ -33,11 +33,17 @@ PROXIES = {
     "seq2seq": {"src_vocab": 110, "tgt_vocab": 24, "embed_dim": 32, "units": 64,
                 "attention_units": 32, "attention_layer": 64, "src_len": 12, "tgt_len": 14,
                 "batch_size": 32, "lr": 3e-3},
+    # The same data in one shared vocabulary (4 special ids, then the English and the
+    # Vietnamese words); 2 + 2 layers of d_model 64, 4 heads; the paper's inverse-square-root
+    # schedule (lr 1.0 x d_model^-0.5) with 100 warm-up steps instead of 4,000.
+    "transformer": {"vocab": 128, "d_model": 64, "heads": 4, "ffn": 128, "encoder_layers": 2,
+                    "decoder_layers": 2, "src_len": 12, "tgt_len": 14, "batch_size": 32,
+                    "warmup_steps": 100},
 }
 
 # The config a proxy builds on, per model.
 BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
-               "seq2seq": "paper"}
+               "seq2seq": "paper", "transformer": "paper"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
@@ -45,6 +51,7 @@ DEFAULTS = {
     "inception_v3": {"target": "top1=0.65", "eval_every": 20},
     "a3c": {"target": "return=475", "eval_every": 10},
     "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
+    "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
 }
 
 

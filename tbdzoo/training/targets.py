@@ -23,6 +23,7 @@ METRICS = {
     "inception_v3": (_TOP1,),
     "a3c": (_RETURN,),
     "seq2seq": (_TOKENS, _SENTENCES),
+    "transformer": (_TOKENS, _SENTENCES),
 }
 
 
