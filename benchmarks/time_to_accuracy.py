@@ -134,8 +134,13 @@ def plot(runs, keys, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
-    for ax, (model, metric, target) in zip(axes[0], keys):
+    cols = min(2, len(keys))
+    rows = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, (model, metric, target) in zip(axes.flat, keys):
+        highest = 1
         for i, backend in enumerate(BACKENDS):
             mine = sorted((r for r in runs if r["reached"] and r["backend"] == backend and
                            (r["model"], r["metric"], r["target"]) == (model, metric, target)),
@@ -143,13 +148,14 @@ def plot(runs, keys, path):
             steps = [r["steps"] for r in mine]
             if not steps:
                 continue
+            highest = max(highest, max(steps))
             # Seeds side by side, so two seeds of the same steps stay two dots.
             offsets = [0.1 * (k - (len(mine) - 1) / 2.0) for k in range(len(mine))]
             ax.scatter([i + o for o in offsets], steps, color="C{}".format(i), zorder=3)
             ax.hlines(statistics.mean(steps), i - 0.25, i + 0.25, color="C{}".format(i))
         ax.set_xticks(range(len(BACKENDS)))
         ax.set_xticklabels(BACKENDS)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, highest * 1.12)
         ax.set_ylabel("steps to target\n(dots: seeds in order; line: mean)")
         ax.set_title("{}: {}={:g}".format(model, metric, target))
         ax.grid(axis="y", alpha=0.3)
