@@ -148,3 +148,35 @@ def test_translation_proxy_reaches_a_token_accuracy(numbers, one_torch_thread, m
 def test_translation_folder_of_the_wrong_layout(fm32):
     with pytest.raises(TrainingError, match="tbd data make numbers-en-vi"):
         train_to_target("seq2seq", "torch", fm32, "token_accuracy=0.5")
+
+
+def test_greedy_ctc_and_edit_distance():
+    from tbdzoo.training.speech_task import edit_distance, greedy_ctc
+    assert greedy_ctc([0, 5, 5, 0, 5, 1, 1, 7, 0], 9) == [5, 5, 1, 7]
+    assert greedy_ctc([5, 5, 6], 1) == [5]
+    assert edit_distance("kitten", "sitting") == 3 and edit_distance([], [1, 2]) == 2
+
+
+@pytest.fixture(scope="module")
+def spoken(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("speech") / "spoken")
+    make("spoken-numbers", out, seed=0, options={"utterances": 2, "chapters": 2})
+    return out
+
+
+def test_speech_task_scores_cer_and_wer(spoken, one_torch_thread):
+    result = train_to_target("deepspeech2", "torch", spoken, "cer=0.01", seed=0,
+                             eval_every=1, max_steps=1, overrides={"batch_size": 4})
+    assert not result.reached and result.stop_reason == "max_steps (1) ran out"
+    cer = result.history[-1]["value"]
+    assert 0.0 <= cer <= 2.0
+    assert result.record()["examples"]["train"] >= 4
+    with pytest.raises(TrainingError, match="met before any training"):
+        parse_target("deepspeech2", "cer=1")
+    with pytest.raises(TrainingError, match="its metrics: cer .*wer"):
+        parse_target("deepspeech2", "top1=0.5")
+
+
+def test_speech_folder_of_the_wrong_layout(fm32):
+    with pytest.raises(TrainingError, match="tbd data make spoken-numbers"):
+        train_to_target("deepspeech2", "torch", fm32, "cer=0.5")

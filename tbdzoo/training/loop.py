@@ -118,6 +118,10 @@ def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
     if name == "a3c":
         return
+    if name == "deepspeech2":
+        from .speech_task import open_subsets
+        open_subsets(data_dir)
+        return
     if name in ("seq2seq", "transformer"):
         from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
         if data_dir is None:
@@ -140,7 +144,9 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
                     mllog, max_steps, workers):
     if data_dir is None:
         task_check(model.name, None)
-    if model.name in ("seq2seq", "transformer"):
+    if model.name == "deepspeech2":
+        from .speech_task import SpeechTask as Task
+    elif model.name in ("seq2seq", "transformer"):
         from .translation_task import TranslationTask as Task
     else:
         from .image_task import ImageClassificationTask as Task

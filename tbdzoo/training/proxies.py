@@ -13,6 +13,7 @@ DATA_COMMAND = {
     "image_classification": "tbd data make fashion-mnist-imagenet --out DIR --set size=32 "
                             "--set train_per_class=200 --set val_per_class=50",
     "translation": "tbd data make numbers-en-vi --out DIR",
+    "speech": "tbd data make spoken-numbers --out DIR --set utterances=16",
 }
 
 PROXIES = {
@@ -39,11 +40,15 @@ PROXIES = {
     "transformer": {"vocab": 128, "d_model": 64, "heads": 4, "ffn": 128, "encoder_layers": 2,
                     "decoder_layers": 2, "src_len": 12, "tgt_len": 14, "batch_size": 32,
                     "warmup_steps": 100},
+    # The paper's two convolutions with 8 channels, 2 bidirectional GRU layers of 64 (not 7 of
+    # 1,760), utterances of up to 4 s (400 frames); SGD with momentum at the paper's 3e-4.
+    "deepspeech2": {"channels": 8, "rnn_layers": 2, "rnn_units": 64, "fc_units": 64,
+                    "batch_size": 16, "max_frames": 400},
 }
 
 # The config a proxy builds on, per model.
 BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
-               "seq2seq": "paper", "transformer": "paper"}
+               "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
@@ -52,6 +57,7 @@ DEFAULTS = {
     "a3c": {"target": "return=475", "eval_every": 10},
     "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
     "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
+    "deepspeech2": {"target": "cer=0.7", "eval_every": 50},
 }
 
 

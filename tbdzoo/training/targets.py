@@ -18,12 +18,17 @@ _TOKENS = Metric("token_accuracy", 0.0, 1.0, True,
 _SENTENCES = Metric("sentence_accuracy", 0.0, 1.0, True,
                     "fraction of held-out sentences with every word right, teacher-forced")
 
+_CER = Metric("cer", 0.0, 1.0, False, "character error rate of greedy CTC decoding on the "
+              "held-out voices (test-clean); lower is better")
+_WER = Metric("wer", 0.0, 1.0, False, "word error rate of the same decoding; lower is better")
+
 METRICS = {
     "resnet50": (_TOP1,),
     "inception_v3": (_TOP1,),
     "a3c": (_RETURN,),
     "seq2seq": (_TOKENS, _SENTENCES),
     "transformer": (_TOKENS, _SENTENCES),
+    "deepspeech2": (_CER, _WER),
 }
 
 
@@ -72,6 +77,9 @@ def parse_target(model_name, text):
     if not metric.low < number <= metric.high:
         raise TrainingError("target {}={:g} is out of range: {} takes a value above {:g} and at "
                             "most {:g}".format(name, number, name, metric.low, metric.high))
+    if not metric.higher_is_better and number == metric.high:
+        raise TrainingError("target {}={:g} is met before any training; give a value below "
+                            "{:g}".format(name, number, metric.high))
     return Target(metric, number)
 
 
