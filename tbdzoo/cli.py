@@ -12,6 +12,8 @@
   tbd report FILE... -o DIR          DIR/index.html with plots, plus DIR/report.md
   tbd data list                      data sets tbdzoo makes offline, with their options
   tbd data make NAME --out DIR [--seed S] [--set OPTION=VALUE]
+  tbd train MODEL --backend B [--data DIR] [--target METRIC=VALUE] [--seed S] [--max-minutes M]
+                                     a proxy config trained to a target (docs/training.md)
 
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
@@ -625,19 +627,29 @@ def parser():
     data_make.add_argument("--set", type=_assignment, action="append", metavar="OPTION=VALUE",
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
+    from .training.command import add_parser as add_train_parser
+    add_train_parser(sub, _assignment, _positive)
     return p
+
+
+def cmd_train(args):
+    from .training.command import cmd_train as run_train
+    return run_train(args, _console())
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
-                "report": cmd_report, "data": cmd_data}
+                "report": cmd_report, "data": cmd_data, "train": cmd_train}
     try:
         return commands[args.command](args)
     except TbdError as e:
         print("tbd: error: {}".format(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.command == "train":
+            print("tbd: interrupted; no record was written", file=sys.stderr)
+            return 130
         if args.command == "data":
             print("tbd: interrupted; nothing was left in the output folder", file=sys.stderr)
             return 130

@@ -76,13 +76,14 @@ def check_environment(model, envs):
 
 
 def train_a2c(model, env=None, seed=0, max_frames=None, max_updates=None, max_seconds=None,
-              target_return=None, window=100, log_every=None, progress=None):
+              target_return=None, window=100, log_every=None, progress=None, monitor=None):
     """Train ``model`` (an a3c model built on any backend) on ``env`` (default: its
     config's ``env``) with ``model.hparams['learners']`` environments seeded seed, seed+1, ...
 
     Stops at the first of ``max_frames``, ``max_updates``, ``max_seconds`` or a mean return of
     at least ``target_return`` over the last ``window`` episodes. Every ``log_every`` updates
-    ``progress`` (default: none; ``print`` works) receives a line of text. Returns A2CResult.
+    ``progress`` (default: none; ``print`` works) receives a line of text and ``monitor`` the
+    A2CResult as it stands (tbdzoo/training reads its history). Returns A2CResult.
     """
     if max_frames is None and max_updates is None and max_seconds is None and \
             target_return is None:
@@ -95,13 +96,13 @@ def train_a2c(model, env=None, seed=0, max_frames=None, max_updates=None, max_se
     try:
         check_environment(model, envs)
         return _run(model, envs, hp, np.random.default_rng(seed), window, max_frames,
-                    max_updates, max_seconds, target_return, log_every, progress)
+                    max_updates, max_seconds, target_return, log_every, progress, monitor)
     finally:
         envs.close()
 
 
 def _run(model, envs, hp, rng, window, max_frames, max_updates, max_seconds, target_return,
-         log_every, progress):
+         log_every, progress, monitor=None):
     result = A2CResult(envs.id, window)
     stats = EpisodeStats(window)
 
@@ -130,6 +131,8 @@ def _run(model, envs, hp, rng, window, max_frames, max_updates, max_seconds, tar
                          "({} episodes)".format(result.updates, result.frames,
                                                 result.frames_per_second, stats.mean_return(),
                                                 stats.count))
+            if monitor is not None:
+                monitor(result)
         if solved or (max_frames is not None and result.frames >= max_frames) or \
                 (max_updates is not None and result.updates >= max_updates) or \
                 (max_seconds is not None and result.seconds >= max_seconds):

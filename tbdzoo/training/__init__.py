@@ -1,0 +1,11 @@
+"""Training to a target accuracy: a task per model family (how to make training batches from a
+data folder and how to score the held-out split), the loop that trains until the target is met
+(`train_to_target`), MLPerf-style log lines and the record `tbd train` appends.
+docs/training.md."""
+from .errors import TrainingError
+from .loop import TrainResult, train_to_target
+from .proxies import PROXIES, proxy_overrides
+from .targets import METRICS, Target, parse_target
+
+__all__ = ["train_to_target", "TrainResult", "TrainingError", "Target", "parse_target",
+           "METRICS", "PROXIES", "proxy_overrides"]

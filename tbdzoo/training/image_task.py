@@ -1,0 +1,98 @@
+"""Image classification (ResNet-50, Inception-v3): training batches from DIR/train through the
+backend's own input pipeline (tbdzoo/pipelines/), top-1 on DIR/val. The held-out images go
+through the same pipeline once, with its evaluation transform, and are kept as NumPy arrays:
+every evaluation then scores the same pixels with ``model.predict``."""
+import json
+import os
+
+import numpy as np
+
+from .. import pipelines
+from ..datasets.errors import DatasetError
+from .errors import TrainingError
+from .proxies import DATA_COMMAND
+
+__all__ = ["ImageClassificationTask", "dataset_name"]
+
+LAYOUT = "ImageNet layout: DIR/train/<synset>/*.JPEG and DIR/val/<synset>/*.JPEG"
+EVAL_BATCH = 100
+
+
+def dataset_name(data_dir):
+    """The name in the folder's tbdzoo-dataset.json (with its options), else the folder's."""
+    try:
+        with open(os.path.join(data_dir, "tbdzoo-dataset.json")) as f:
+            manifest = json.load(f)
+        options = manifest.get("options", {})
+        shown = ",".join("{}={}".format(k, options[k]) for k in sorted(options)
+                         if k != "source")
+        return "{}[{}]".format(manifest["name"], shown) if shown else manifest["name"]
+    except (OSError, ValueError, KeyError):
+        return os.path.basename(os.path.abspath(data_dir))
+
+
+def _open(data_dir, split):
+    from ..datasets.imagenet import ImageNetFolder
+    if not os.path.isdir(data_dir):
+        raise TrainingError("{}: no such folder; the image models train from a folder in {}; "
+                            "make one with: {}".format(data_dir, LAYOUT,
+                                                       DATA_COMMAND["image_classification"]))
+    try:
+        return ImageNetFolder(data_dir, split)
+    except DatasetError as e:
+        raise TrainingError("{}: not a data set the image models train from ({}); expected {}; "
+                            "make one with: {}".format(data_dir, e, LAYOUT,
+                                                       DATA_COMMAND["image_classification"]))
+
+
+class ImageClassificationTask(object):
+    metric_names = ("top1",)
+
+    def __init__(self, model, data_dir, seed=0, workers=0, augment=False):
+        self.model, self.seed, self.workers = model, seed, workers
+        self.train_source = _open(data_dir, "train")
+        self.val_source = _open(data_dir, "val")
+        classes = len(self.train_source.classes)
+        if classes > model.hparams["num_classes"]:
+            raise TrainingError("{}: {} classes, but the model has {}; set num_classes={}".format(
+                data_dir, classes, model.hparams["num_classes"], classes))
+        self.module = pipelines.for_backend(model.backend)
+        self.pipeline = self.module.NAME
+        self.train_spec = pipelines.spec_for_model(model.name, model.hparams, train=augment)
+        self.eval_spec = pipelines.spec_for_model(model.name, model.hparams, train=False)
+        self.dataset = dataset_name(data_dir)
+        self.examples = {"train": len(self.train_source), "val": len(self.val_source)}
+        self._held_out = None
+
+    def batches(self):
+        """Training batches without end (epoch after epoch, each in its seeded order), as the
+        model's train_step takes them."""
+        loader = self.module.loader(self.train_source, self.train_spec,
+                                    self.model.hparams["batch_size"], seed=self.seed,
+                                    epochs=None, workers=self.workers)
+        self._loader = loader
+        for batch in loader:
+            yield self.module.feed(batch)
+
+    def close(self):
+        close = getattr(getattr(self, "_loader", None), "close", None)
+        if close:
+            close()
+
+    def held_out(self):
+        if self._held_out is None:
+            self._held_out = [self.module.as_numpy(b) for b in self.module.loader(
+                self.val_source, self.eval_spec, EVAL_BATCH, seed=self.seed, shuffle=False,
+                drop_last=False)]
+        return self._held_out
+
+    def evaluate(self):
+        """{"top1": fraction of the held-out images whose highest logit is their label}."""
+        right = total = 0
+        for batch in self.held_out():
+            images = np.asarray(batch["images"], np.float32)
+            labels = np.asarray(batch["labels"])
+            logits = self.model.predict({"images": images, "labels": labels.astype(np.int32)})
+            right += int((np.argmax(logits, axis=1) == labels).sum())
+            total += len(labels)
+        return {"top1": right / float(total)}

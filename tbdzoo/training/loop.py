@@ -1,0 +1,197 @@
+"""The loop that trains a model until its held-out metric reaches a target.
+
+It trains with the model's own optimizer and schedule (``model.train_step``), evaluates every
+``eval_every`` steps, and stops at the first evaluation that meets the target, or when
+``max_minutes`` (training and evaluation together) or ``max_steps`` run out. Steps-to-target is
+therefore a multiple of ``eval_every``. Training and evaluation time are timed apart: the
+seconds to target count training steps only (batches included), eval_seconds the evaluations.
+"""
+import os
+import time
+from collections import OrderedDict
+
+from .errors import TrainingError
+from .proxies import DEFAULTS, proxy_overrides
+from .targets import Target, metrics_of, parse_target
+
+__all__ = ["train_to_target", "TrainResult", "build_proxy"]
+
+
+class TrainResult(object):
+    """What a run to a target measured (see :meth:`record` for the fields)."""
+
+    def __init__(self, model, backend, seed, target, eval_every):
+        self.model, self.backend, self.seed = model, backend, seed
+        self.target, self.eval_every = target, eval_every
+        self.reached = False
+        self.steps = None            # steps when the target was first met
+        self.seconds = None          # training seconds then
+        self.eval_seconds_at_target = None
+        self.steps_run = 0
+        self.train_seconds = self.eval_seconds = self.wall_seconds = 0.0
+        self.history = []            # one OrderedDict per evaluation
+        self.stop_reason = None
+        self.details = OrderedDict()  # dataset, pipeline, examples, ... (the task's facts)
+
+    @property
+    def last_value(self):
+        return self.history[-1]["value"] if self.history else None
+
+    def record(self):
+        out = OrderedDict([
+            ("kind", "time_to_accuracy"), ("model", self.model), ("backend", self.backend),
+            ("seed", self.seed), ("metric", self.target.metric.name),
+            ("target", self.target.value), ("reached", self.reached),
+            ("steps", self.steps), ("seconds", _round(self.seconds)),
+            ("eval_seconds", _round(self.eval_seconds_at_target)),
+            ("steps_run", self.steps_run), ("train_seconds", _round(self.train_seconds)),
+            ("eval_seconds_total", _round(self.eval_seconds)),
+            ("wall_seconds", _round(self.wall_seconds)), ("eval_every", self.eval_every),
+            ("final", self.last_value), ("stop_reason", self.stop_reason)])
+        out.update(self.details)
+        out["history"] = list(self.history)
+        return out
+
+
+def _round(x):
+    return None if x is None else round(x, 3)
+
+
+def build_proxy(model_name, backend, seed=0, overrides=None):
+    """The model's proxy config (tbdzoo/training/proxies.py) with ``overrides`` on top."""
+    import tbdzoo
+    config, proxy = proxy_overrides(model_name)
+    proxy.update(overrides or {})
+    return tbdzoo.build(model_name, backend=backend, config=config, seed=seed, **proxy)
+
+
+def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max_minutes=10.0,
+                    eval_every=None, progress=None, mllog=None, max_steps=None, overrides=None,
+                    workers=0):
+    """Train ``model`` (a name, built here from its proxy config plus ``overrides``, or a
+    model already built) on ``backend`` until ``target`` ("top1=0.8", ("top1", 0.8) or a
+    Target) is met on the held-out split of ``data_dir``. ``progress(event)`` receives a dict
+    after each evaluation; ``mllog`` (a TrainingMllog) gets MLPerf-style lines. Returns a
+    TrainResult."""
+    name = model if isinstance(model, str) else model.name
+    metrics_of(name)
+    defaults = DEFAULTS.get(name, {})
+    target = target if isinstance(target, Target) else parse_target(
+        name, target if target is not None else defaults["target"])
+    eval_every = eval_every or defaults.get("eval_every", 20)
+    if eval_every < 1:
+        raise TrainingError("eval_every must be at least 1 step, not {}".format(eval_every))
+    if max_minutes is not None and max_minutes <= 0:
+        raise TrainingError("max_minutes must be positive, not {}".format(max_minutes))
+    owned = isinstance(model, str)
+    if owned:
+        if backend is None:
+            raise TrainingError("give the backend to build {} on".format(name))
+        task_check(name, data_dir)
+        model = build_proxy(name, backend, seed, overrides)
+    elif backend is not None and backend != model.backend:
+        raise TrainingError("the model runs on {}, not {}".format(model.backend, backend))
+    result = TrainResult(name, model.backend, seed, target, eval_every)
+    result.details["config"] = ("proxy of " + str(model.hparams.get("config"))) if owned \
+        else model.hparams.get("config")
+    result.details["overrides"] = OrderedDict(sorted((overrides or {}).items()))
+    result.details["batch_size"] = model.hparams.get("batch_size")
+    try:
+        if name == "a3c":
+            from .a3c_task import run_a2c
+            run_a2c(model, result, target, seed, max_minutes, eval_every, progress, mllog,
+                    max_steps)
+        else:
+            _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_every,
+                            progress, mllog, max_steps, workers)
+    finally:
+        if owned:
+            model.close()
+    result.details["hparams"] = OrderedDict(sorted(
+        (k, list(v) if isinstance(v, tuple) else v) for k, v in model.hparams.items()))
+    result.details["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    result.details["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return result
+
+
+def task_check(name, data_dir):
+    """Open the data folder before a model is built, so a wrong layout fails at once."""
+    if name == "a3c":
+        return
+    if name == "deepspeech2":
+        from .speech_task import open_subsets
+        open_subsets(data_dir)
+        return
+    if name in ("seq2seq", "transformer"):
+        from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
+        if data_dir is None:
+            raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one "
+                                "with: {}".format(name, LAYOUT, DATA_COMMAND))
+        open_pairs(data_dir, "train")
+        open_pairs(data_dir, "test")
+        return
+    from .image_task import _open
+    if data_dir is None:
+        from .image_task import LAYOUT
+        from .proxies import DATA_COMMAND
+        raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one with: "
+                            "{}".format(name, LAYOUT, DATA_COMMAND["image_classification"]))
+    _open(data_dir, "train")
+    _open(data_dir, "val")
+
+
+def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_every, progress,
+                    mllog, max_steps, workers):
+    if data_dir is None:
+        task_check(model.name, None)
+    if model.name == "deepspeech2":
+        from .speech_task import SpeechTask as Task
+    elif model.name in ("seq2seq", "transformer"):
+        from .translation_task import TranslationTask as Task
+    else:
+        from .image_task import ImageClassificationTask as Task
+    task = Task(model, data_dir, seed=seed, workers=workers)
+    result.details.update([("dataset", task.dataset), ("data_dir", os.path.abspath(data_dir)),
+                           ("pipeline", task.pipeline), ("examples", task.examples)])
+    batch_size = model.hparams["batch_size"]
+    if mllog:
+        mllog.start(model.name, model.backend, seed, batch_size, target)
+    limit = None if max_minutes is None else max_minutes * 60.0
+    start = time.perf_counter()
+    batches = task.batches()
+    try:
+        while True:
+            t = time.perf_counter()
+            for _ in range(eval_every):
+                model.train_step(next(batches))
+                result.steps_run += 1
+            result.train_seconds += time.perf_counter() - t
+            t = time.perf_counter()
+            value = task.evaluate()[target.metric.name]
+            result.eval_seconds += time.perf_counter() - t
+            result.wall_seconds = time.perf_counter() - start
+            entry = OrderedDict([("step", result.steps_run), ("value", value),
+                                 ("train_seconds", round(result.train_seconds, 3)),
+                                 ("eval_seconds", round(result.eval_seconds, 3))])
+            result.history.append(entry)
+            if mllog:
+                mllog.evaluation(result.steps_run, result.steps_run * batch_size, value)
+            if target.met(value):
+                result.reached, result.stop_reason = True, "target reached"
+                result.steps, result.seconds = result.steps_run, result.train_seconds
+                result.eval_seconds_at_target = result.eval_seconds
+            elif limit is not None and result.wall_seconds >= limit:
+                result.stop_reason = "max_minutes ({:g}) ran out".format(max_minutes)
+            elif max_steps is not None and result.steps_run >= max_steps:
+                result.stop_reason = "max_steps ({}) ran out".format(max_steps)
+            if progress:
+                progress(dict(entry, target=target.value, metric=target.metric.name,
+                              wall_seconds=result.wall_seconds, limit_seconds=limit,
+                              done=result.stop_reason is not None))
+            if result.stop_reason:
+                break
+    finally:
+        task.close()
+        batches.close()
+        if mllog:
+            mllog.stop(result.reached, result.stop_reason or "interrupted")
