@@ -60,7 +60,8 @@ import torch  # noqa: E402
 
 from gpu_handwritten import environment  # noqa: E402
 from gpu_programs import held_bytes, peak_bytes  # noqa: E402
-from gpu_recurrent import first_loss, host_environment, synchronize  # noqa: E402
+from gpu_recurrent import (first_loss, host_environment, synchronize,  # noqa: E402
+                           time_rounds)
 
 MODEL = "faster_rcnn"
 OBJECTS = 3             # objects in the image (a VOC image holds 2.5 on average)
@@ -125,21 +126,6 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
 
 
 # -- measuring ------------------------------------------------------------------------------------
-def time_rounds(contenders, device, steps, repeats):
-    """Seconds per step of each contender, one figure per round, rounds in alternating order."""
-    times = {name: [] for name in contenders}
-    order = list(contenders)
-    for r in range(repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                contenders[name]()
-            synchronize(device)
-            times[name].append((time.perf_counter() - t0) / steps)
-    return times
-
-
 def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas):
     import tbdzoo
     cuda = device.startswith("cuda")

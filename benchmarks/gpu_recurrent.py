@@ -265,6 +265,21 @@ def handwritten_step(model_name, hp, weights, batch, device, precision, compiled
 
 
 # -- measuring ---------------------------------------------------------------------------------
+def time_rounds(contenders, device, steps, repeats):
+    """Seconds per step of each contender, one figure per round, rounds in alternating order."""
+    times = {name: [] for name in contenders}
+    order = list(contenders)
+    for r in range(repeats):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                contenders[name]()
+            synchronize(device)
+            times[name].append((time.perf_counter() - t0) / steps)
+    return times
+
+
 def synchronize(device):
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
@@ -338,16 +353,7 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     for step in contenders.values():
         for _ in range(warmup):
             step()
-    times = {name: [] for name in contenders}
-    order = list(contenders)
-    for r in range(repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                contenders[name]()
-            synchronize(device)
-            times[name].append((time.perf_counter() - t0) / steps)
+    times = time_rounds(contenders, device, steps, repeats)
     if profile_dir:
         write_profiles(profile_dir, "{}-{}-{}".format(
             model_name, precision, "compiled" if compiled else "eager"), contenders, device)
