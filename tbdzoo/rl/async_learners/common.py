@@ -8,6 +8,7 @@ the gradients on its copy and apply them to the shared parameters through the sh
 without locks (Mnih et al. 2016, Algorithm S3). The learning rate anneals linearly to 0 with
 the frames all learners have taken together.
 """
+import contextlib
 import math
 import threading
 import time
@@ -111,6 +112,34 @@ def cpu_seconds(thread=False, pid=None):
     return times.user + times.system
 
 
+def learner_error(index, error):
+    """The error a learner's failure is raised as in the parent, naming the learner."""
+    return RuntimeError("learner {}: {}: {}".format(index, type(error).__name__, error))
+
+
+@contextlib.contextmanager
+def reported_to_parent(index, barrier, queue):
+    """In a learner process: a failure breaks the barrier (no learner waits for this one) and
+    goes to the parent on ``queue``, which raises it (``run_processes``)."""
+    try:
+        yield
+    except BaseException as e:
+        barrier.abort()
+        queue.put(learner_error(index, e))
+        raise
+
+
+def learn_in_process(job, index, predict, sync, learn, envs, counters, barrier, queue):
+    """A learner process's run once its copy is ready: released with the others, it learns
+    until ``job.stop`` and reports (index, episode returns, its CPU seconds) on ``queue``."""
+    barrier.wait(timeout=600)
+    start, cpu = time.monotonic(), cpu_seconds()
+    returns = run_learner(index, predict, sync, learn, envs, job.settings, counters, job.stop,
+                          start, np.random.default_rng(job.seed + index))
+    queue.put((index, returns, cpu_seconds() - cpu))
+    envs.close()
+
+
 def run_in_threads(learners, learner):
     """Run ``learner(index, barrier)`` in one thread per learner; each waits on ``barrier``
     when ready, and all are released together. Returns that common start time once every
@@ -123,7 +152,7 @@ def run_in_threads(learners, learner):
         try:
             learner(index, barrier)
         except BaseException as e:
-            errors.append(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
+            errors.append(learner_error(index, e))
             barrier.abort()
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(learners)]
     for t in threads:

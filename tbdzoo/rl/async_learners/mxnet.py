@@ -13,13 +13,12 @@ per frame (docs/a3c.md); a process per learner gives each its own, as a PyTorch 
 import importlib
 import multiprocessing
 import os
-import time
 
 import numpy as np
 
-from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, predictor, run_learner, run_processes, shared_arrays,
-                     shared_counters)
+from .common import (AsyncResult, NumpyRMSProp, initial_weights, learn_in_process, make_envs,
+                     numpy_learning, predictor, reported_to_parent, run_processes,
+                     shared_arrays, shared_counters)
 
 
 def train(job):
@@ -53,17 +52,9 @@ def train(job):
 
 
 def _learner(job, index, params, optimizer, counters, barrier, queue):
-    try:
+    with reported_to_parent(index, barrier, queue):
         local = job.build_native(device="cpu")
         sync, learn = numpy_learning(local, params, optimizer, index)
         envs = make_envs(job.env_id, job.seed, index, job.window)
-        barrier.wait(timeout=600)
-        start, cpu = time.monotonic(), cpu_seconds()
-        returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
-                              counters, job.stop, start, np.random.default_rng(job.seed + index))
-        queue.put((index, returns, cpu_seconds() - cpu))
-        envs.close()
-    except BaseException as e:  # the parent raises it
-        barrier.abort()
-        queue.put(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
-        raise
+        learn_in_process(job, index, predictor(local), sync, learn, envs, counters, barrier,
+                         queue)

@@ -13,13 +13,10 @@ With ``device='cuda'`` they start by **spawn**, since CUDA cannot be re-initiali
 forked child; the shared parameters stay in host shared memory and each learner's copy on the
 GPU.
 """
-import time
-
-import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from .common import (AsyncResult, Counters, cpu_seconds, make_envs, run_learner,
+from .common import (AsyncResult, Counters, learn_in_process, make_envs, reported_to_parent,
                      run_processes)
 
 
@@ -77,7 +74,7 @@ def train(job):
 
 
 def _learner(job, index, params, square_averages, updates, counts, barrier, queue, device):
-    try:
+    with reported_to_parent(index, barrier, queue):
         torch.set_num_threads(1)
         local = job.build_native(device=device)
         local.native.train()
@@ -115,13 +112,4 @@ def _learner(job, index, params, square_averages, updates, counts, barrier, queu
             optimizer.step(index, lr)
             for s in params:
                 s.grad = None
-        barrier.wait(timeout=600)
-        start, cpu = time.monotonic(), cpu_seconds()
-        returns = run_learner(index, predict, sync, learn, envs, job.settings, counters, job.stop,
-                              start, np.random.default_rng(job.seed + index))
-        queue.put((index, returns, cpu_seconds() - cpu))
-        envs.close()
-    except BaseException as e:  # the parent raises it
-        barrier.abort()
-        queue.put(RuntimeError("learner {}: {}: {}".format(index, type(e).__name__, e)))
-        raise
+        learn_in_process(job, index, predict, sync, learn, envs, counters, barrier, queue)
