@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from . import spectrogram as front
+from .epochs import epoch_rows
 from .errors import DatasetError
 
 __all__ = ["ALPHABET", "LibriSpeech", "Utterance", "transcript_labels", "labels_text",
@@ -260,13 +261,7 @@ class LibriSpeech(object):
     def batches(self, hp, batch_size, seed=None, too_long="error", drop_last=False):
         """One epoch of Deep Speech 2 batches (make_batch): shuffled by ``seed`` (in id order
         when None); the last, smaller batch kept unless ``drop_last``."""
-        order = np.array(self.fitting(hp, too_long))
-        if seed is not None:
-            np.random.RandomState(seed).shuffle(order)
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            if drop_last and len(rows) < batch_size:
-                return
+        for rows in epoch_rows(self.fitting(hp, too_long), batch_size, seed, drop_last):
             yield make_batch(hp, [self.spectrogram(i, hp) for i in rows],
                              [self.utterances[i].labels for i in rows])
 

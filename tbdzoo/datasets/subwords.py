@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from .epochs import epoch_rows
 from .errors import DatasetError
 
 __all__ = ["Subwords", "train_for_model", "encode_pairs", "make_batch", "iterate_batches",
@@ -241,11 +242,5 @@ def make_batch(hp, encoded):
 def iterate_batches(hp, encoded, batch_size, seed=None, drop_last=False):
     """One epoch of batches: shuffled by ``seed`` (in order when None); the last, smaller
     batch is kept unless ``drop_last``."""
-    order = np.arange(len(encoded))
-    if seed is not None:
-        np.random.RandomState(seed).shuffle(order)
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        if drop_last and len(rows) < batch_size:
-            return
+    for rows in epoch_rows(np.arange(len(encoded)), batch_size, seed, drop_last):
         yield make_batch(hp, [encoded[i] for i in rows])
