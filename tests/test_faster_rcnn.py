@@ -179,6 +179,34 @@ def torch_model():
     model.close()
 
 
+def test_torch_runs_the_targets_step_inside_its_forward_pass_and_trains_the_same():
+    """Eager PyTorch computes the backbone and the RPN once per step, with gradients, hands the
+    targets step their host copies and continues from them; the steps equal those taken after
+    a separate inference pass (what every other backend runs)."""
+    require_backend("torch")
+    fused = build_native(NAME, "torch", config="tiny", seed=0)
+    separate = build_native(NAME, "torch", config="tiny", seed=0)
+    try:
+        assert set(fused._frontier) == {faster_rcnn.RPN_LOGITS, faster_rcnn.RPN_DELTAS,
+                                        "backbone.layer3.0.relu"}
+        separate._frontier = None
+        passes = []
+        values = fused.native.values
+        fused.native.values = lambda inputs, outputs: passes.append(tuple(outputs)) or \
+            values(inputs, outputs)
+        batch = fused.synthetic_batch(seed=1)
+        for step in range(3):
+            a, b = fused.train_step(batch), separate.train_step(batch)
+            assert abs(a - b) <= 1e-6 * abs(b), (step, a, b)
+        assert len(passes) == 6 and passes[0] == fused._frontier  # half, then the objective
+        for name, value in separate.get_weights().items():
+            np.testing.assert_allclose(fused.get_weights()[name], value, rtol=1e-5, atol=1e-7,
+                                       err_msg=name)
+    finally:
+        fused.close()
+        separate.close()
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda b: b["gt_count"].__setitem__(1, 0), "example 1: an image without boxes"),
     (lambda b: b["gt_boxes"].__setitem__((0, 0, 2), 70.0),

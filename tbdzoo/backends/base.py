@@ -248,9 +248,15 @@ class BackendModel(object):
         size = len(next(iter(part.values())))
         given = OrderedDict((n, np.asarray(part[n])) for n in needed)
         values = self._values(Prepared(self.backend, self._prepare(given), size), step["reads"])
+        return self._targets_of(part, index, values)
+
+    def _targets_of(self, part, index, values):
+        """The targets function on the values it reads (NumPy, by name) and ``part``'s inputs,
+        with this step's seeded RandomState for update ``index``."""
+        step = self.program.targets_step
         values = OrderedDict((n, np.asarray(values[n])) for n in step["reads"])
         rng = StepRandomState(self.seed, self.step_count, "targets/" + step["name"], index)
-        inputs = OrderedDict((n, given[n]) for n in step["inputs"])
+        inputs = OrderedDict((n, np.asarray(part[n])) for n in step["inputs"])
         return programs.call_targets(self.spec, self.program, values, inputs, self.hparams, rng)
 
     @property

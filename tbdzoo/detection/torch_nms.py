@@ -8,6 +8,7 @@ float64, as the reference computes it, with the same operations; torchvision sup
 IoU strictly greater than the threshold, as the reference does. Where torchvision does not
 import, the NumPy reference runs on a host copy.
 """
+import numpy as np
 import torch
 
 from ..errors import DetectionInputError
@@ -40,8 +41,9 @@ def nms(boxes, scores, threshold, max_keep=None):
     try:
         import torchvision
     except ImportError:
-        kept = reference.nms(boxes.detach().cpu().double().numpy(),
-                             scores.detach().cpu().double().numpy(), threshold, max_keep)
+        with reference.using_kernel(None):  # the NumPy walk itself, even inside host_kernel
+            kept = reference.nms(boxes.detach().cpu().double().numpy(),
+                                 scores.detach().cpu().double().numpy(), threshold, max_keep)
         return torch.from_numpy(kept).to(boxes.device)
     order = score_order(scores)
     ranks = -torch.arange(order.numel(), device=boxes.device, dtype=torch.float64)
@@ -66,3 +68,15 @@ def batched_nms(boxes, scores, labels, threshold):
         return torch.zeros(0, dtype=torch.int64, device=boxes.device)
     kept = torch.sort(torch.cat(kept))[0]
     return kept[score_order(scores[kept])]
+
+
+def host_kernel(device):
+    """``nms`` on NumPy arrays done by torchvision on ``device``, for
+    ``tbdzoo.detection.nms.using_kernel``: a backend's targets step keeps its NumPy code and
+    the greedy walk, its slowest part, runs on the device."""
+    def kernel(boxes, scores, threshold, max_keep=None):
+        kept = nms(torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float64)).to(device),
+                   torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float64)).to(device),
+                   threshold, max_keep)
+        return kept.cpu().numpy()
+    return kernel

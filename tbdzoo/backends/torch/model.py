@@ -9,7 +9,8 @@ from torch import nn
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
-from ..base import BackendModel
+from .. import programs
+from ..base import BackendModel, PendingTargets, Prepared
 from . import ops, optimizers, recurrent
 
 
@@ -296,6 +297,7 @@ class Model(BackendModel):
             if self.hparams["execution"] == "compiled":
                 fn = torch.compile(fn)
             self._objectives.append(fn)
+        self._frontier = self._targets_frontier()
 
     def _objective_function(self, objective):
         program = self.program
@@ -313,6 +315,60 @@ class Model(BackendModel):
             return total
         return evaluate
 
+    # Ops that compute differently in training: a forward half with one of them gives the
+    # targets step other values than the inference pass every other backend runs.
+    _TRAINING_DEPENDENT_OPS = ("batchnorm", "sequence_batchnorm", "dropout")
+
+    def _targets_frontier(self):
+        """The values the targets step reads and every value the rest of the graph takes from
+        the forward half that computes them, in graph order; None where the step keeps its own
+        inference pass first: no targets step, a compiled objective, or an op in the half
+        that computes differently in training (``_TRAINING_DEPENDENT_OPS``)."""
+        step = self.program.targets_step
+        if step is None or self.hparams["execution"] == "compiled":
+            return None
+        nodes = self.spec.nodes
+        half, needed = set(), set(step["reads"])
+        for node in reversed(list(nodes.values())):
+            if node.name in needed:
+                half.add(node.name)
+                needed.update(node.inputs)
+        if any(nodes[n].op in self._TRAINING_DEPENDENT_OPS for n in half):
+            return None
+        taken = {i for node in nodes.values() if node.name not in half for i in node.inputs}
+        return tuple(n for n in nodes if n in half and (n in step["reads"] or n in taken))
+
+    def _program_step(self, prepared, sync, around_update=None):
+        """In eager mode a targets step runs inside the update's own forward pass
+        (``_forward_to_targets``) instead of after an inference pass of its own: the forward
+        half it reads runs once, with gradients, as a hand-written loop runs it."""
+        if self._frontier is not None and around_update is None \
+                and isinstance(prepared.native, PendingTargets):
+            prepared = Prepared(self.backend, [
+                (phase_index, ready if ready is not None else _TargetsInForward(part, index))
+                for index, (phase_index, ready, part) in enumerate(prepared.native.updates)],
+                prepared.items)
+        return super(Model, self)._program_step(prepared, sync, around_update)
+
+    def _forward_to_targets(self, pending):
+        """One update's inputs with the targets written: the forward half up to the values the
+        targets step reads, the step on their host copies (on a GPU with torchvision's NMS,
+        which keeps the reference's boxes: tbdzoo/detection/torch_nms.py), and the half's
+        values handed on, so the objective continues from them."""
+        part = pending.part
+        needed = programs.targets_inputs(self.spec, self.program)
+        native = self._prepare(OrderedDict((n, part[n]) for n in needed))
+        half = self.native.values(native, self._frontier)
+        values = OrderedDict((n, _canonical_value(self.spec, n, half[n]))
+                             for n in self.program.targets_step["reads"])
+        with _device_nms(self.device):
+            written = self._targets_of(part, pending.index, values)
+        native.update(self._prepare(OrderedDict(
+            (n, v) for n, v in part.items() if n not in native)))
+        native.update(self._prepare(written))
+        native.update((n, half[n]) for n in self._frontier)
+        return native
+
     def _update(self, phase_index, native, lr):
         phase = self.program.phases[phase_index]
         group = self.program.groups[phase["update"]]
@@ -323,6 +379,8 @@ class Model(BackendModel):
         optimizer.zero_grad(set_to_none=True)
         with self._device_flags(), _constants(self._frozen[phase_index]):
             with self._autocast():
+                if isinstance(native, _TargetsInForward):
+                    native = self._forward_to_targets(native)
                 loss = self._objectives[phase_index](native)
             loss.backward(inputs=params)
             _zero_unreached(params)
@@ -624,6 +682,27 @@ def _is_weight_copy(tensor, parameters):
         return False
     return any(id(getattr(nxt, "variable", None)) in parameters
                for nxt, _ in fn.next_functions if nxt is not None)
+
+
+class _TargetsInForward(object):
+    """An update whose targets step runs inside its forward pass: its NumPy batch and its
+    index in the step (the targets step's random stream)."""
+
+    __slots__ = ("part", "index")
+
+    def __init__(self, part, index):
+        self.part, self.index = part, index
+
+
+def _device_nms(device):
+    """NMS by torchvision on ``device`` for the block, where torchvision imports (else the
+    NumPy walk)."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        return contextlib.nullcontext()
+    from ...detection import nms, torch_nms
+    return nms.using_kernel(torch_nms.host_kernel(torch.device(device)))
 
 
 def _canonical_value(graph, name, tensor):
