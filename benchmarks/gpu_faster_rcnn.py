@@ -70,13 +70,13 @@ TIMING = (3, 5, 3)      # warm-up steps, steps per round, rounds
 
 
 # -- the shared input -----------------------------------------------------------------------------
-def benchmark_batch(hp, seed=0):
-    """One image of IMAGE_HEIGHT of the canvas's height and its whole width, OBJECTS rectangles
-    of distinct colours, on the model's canvas (tbdzoo's batch layout, docs/models.md)."""
+def benchmark_batch(hp, config_canvas, seed=0):
+    """One image of IMAGE_HEIGHT of the config's canvas height and its whole width, OBJECTS
+    rectangles of distinct colours, on the model's canvas (tbdzoo's batch layout,
+    docs/models.md)."""
     from tbdzoo.datasets.detection_batch import empty_batch, normalize, put_example, \
         synthetic_image
-    height, width = hp["canvas"]
-    h, w = int(round(height * IMAGE_HEIGHT)), width
+    h, w = int(round(config_canvas[0] * IMAGE_HEIGHT)), config_canvas[1]
     objects = min(OBJECTS, hp["max_boxes"])
     batch = empty_batch(1, hp["canvas"], hp["max_boxes"])
     image, boxes, labels = synthetic_image(seed, h, w, hp["num_classes"] - 1, objects, objects)
@@ -126,7 +126,8 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
 
 
 # -- measuring ------------------------------------------------------------------------------------
-def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas):
+def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas,
+             canvas=None):
     import tbdzoo
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
@@ -139,9 +140,12 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     execution = "compiled" if compiled else "eager"
     model = tbdzoo.build(MODEL, backend="torch", config="tiny" if tiny else "paper", device=device,
                          precision=precision if cuda or precision != "tf32" else "fp32",
-                         execution=execution, memory_format="channels_last")
+                         execution=execution, memory_format="channels_last",
+                         **({} if canvas is None else {"canvas": canvas}))
     hp = model.hparams
-    batch = benchmark_batch(hp)
+    from tbdzoo.models.registry import get_model
+    config = get_model(MODEL).configs["tiny" if tiny else "paper"]
+    batch = benchmark_batch(hp, config["canvas"])
     prepared = model.prepare_batch(batch)
     net, opt, theirs, their_hw = torchvision_step(hp, model.get_weights(), batch, device,
                                                   precision, compiled, whole_canvas)
@@ -216,6 +220,9 @@ def main():
     p.add_argument("--torchvision-input", choices=("image", "canvas"), default="image",
                    help="torchvision reads the image at its own size (default) or tbdzoo's "
                         "whole padded canvas")
+    p.add_argument("--canvas", metavar="H,W",
+                   help="tbdzoo's canvas (default: the config's, 1,000 x 1,000); 608,1024 is the "
+                        "image padded to a multiple of 32, what torchvision's transform makes")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_faster_rcnn.json"))
     args = p.parse_args()
     for name, given, allowed in (("precision", args.precisions, ("tf32", "bf16")),
@@ -237,6 +244,14 @@ def main():
         torch.set_num_threads(1)  # a check, not a measurement: two threads wait on each other
     else:
         p.error("--device must be cuda, cuda:N or cpu, not {!r}".format(args.device))
+    canvas = None
+    if args.canvas:
+        try:
+            canvas = tuple(int(v) for v in args.canvas.split(","))
+        except ValueError:
+            canvas = ()
+        if len(canvas) != 2:
+            p.error("--canvas takes H,W, e.g. 608,1024; got {!r}".format(args.canvas))
     results = {"command": " ".join(["benchmarks/gpu_faster_rcnn.py"] + sys.argv[1:]),
                "environment": environment() if device.startswith("cuda") else host_environment(),
                "cells": []}
@@ -246,7 +261,7 @@ def main():
             try:
                 cell = run_cell(precision, execution == "compiled", device, args.warmup,
                                 args.steps, args.repeats, args.tiny,
-                                args.torchvision_input == "canvas")
+                                args.torchvision_input == "canvas", canvas)
             except Exception as e:  # a failed cell is recorded, the others still run
                 traceback.print_exc()
                 cell = {"model": MODEL, "precision": precision, "execution": execution,

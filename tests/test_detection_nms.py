@@ -49,10 +49,10 @@ def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
     assert torch_nms.nms(same, torch.ones(3), 0.5).tolist() == [0]
 
 
-def test_proposals_keep_their_boxes_with_torchvisions_kernel_inside_using_kernel():
+def test_proposals_keep_their_boxes_with_torchvisions_kernel_lent():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import nms as nms_module, torch_nms
+    from tbdzoo.detection import kernels, torch_nms
     from tbdzoo.detection.proposals import proposals
     rng = np.random.RandomState(3)
     anchors, _ = float_boxes(rng, 600)
@@ -65,12 +65,12 @@ def test_proposals_keep_their_boxes_with_torchvisions_kernel_inside_using_kernel
         calls.append(len(args[0]))
         return kernel(*args)
     expected = proposals(objectness, deltas, anchors, (90, 90), 400, 100, 0.7, 2.0)
-    with nms_module.using_kernel(counted):
+    with kernels.lending(nms=counted):
         got = proposals(objectness, deltas, anchors, (90, 90), 400, 100, 0.7, 2.0)
     assert calls and calls[0] <= 400
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
-    assert getattr(nms_module._override, "kernel", None) is None  # restored after the block
+    assert kernels.lent("nms") is None  # restored after the block
 
 
 def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():

@@ -318,3 +318,36 @@ def test_sigmoid_cross_entropy_at_a_logit_of_exactly_zero_has_the_gradient_sigmo
             np.testing.assert_allclose(grads["objectness.bias"], expected, rtol=1e-5, atol=1e-7)
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned):
+    """The kernel the PyTorch backend lends the targets step (tbdzoo/detection/kernels.py)."""
+    torch = pytest.importorskip("torch")
+    from tbdzoo.detection import kernels, torch_roi_align
+    from tbdzoo.detection.roi_align import roi_align_points
+    rng = np.random.RandomState(1)
+    xy = rng.uniform(-40, 300, (96, 2))
+    rois = np.concatenate([xy, xy + rng.uniform(0, 200, (96, 2))], 1)  # some past the map
+    rois[0] = [0, 0, 0, 0]
+    rois[1] = [16, 16, 16.5, 17]  # under one feature cell
+    args = (rois, (13, 17), 1.0 / 16, (7, 7), 2, aligned)
+    expected = roi_align_points(*args)
+    with kernels.lending(roi_align_points=torch_roi_align.host_kernel(torch.device("cpu"))):
+        got = roi_align_points(*args)
+    assert got[0].dtype == np.int32 and got[1].dtype == np.float32
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+
+
+def test_a_kernel_is_lent_only_for_its_block_and_only_by_a_known_name():
+    from tbdzoo.detection import kernels
+    with kernels.lending(nms=len):
+        assert kernels.lent("nms") is len
+        with kernels.lending(nms=None):
+            assert kernels.lent("nms") is None
+        assert kernels.lent("nms") is len
+    assert kernels.lent("nms") is None
+    with pytest.raises(ValueError, match="roi_align_points"):
+        with kernels.lending(roi_align=len):
+            pass

@@ -207,6 +207,26 @@ def test_torch_runs_the_targets_step_inside_its_forward_pass_and_trains_the_same
         separate.close()
 
 
+def test_the_targets_step_writes_the_same_targets_with_pytorchs_kernels_lent():
+    """What the PyTorch backend lends the targets step on a GPU, run here on the CPU."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.detection import kernels, torch_nms, torch_roi_align
+    model = build_native(NAME, "torch", config="tiny", seed=0)
+    try:
+        batch = model.synthetic_batch(seed=2)
+        expected = model.step_targets(batch)
+        device = torch.device("cpu")
+        with kernels.lending(nms=torch_nms.host_kernel(device),
+                             roi_align_points=torch_roi_align.host_kernel(device)):
+            got = model.step_targets(batch)
+    finally:
+        model.close()
+    assert set(got) == set(expected)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda b: b["gt_count"].__setitem__(1, 0), "example 1: an image without boxes"),
     (lambda b: b["gt_boxes"].__setitem__((0, 0, 2), 70.0),

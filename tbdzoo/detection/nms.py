@@ -1,32 +1,11 @@
 """Greedy non-maximum suppression with one stated tie order, so that every backend keeps the
-same boxes.
-
-A backend may hand ``nms`` a faster kernel of its framework for the length of a call
-(``using_kernel``): the kernel must keep exactly the boxes this walk keeps, which each
-framework's kernel has a test for (tests/test_detection_nms.py), so the targets computed with it
-are the same."""
-import contextlib
-import threading
-
+same boxes. A backend may lend it its framework's kernel (tbdzoo/detection/kernels.py)."""
 import numpy as np
 
 from ..errors import DetectionInputError
+from . import kernels
 
 BLOCK = 256  # boxes compared at once: the result is the greedy one, only faster
-
-_override = threading.local()
-
-
-@contextlib.contextmanager
-def using_kernel(kernel):
-    """Within the block, ``nms`` calls ``kernel(boxes (N, 4) float64, scores (N,), threshold,
-    max_keep)`` -> kept indices, best first, instead of the NumPy walk; ``None`` keeps NumPy."""
-    previous = getattr(_override, "kernel", None)
-    _override.kernel = kernel
-    try:
-        yield
-    finally:
-        _override.kernel = previous
 
 
 def score_order(scores):
@@ -68,7 +47,7 @@ def nms(boxes, scores, threshold, max_keep=None):
     scores = np.asarray(scores).reshape(-1)
     if len(scores) != len(boxes):
         raise DetectionInputError("nms got {} boxes but {} scores".format(len(boxes), len(scores)))
-    kernel = getattr(_override, "kernel", None)
+    kernel = kernels.lent("nms")
     if kernel is not None:
         return np.asarray(kernel(boxes, scores, threshold, max_keep), dtype=np.int64)
     order = score_order(scores)

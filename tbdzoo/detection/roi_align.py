@@ -10,6 +10,7 @@ one past the last row or column reads that row or column. Samples are ordered
 import numpy as np
 
 from ..errors import DetectionInputError
+from . import kernels
 from .boxes import check_boxes
 
 
@@ -54,6 +55,9 @@ def roi_align_points(rois, feature_hw, spatial_scale, output_size, sampling_rati
             "sampling_ratio must be a positive int (the adaptive sampling_ratio <= 0 of "
             "torchvision gives each RoI its own number of samples, which a gather cannot); got "
             "{!r}".format(sampling_ratio))
+    kernel = kernels.lent("roi_align_points")
+    if kernel is not None:
+        return kernel(rois, (height, width), spatial_scale, (out_h, out_w), sr, aligned)
     f32 = np.float32
     offset = f32(0.5) if aligned else f32(0)
     scale = f32(spatial_scale)

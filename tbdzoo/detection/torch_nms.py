@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import DetectionInputError
-from . import nms as reference
+from . import kernels, nms as reference
 
 
 def _checked(boxes, scores):
@@ -41,7 +41,7 @@ def nms(boxes, scores, threshold, max_keep=None):
     try:
         import torchvision
     except ImportError:
-        with reference.using_kernel(None):  # the NumPy walk itself, even inside host_kernel
+        with kernels.lending(nms=None):  # the NumPy walk itself, even inside host_kernel
             kept = reference.nms(boxes.detach().cpu().double().numpy(),
                                  scores.detach().cpu().double().numpy(), threshold, max_keep)
         return torch.from_numpy(kept).to(boxes.device)
@@ -72,7 +72,7 @@ def batched_nms(boxes, scores, labels, threshold):
 
 def host_kernel(device):
     """``nms`` on NumPy arrays done by torchvision on ``device``, for
-    ``tbdzoo.detection.nms.using_kernel``: a backend's targets step keeps its NumPy code and
+    ``tbdzoo.detection.kernels.lending``: a backend's targets step keeps its NumPy code and
     the greedy walk, its slowest part, runs on the device."""
     def kernel(boxes, scores, threshold, max_keep=None):
         kept = nms(torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float64)).to(device),

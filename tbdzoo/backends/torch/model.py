@@ -361,7 +361,7 @@ class Model(BackendModel):
         half = self.native.values(native, self._frontier)
         values = OrderedDict((n, _canonical_value(self.spec, n, half[n]))
                              for n in self.program.targets_step["reads"])
-        with _device_nms(self.device):
+        with _device_kernels(self.device):
             written = self._targets_of(part, pending.index, values)
         native.update(self._prepare(OrderedDict(
             (n, v) for n, v in part.items() if n not in native)))
@@ -694,15 +694,21 @@ class _TargetsInForward(object):
         self.part, self.index = part, index
 
 
-def _device_nms(device):
-    """NMS by torchvision on ``device`` for the block, where torchvision imports (else the
-    NumPy walk)."""
+def _device_kernels(device):
+    """On a GPU, the targets step's NMS (torchvision's, where it imports) and RoIAlign gather
+    points run there (tbdzoo/detection/kernels.py); on the CPU the NumPy code is the faster."""
+    if not str(device).startswith("cuda"):
+        return contextlib.nullcontext()
+    from ...detection import kernels, torch_roi_align
+    lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
         import torchvision  # noqa: F401
     except ImportError:
-        return contextlib.nullcontext()
-    from ...detection import nms, torch_nms
-    return nms.using_kernel(torch_nms.host_kernel(torch.device(device)))
+        pass
+    else:
+        from ...detection import torch_nms
+        lent["nms"] = torch_nms.host_kernel(torch.device(device))
+    return kernels.lending(**lent)
 
 
 def _canonical_value(graph, name, tensor):
