@@ -8,8 +8,9 @@ on one GPU.
 
 tbdzoo's side is ``tbdzoo.build("faster_rcnn", backend="torch", config="paper")``: ResNet-101
 C4, one image per step on the fixed 1,000 x 1,000 canvas, every step running its targets step
-(the RPN's inference pass, then anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs
-and RoIAlign's gather points in NumPy, docs/detection.md) before the update.
+inside the update's forward pass (anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs
+and RoIAlign's gather points; on a GPU the NMS and the gather points run there,
+docs/detection.md).
 
 torchvision's side is ``FasterRCNN`` assembled the same way (tbdzoo/detection/
 torchvision_reference.py: the resnet101 trunk, conv1 .. layer3 as the backbone, ``RPNHead``,

@@ -356,18 +356,25 @@ class Model(BackendModel):
         which keeps the reference's boxes: tbdzoo/detection/torch_nms.py), and the half's
         values handed on, so the objective continues from them."""
         part = pending.part
-        needed = programs.targets_inputs(self.spec, self.program)
-        native = self._prepare(OrderedDict((n, part[n]) for n in needed))
+        native = self._uploaded(part)
         half = self.native.values(native, self._frontier)
         values = OrderedDict((n, _canonical_value(self.spec, n, half[n]))
                              for n in self.program.targets_step["reads"])
         with _device_kernels(self.device):
             written = self._targets_of(part, pending.index, values)
-        native.update(self._prepare(OrderedDict(
-            (n, v) for n, v in part.items() if n not in native)))
         native.update(self._prepare(written))
         native.update((n, half[n]) for n in self._frontier)
         return native
+
+    def _uploaded(self, part):
+        """``part``'s inputs on the device, uploaded once per prepared batch (its last one
+        kept): a prepared batch is on the device before the timed steps, as for every model
+        without a targets step. Graph inputs are never written in place."""
+        cached = getattr(self, "_upload_cache", None)
+        if cached is None or cached[0] is not part:
+            cached = (part, self._prepare(part))
+            self._upload_cache = cached
+        return OrderedDict(cached[1])
 
     def _update(self, phase_index, native, lr):
         phase = self.program.phases[phase_index]
