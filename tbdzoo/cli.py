@@ -164,7 +164,7 @@ class Runner(object):
             model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
             world=world_options(a), baseline=a.baseline, warmup=a.warmup, steps=a.steps,
             repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
-            command=" ".join(["tbd"] + sys.argv[1:]))
+            command=" ".join(["tbd"] + sys.argv[1:]), data=data_options(a))
         for record in records:
             self._finished(record, task)
         if not records:  # a node without rank 0: its ranks finished, rank 0's node records
@@ -358,11 +358,12 @@ def data_options(args):
 
 def check_data(args, overrides):
     """Refuse a --data run that cannot work before anything is built: a model without a
-    reader, a data-parallel run, or a data set that the reader refuses (named file)."""
+    reader, a data-parallel run on CNTK, or a data set that the reader refuses (named file)."""
     from .pipelines.measure import open_source
-    if _distributed(args):
-        raise UsageError("--data measures one process; data-parallel runs train on synthetic "
-                         "batches for now: drop --nproc/--nnodes/--global-batch/--baseline")
+    if _distributed(args) and args.backend == "cntk":
+        raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
+                         "environment, which has no Pillow to decode the JPEGs; drop --nproc "
+                         "(one process feeds CNTK from here) or use torch, tensorflow or mxnet")
     if args.data_workers < 0:
         raise UsageError("--data-workers takes 0 (no workers) or more, not {}".format(
             args.data_workers))
