@@ -159,7 +159,11 @@ def main(argv=None):
         status.write(event="init", rank=world.rank)
         model = build(job, world, engine)
         status.write(event="built", rank=world.rank)
-        result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
+        if job["mode"] == "target":
+            from ..training.distributed import train_rank
+            result = train_rank(job, model, status, engine)
+        else:
+            result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
         result.update(rank=world.rank, engine=engine.ENGINE,
                       communication=engine.communication(world.node))
         path = os.path.join(job["dir"], "result-{}.json".format(world.rank))
