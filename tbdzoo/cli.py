@@ -423,7 +423,7 @@ def world_options(args):
             "rank_timeout": args.rank_timeout, "step_timeout": args.step_timeout}
 
 
-def _distributed_flags(p):
+def _distributed_flags(p, baseline=True):
     from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
     from .distributed.world import BN_MODES
     g = p.add_argument_group("data-parallel training (docs/distributed.md)")
@@ -437,8 +437,9 @@ def _distributed_flags(p):
                    help="fix the global batch (strong scaling); default: nproc x nnodes x the batch size")
     g.add_argument("--bn-mode", choices=BN_MODES, default="replica",
                    help="BatchNorm statistics per replica or synchronised (default: replica)")
-    g.add_argument("--baseline", action="store_true",
-                   help="also run one process first, for speedup and scaling efficiency")
+    if baseline:
+        g.add_argument("--baseline", action="store_true",
+                       help="also run one process first, for speedup and scaling efficiency")
     g.add_argument("--rank-timeout", type=float, default=RANK_TIMEOUT,
                    help="seconds without a rank's heartbeat before it counts as hung (default %(default)s)")
     g.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT,
@@ -629,7 +630,7 @@ def parser():
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
     from .training.command import add_parser as add_train_parser
-    add_train_parser(sub, _assignment, _positive)
+    _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
     return p
 
 

@@ -56,3 +56,61 @@ def test_data_with_several_processes_is_refused_on_cntk_by_name(images):
                                 "--data", images])
     with pytest.raises(UsageError, match="no Pillow"):
         check_data(args, {})
+
+
+# -- tbd train --nproc ------------------------------------------------------------------------
+PROXY = {"num_classes": 3, "image_size": SIZE}
+SMOOTH = {"lr": 0.01}  # at the proxy's lr 0.1 four images a step diverge, and rounding with them
+
+
+def test_two_ranks_at_a_global_batch_train_to_a_target_like_one_process(images):
+    """PyTorch, --bn-mode sync: the two ranks' k-th batches hold one process's k-th batch, so
+    the global loss of each step is one process's at that batch. Two steps: the proxy at 32
+    pixels is ill-conditioned (BatchNorm over 4 values a channel at its last stage), and
+    from the third step on rounding alone parts runs, as it parts one process on 1 and 2
+    threads (docs/distributed.md, "Training to a target")."""
+    from tbdzoo.training import train_to_target
+    common = dict(target="top1=0.99", seed=0, eval_every=1, max_steps=2)
+    one = train_to_target("resnet50", "torch", images, overrides=dict(PROXY, batch_size=4,
+                                                                      **SMOOTH),
+                          **common).record()
+    two = train_to_target("resnet50", "torch", images, overrides=dict(PROXY, batch_size=2,
+                                                                      **SMOOTH),
+                          nproc=2, bn_mode="sync", **dict(common, **FAST)).record()
+    d = two["distributed"]
+    assert (d["world_size"], d["per_replica_batch"], d["global_batch"]) == (2, 2, 4)
+    assert (d["engine"], d["bn_mode"]) == ("DistributedDataParallel", "sync")
+    assert "broadcast" in d["stop"] and two["batch_size"] == 4 == one["batch_size"]
+    assert two["steps_run"] == 2 and two["stop_reason"] == "max_steps (2) ran out"
+    assert [h["step"] for h in two["history"]] == [1, 2]
+    assert all(0.0 <= h["value"] <= 1.0 for h in two["history"])
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+    assert two["losses"][0] > 0.5  # ln 3 at the start: a real loss, not a placeholder
+
+
+@pytest.mark.parametrize("backend", ["mxnet"])
+def test_the_stop_at_the_target_reaches_every_rank(images, tmp_path, backend):
+    """Rank 0 meets the target at its first evaluation; every rank stops at that step (the
+    launcher refuses ranks that stop at different steps), and only rank 0 writes MLPerf lines."""
+    require_framework(backend)
+    from tbdzoo.cli import main
+    out, mllog = tmp_path / "t.jsonl", tmp_path / "t.mllog"
+    code = main(["train", "resnet50", "--backend", backend, "--data", images, "--target",
+                 "top1=0.01", "--eval-every", "2", "--max-steps", "40", "--set", "num_classes=3",
+                 "--set", "batch_size=2", "--nproc", "2", "--rank-timeout", "60",
+                 "--mllog", str(mllog), "-o", str(out)])
+    assert code == 0
+    record = json.loads(out.read_text())
+    d = record["distributed"]
+    history = record["history"]
+    assert record["reached"] and record["steps"] == record["steps_run"] == history[-1]["step"]
+    assert record["steps_run"] < 40 and [h["step"] for h in history] == list(
+        range(2, record["steps_run"] + 1, 2))
+    assert history[-1]["value"] >= 0.01 and all(h["value"] < 0.01 for h in history[:-1])
+    assert record["stop_reason"] == "target reached" and d["world_size"] == 2
+    assert (d["per_replica_batch"], d["global_batch"], record["batch_size"]) == (2, 4, 4)
+    assert len(record["losses"]) == record["steps_run"] and all(np.isfinite(record["losses"]))
+    lines = [l for l in mllog.read_text().splitlines() if ":::MLLOG" in l]
+    assert sum('"run_start"' in l for l in lines) == 1
+    assert any('"global_batch_size", "value": 4' in l for l in lines)
+    assert sum('"eval_accuracy"' in l for l in lines) == len(history)

@@ -7,6 +7,7 @@ it ran in. docs/distributed.md, "Training to a target". Valid Python 3.6 (CNTK's
 import time
 from collections import OrderedDict
 
+from ..errors import DistributedError
 from .errors import TrainingError
 
 __all__ = ["train_distributed", "train_rank", "DATA_PARALLEL_MODELS"]
@@ -73,6 +74,10 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
         return None
     record = results["0"]["record"]
     ranks = [results[k] for k in sorted(results, key=int)]
+    if len(set(len(r["losses"]) for r in ranks)) != 1:
+        raise DistributedError("the ranks stopped at different steps ({}): the stop decision "
+                               "did not reach every rank".format(
+                                   ", ".join(str(len(r["losses"])) for r in ranks)))
     if len(ranks) == node.world_size:
         record["losses"] = [sum(w * l for w, l in zip(ws, ls)) for ws, ls in zip(
             zip(*[r["gradient_weights"] for r in ranks]), zip(*[r["losses"] for r in ranks]))]
