@@ -88,17 +88,31 @@ def test_two_ranks_at_a_global_batch_train_to_a_target_like_one_process(images):
     assert two["losses"][0] > 0.5  # ln 3 at the start: a real loss, not a placeholder
 
 
+@pytest.fixture(scope="module")
+def numbers(tmp_path_factory):
+    from tbdzoo.datasets.makers import make
+    out = str(tmp_path_factory.mktemp("text") / "numbers")
+    make("numbers-en-vi", out, seed=0, options={"train": 200, "dev": 20, "test": 40})
+    return out
+
+
+EXACT = ("--set", "dropout=0", "--set", "attention_dropout=0", "--set", "label_smoothing=0")
+
+
 @pytest.mark.parametrize("backend", ["mxnet"])
-def test_the_stop_at_the_target_reaches_every_rank(images, tmp_path, backend):
-    """Rank 0 meets the target at its first evaluation; every rank stops at that step (the
-    launcher refuses ranks that stop at different steps), and only rank 0 writes MLPerf lines."""
+def test_the_stop_at_the_target_reaches_every_rank(numbers, tmp_path, backend):
+    """The Transformer on MXNet: rank 0 meets a low target and every rank stops at that step
+    (the launcher refuses ranks that stop at different steps); only rank 0 writes MLPerf
+    lines. Each rank trains on its slice of the global batch weighted by its target tokens,
+    so the global losses are one process's at the global batch."""
     require_framework(backend)
     from tbdzoo.cli import main
+    from tbdzoo.training import train_to_target
     out, mllog = tmp_path / "t.jsonl", tmp_path / "t.mllog"
-    code = main(["train", "resnet50", "--backend", backend, "--data", images, "--target",
-                 "top1=0.01", "--eval-every", "2", "--max-steps", "40", "--set", "num_classes=3",
-                 "--set", "batch_size=2", "--nproc", "2", "--rank-timeout", "60",
-                 "--mllog", str(mllog), "-o", str(out)])
+    code = main(["train", "transformer", "--backend", backend, "--data", numbers, "--target",
+                 "token_accuracy=0.02", "--eval-every", "2", "--max-steps", "40", "--set",
+                 "batch_size=4"] + list(EXACT) + ["--nproc", "2", "--rank-timeout", "60",
+                                                   "--mllog", str(mllog), "-o", str(out)])
     assert code == 0
     record = json.loads(out.read_text())
     d = record["distributed"]
@@ -106,11 +120,18 @@ def test_the_stop_at_the_target_reaches_every_rank(images, tmp_path, backend):
     assert record["reached"] and record["steps"] == record["steps_run"] == history[-1]["step"]
     assert record["steps_run"] < 40 and [h["step"] for h in history] == list(
         range(2, record["steps_run"] + 1, 2))
-    assert history[-1]["value"] >= 0.01 and all(h["value"] < 0.01 for h in history[:-1])
+    assert history[-1]["value"] >= 0.02 and all(h["value"] < 0.02 for h in history[:-1])
     assert record["stop_reason"] == "target reached" and d["world_size"] == 2
-    assert (d["per_replica_batch"], d["global_batch"], record["batch_size"]) == (2, 4, 4)
-    assert len(record["losses"]) == record["steps_run"] and all(np.isfinite(record["losses"]))
+    assert (d["per_replica_batch"], d["global_batch"], record["batch_size"]) == (4, 8, 8)
+    assert d["engine"] == "KVStore" and "push-pull" in d["stop"]
     lines = [l for l in mllog.read_text().splitlines() if ":::MLLOG" in l]
     assert sum('"run_start"' in l for l in lines) == 1
-    assert any('"global_batch_size", "value": 4' in l for l in lines)
+    assert any('"global_batch_size", "value": 8' in l for l in lines)
     assert sum('"eval_accuracy"' in l for l in lines) == len(history)
+    one = train_to_target("transformer", backend, numbers, "token_accuracy=0.99", seed=0,
+                          eval_every=2, max_steps=record["steps_run"],
+                          overrides={"batch_size": 8, "dropout": 0.0, "attention_dropout": 0.0,
+                                     "label_smoothing": 0.0}).record()
+    np.testing.assert_allclose(record["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([h["value"] for h in history],
+                               [h["value"] for h in one["history"]], atol=1e-9)

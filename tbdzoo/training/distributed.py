@@ -49,6 +49,10 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
                  world.get("master"), world.get("hosts"), world.get("interface"),
                  world.get("bn_mode", "replica"), world.get("device", "cpu"))
     engine_agrees = backend != "cntk"
+    if backend == "cntk" and name in ("resnet50", "inception_v3") and node.world_size > 1:
+        raise TrainingError("{} on cntk with --nproc: CNTK's ranks run in its Python 3.6 "
+                            "environment, which has no Pillow to decode the JPEGs; use torch, "
+                            "tensorflow or mxnet, or drop --nproc".format(name))
     if not engine_agrees and node.world_size > 1 and max_steps is None:
         raise TrainingError("CNTK's ranks cannot hand rank 0's stop decision to each other "
                             "(its Python API has no broadcast), so they run a step budget "
@@ -126,7 +130,7 @@ def train_rank(job, model, status, engine):
     result.details["batch_size"] = job["global_batch"]
     agree = getattr(engine, "agree", None)
     if agree is not None:
-        stop = "rank 0's decision, {} from rank 0 after each evaluation".format(engine.AGREEMENT)
+        stop = "rank 0's decision after each evaluation, through {}".format(engine.AGREEMENT)
         decide = lambda code: agree(world, code)  # noqa: E731
     else:
         stop = "the step budget (max_steps {}) agreed in advance".format(t["max_steps"])
