@@ -3,6 +3,7 @@
   tbd list
   tbd run MODEL --backend B [--config C] [--batch-size N] [--steps 20 --warmup 5 --repeats 3] -o FILE
   tbd run MODEL --backend B --data DIR [--data-workers N] [--no-augment]   also fed from DIR
+                                     (with --nproc N: each rank from its share of DIR)
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
   tbd sweep a3c --backend B --learners 1,2,4,8,16 [--frames N | --seconds S] -o FILE
                                      asynchronous A3C over the number of actor-learners
@@ -13,7 +14,8 @@
   tbd data list                      data sets tbdzoo makes offline, with their options
   tbd data make NAME --out DIR [--seed S] [--set OPTION=VALUE]
   tbd train MODEL --backend B [--data DIR] [--target METRIC=VALUE] [--seed S] [--max-minutes M]
-                                     a proxy config trained to a target (docs/training.md)
+                                     a proxy config trained to a target (docs/training.md);
+                                     --nproc N and the placement flags: data-parallel
 
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
