@@ -12,12 +12,13 @@ from .errors import TrainingError
 
 __all__ = ["train_distributed", "train_rank", "DATA_PARALLEL_MODELS"]
 
-# The models whose tasks read a rank's share (the image pipelines, the translation batches).
-DATA_PARALLEL_MODELS = ("resnet50", "inception_v3", "seq2seq", "transformer")
+# The models whose tasks read a rank's share (the image pipelines, the translation and speech
+# batches); A3C's rollouts have no data set to share.
+DATA_PARALLEL_MODELS = ("resnet50", "inception_v3", "seq2seq", "transformer", "deepspeech2")
 
 SHARDING = {
     "image": "strided: rank r reads positions r, r + W, ... of each epoch's seeded order",
-    "translation": "contiguous: rank r trains on rows [r B/W, (r+1) B/W) of the global batch",
+    "batch slices": "contiguous: rank r trains on rows [r B/W, (r+1) B/W) of the global batch",
 }
 
 WORLD_OPTIONS = ("nnodes", "node_rank", "master", "hosts", "interface", "global_batch",
@@ -39,8 +40,9 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
                             "nproc, {}".format(", ".join(sorted(unknown)),
                                                ", ".join(WORLD_OPTIONS)))
     if name not in DATA_PARALLEL_MODELS:
-        raise TrainingError("{} does not train data-parallel to a target yet (its task reads "
-                            "no rank's share); data-parallel runs train {}: drop --nproc".format(
+        raise TrainingError("{} does not train data-parallel to a target (its task reads no "
+                            "rank's share: A3C's rollouts have no data set to share); "
+                            "data-parallel runs train {}: drop --nproc".format(
                                 name, ", ".join(DATA_PARALLEL_MODELS)))
     if backend is None:
         raise TrainingError("give the backend to build {} on".format(name))
@@ -89,7 +91,7 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     else:
         losses = "rank 0's own loss of each step (the other nodes' ranks are theirs)"
     record["batch_size"] = global_size
-    kind = "image" if name in ("resnet50", "inception_v3") else "translation"
+    kind = "image" if name in ("resnet50", "inception_v3") else "batch slices"
     record["distributed"] = OrderedDict([
         ("world_size", node.world_size), ("nnodes", node.nnodes), ("nproc_per_node", node.nproc),
         ("per_replica_batch", per_replica), ("global_batch", global_size), ("scaling", scaling),

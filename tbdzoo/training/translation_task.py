@@ -18,6 +18,7 @@ from ..datasets.parallel_text import SPECIAL_WORDS, ParallelText
 from ..datasets.subwords import make_batch, vocab_keys
 from .errors import TrainingError
 from .image_task import dataset_name
+from .shards import rank_slice
 
 __all__ = ["TranslationTask", "LAYOUT", "DATA_COMMAND"]
 
@@ -87,21 +88,14 @@ class TranslationTask(object):
         A data-parallel rank draws the global batch (W times its own) and trains on its
         contiguous slice, weighing its gradient by its share of the global batch's target
         tokens (tbdzoo.distributed.world.gradient_weight): shards hold different numbers of
-        tokens, and only the global batch tells the weight."""
+        tokens, and only the global batch tells the weight (shards.py)."""
         size, epoch = self.hp["batch_size"] * self.world_size, 0
         while True:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             for start in range(0, len(order) - size + 1, size):
                 batch = make_batch(self.hp, [self.train[i] for i in order[start:start + size]])
-                yield batch if self.world_size == 1 else self._shard(batch)
+                yield rank_slice(self.model, batch, self.rank, self.world_size)
             epoch += 1
-
-    def _shard(self, batch):
-        from ..distributed.world import gradient_weight, shard
-        spec = self.model.spec
-        self.model.world.gradient_weight = gradient_weight(spec, batch, self.rank,
-                                                           self.world_size)
-        return shard(spec, batch, self.rank, self.world_size)
 
     def close(self):
         pass
