@@ -83,15 +83,16 @@ def finalize(world):
 
 AGREEMENT = "the kvstore's push-pull (the servers sum) of rank 0's value and zeros"
 AGREE_KEY = 2 ** 30  # beyond every parameter's key
+_AGREE_READY = []    # the kvstore whose agreement key is initialised
 
 
 def agree(world, value):
     """Rank 0's ``value`` (a number) on every rank: each worker pushes it on rank 0 and 0
     elsewhere to one key of its own, and pulls the servers' sum."""
     kv = _KVSTORE[-1]
-    if not getattr(kv, "_tbdzoo_agree_key", False):
+    if kv not in _AGREE_READY:  # every worker reaches its first agreement together
         kv.init(AGREE_KEY, mx.nd.zeros((1,), dtype="float64"))
-        kv._tbdzoo_agree_key = True
+        _AGREE_READY.append(kv)
     mine = mx.nd.array([float(value) if world.rank == 0 else 0.0], dtype="float64")
     out = mx.nd.zeros((1,), dtype="float64")
     kv.pushpull(AGREE_KEY, mine, out=out)
