@@ -93,7 +93,7 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     Target) is met on the held-out split of ``data_dir``. ``progress(event)`` receives a dict
     after each evaluation; ``mllog`` (a TrainingMllog) gets MLPerf-style lines. Returns a
     TrainResult. ``nproc`` above 1 (or any of ``world``: nnodes, node_rank, master, hosts,
-    interface, global_batch, bn_mode, rank_timeout, step_timeout, command) trains
+    interface, global_batch, bn_mode, rank_timeout, step_timeout, command, device) trains
     data-parallel on the backend's engine (docs/distributed.md, "Training to a target")."""
     name = model if isinstance(model, str) else model.name
     metrics_of(name)
