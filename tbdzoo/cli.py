@@ -3,6 +3,7 @@
   tbd list
   tbd run MODEL --backend B [--config C] [--batch-size N] [--steps 20 --warmup 5 --repeats 3] -o FILE
   tbd run MODEL --backend B --data DIR [--data-workers N] [--no-augment]   also fed from DIR
+                                     (with --nproc N: each rank from its share of DIR)
   tbd sweep MODEL --backend B --batch-sizes 8,16,32 [--memory-cap 8G] -o FILE
   tbd sweep a3c --backend B --learners 1,2,4,8,16 [--frames N | --seconds S] -o FILE
                                      asynchronous A3C over the number of actor-learners
@@ -13,7 +14,8 @@
   tbd data list                      data sets tbdzoo makes offline, with their options
   tbd data make NAME --out DIR [--seed S] [--set OPTION=VALUE]
   tbd train MODEL --backend B [--data DIR] [--target METRIC=VALUE] [--seed S] [--max-minutes M]
-                                     a proxy config trained to a target (docs/training.md)
+                                     a proxy config trained to a target (docs/training.md);
+                                     --nproc N and the placement flags: data-parallel
 
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
@@ -164,7 +166,7 @@ class Runner(object):
             model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
             world=world_options(a), baseline=a.baseline, warmup=a.warmup, steps=a.steps,
             repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
-            command=" ".join(["tbd"] + sys.argv[1:]))
+            command=" ".join(["tbd"] + sys.argv[1:]), data=data_options(a))
         for record in records:
             self._finished(record, task)
         if not records:  # a node without rank 0: its ranks finished, rank 0's node records
@@ -358,11 +360,12 @@ def data_options(args):
 
 def check_data(args, overrides):
     """Refuse a --data run that cannot work before anything is built: a model without a
-    reader, a data-parallel run, or a data set that the reader refuses (named file)."""
+    reader, a data-parallel run on CNTK, or a data set that the reader refuses (named file)."""
     from .pipelines.measure import open_source
-    if _distributed(args):
-        raise UsageError("--data measures one process; data-parallel runs train on synthetic "
-                         "batches for now: drop --nproc/--nnodes/--global-batch/--baseline")
+    if _distributed(args) and args.backend == "cntk":
+        raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
+                         "environment, which has no Pillow to decode the JPEGs; drop --nproc "
+                         "(one process feeds CNTK from here) or use torch, tensorflow or mxnet")
     if args.data_workers < 0:
         raise UsageError("--data-workers takes 0 (no workers) or more, not {}".format(
             args.data_workers))
@@ -422,7 +425,7 @@ def world_options(args):
             "rank_timeout": args.rank_timeout, "step_timeout": args.step_timeout}
 
 
-def _distributed_flags(p):
+def _distributed_flags(p, baseline=True):
     from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
     from .distributed.world import BN_MODES
     g = p.add_argument_group("data-parallel training (docs/distributed.md)")
@@ -436,8 +439,9 @@ def _distributed_flags(p):
                    help="fix the global batch (strong scaling); default: nproc x nnodes x the batch size")
     g.add_argument("--bn-mode", choices=BN_MODES, default="replica",
                    help="BatchNorm statistics per replica or synchronised (default: replica)")
-    g.add_argument("--baseline", action="store_true",
-                   help="also run one process first, for speedup and scaling efficiency")
+    if baseline:
+        g.add_argument("--baseline", action="store_true",
+                       help="also run one process first, for speedup and scaling efficiency")
     g.add_argument("--rank-timeout", type=float, default=RANK_TIMEOUT,
                    help="seconds without a rank's heartbeat before it counts as hung (default %(default)s)")
     g.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT,
@@ -628,7 +632,7 @@ def parser():
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
     from .training.command import add_parser as add_train_parser
-    add_train_parser(sub, _assignment, _positive)
+    _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
     return p
 
 

@@ -165,7 +165,7 @@ def run_distributed(model_name, backend, config="paper", batch_size=None, overri
     from . import distributed
     overrides = dict(overrides or {})
     world = dict(world or {})
-    keep = ("warmup", "steps", "repeats", "seed", "device", "samplers", "command")
+    keep = ("warmup", "steps", "repeats", "seed", "device", "samplers", "command", "data")
     kwargs = {k: v for k, v in options.items() if k in keep}
     records, base = [], None
     size = batch_size or overrides.get("batch_size")

@@ -184,7 +184,6 @@ def test_tbd_run_with_data_records_data_fed_figures_beside_the_synthetic_ones(so
 
 @pytest.mark.parametrize("extra, message", [
     (["--set", "num_classes=2"], "3 classes, but the model's config has 2: set --set num_classes=3"),
-    (["--nproc", "2"], "--data measures one process"),
     (["--data-workers", "-1"], "--data-workers takes 0"),
 ])
 def test_tbd_run_refuses_bad_data_before_building(source, capsys, extra, message):

@@ -110,7 +110,25 @@ def run_profile(job, model, status):
         local = (time.perf_counter() - start) / p["steps"]
     finally:
         model.communicate = True
-    return {"record": record, "step_time_local": local, "global_items": items}
+    out = {"record": record, "step_time_local": local, "global_items": items}
+    if job.get("data"):
+        out["data"] = run_data_fed(job, model, status)
+    return out
+
+
+def run_data_fed(job, model, status):
+    """The same protocol again, each step on the next batch of this rank's own pipeline over
+    its share of every epoch of the data folder (docs/distributed.md, "Data-fed runs")."""
+    from ..pipelines.measure import data_fed
+    p, options = job["protocol"], dict(job["data"])
+    options["data_dir"] = options.pop("dir")
+    world = model.world
+    world.gradient_weight = 1.0 / world.size  # equal shares of images
+    return data_fed(model, steps=p["steps"], warmup=p["warmup"], repeats=p["repeats"],
+                    samplers=p.get("samplers", True), rank=world.rank, world_size=world.size,
+                    progress=lambda done, total: status.write(event="step",
+                                                              step="data {}".format(done)),
+                    **options)
 
 
 def run_train(job, model, status):
@@ -141,7 +159,11 @@ def main(argv=None):
         status.write(event="init", rank=world.rank)
         model = build(job, world, engine)
         status.write(event="built", rank=world.rank)
-        result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
+        if job["mode"] == "target":
+            from ..training.distributed import train_rank
+            result = train_rank(job, model, status, engine)
+        else:
+            result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
         result.update(rank=world.rank, engine=engine.ENGINE,
                       communication=engine.communication(world.node))
         path = os.path.join(job["dir"], "result-{}.json".format(world.rank))

@@ -39,11 +39,14 @@ def _sizes(model, config, overrides, batch_size, global_batch, world_size):
 def run(model, backend, nproc=1, nnodes=1, node_rank=0, master=None, hosts=None, interface=None,
         config="paper", batch_size=None, global_batch=None, bn_mode="replica", device=None,
         seed=0, overrides=None, warmup=5, steps=20, repeats=3, samplers=True, baseline=None,
-        rank_timeout=launch.RANK_TIMEOUT, step_timeout=launch.STEP_TIMEOUT, command=None):
+        rank_timeout=launch.RANK_TIMEOUT, step_timeout=launch.STEP_TIMEOUT, command=None,
+        data=None):
     """Profile ``model`` on ``backend`` over ``nproc`` x ``nnodes`` ranks; rank 0's record
     (None on a node without rank 0). ``batch_size`` is per replica (default: the config's);
     ``global_batch`` fixes the global one instead. ``baseline``: a one-process record (or its
-    throughput) for speedup and efficiency."""
+    throughput) for speedup and efficiency. ``data``: the options of
+    tbdzoo.pipelines.measure.data_fed (dir, split, augment, workers, prefetch, deterministic,
+    seed); every rank then also trains from its share of that folder (the record's "data")."""
     overrides = OrderedDict(overrides or {})
     overrides.pop("batch_size", None)
     node = _node(backend, nproc, nnodes, node_rank, master, hosts, interface, bn_mode, device)
@@ -52,11 +55,16 @@ def run(model, backend, nproc=1, nnodes=1, node_rank=0, master=None, hosts=None,
     job = launch.make_job(model, backend, node, "profile", per_replica, global_size, config, seed,
                           overrides, protocol={"warmup": warmup, "steps": steps,
                                                "repeats": repeats, "samplers": samplers},
-                          rank_timeout=rank_timeout, step_timeout=step_timeout, command=command)
+                          rank_timeout=rank_timeout, step_timeout=step_timeout, command=command,
+                          data=data)
     results = launch.start(job).wait()
     if "0" not in results:
         return None
-    return distributed_record(results["0"], node, per_replica, global_size, scaling, baseline)
+    record = distributed_record(results["0"], node, per_replica, global_size, scaling, baseline)
+    if data:
+        from .data_fed import global_data_fed
+        record["data"] = global_data_fed(results, node, record["throughput"]["value"])
+    return record
 
 
 def distributed_record(result, node, per_replica, global_size, scaling, baseline=None):

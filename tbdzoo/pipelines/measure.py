@@ -11,6 +11,7 @@ from ..datasets.errors import DatasetError
 from ..profiling.timing import summarize
 from . import augment as augment_mod
 from . import for_backend
+from .order import epoch_order
 
 __all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS"]
 
@@ -123,14 +124,17 @@ def open_source(model_name, hparams, data_dir, split="train"):
 
 def data_fed(model, data_dir, pipeline=None, split="train", augment=True, workers=2, prefetch=2,
              seed=0, deterministic=False, warmup=1, steps=3, repeats=3, samplers=True,
-             progress=None):
+             progress=None, rank=0, world_size=1):
     """Time ``model`` trained from ``data_dir`` through the input pipeline of ``pipeline``
-    (default: the model's backend's); returns the record's "data" part (docs/records.md)."""
+    (default: the model's backend's); returns the record's "data" part (docs/records.md).
+    ``rank`` of ``world_size`` reads only its share of each epoch (tbdzoo/pipelines/order.py):
+    a data-parallel rank's pipeline."""
     source = open_source(model.name, model.hparams, data_dir, split)
     module = for_backend(pipeline or model.backend)
     spec = augment_mod.spec_for_model(model.name, model.hparams, train=augment)
     batches = module.loader(source, spec, model.hparams["batch_size"], seed=seed, epochs=None,
-                            workers=workers, prefetch=prefetch, deterministic=deterministic)
+                            workers=workers, prefetch=prefetch, deterministic=deterministic,
+                            rank=rank, world_size=world_size)
     try:
         timing = time_data_fed(model, batches, module.feed, warmup, steps, repeats, progress,
                                samplers)
@@ -148,4 +152,6 @@ def data_fed(model, data_dir, pipeline=None, split="train", augment=True, worker
                                     ("items_per_step", timing["items_per_step"])])),
         ("step_time", timing["step_time"]), ("first_batch_s", timing["first_batch_s"]),
         ("input_wait_fraction", timing["input_wait_fraction"]), ("cpu", timing["cpu"]),
-        ("losses", timing["losses"])])
+        ("losses", timing["losses"])] + ([] if world_size == 1 else [
+        ("rank", rank), ("share_examples", len(epoch_order(len(source), seed, 0, True, rank,
+                                                             world_size)))]))

@@ -56,6 +56,17 @@ def _overrides(model_name, assignments):
     return overrides
 
 
+def world_options(args, command):
+    """The data-parallel keyword arguments of train_to_target, or {} for one process."""
+    if args.nproc == 1 and args.nnodes == 1 and args.global_batch is None:
+        return {}
+    return {"nproc": args.nproc, "nnodes": args.nnodes, "node_rank": args.node_rank,
+            "master": args.master, "hosts": args.hosts, "interface": args.interface,
+            "global_batch": args.global_batch, "bn_mode": args.bn_mode,
+            "rank_timeout": args.rank_timeout, "step_timeout": args.step_timeout,
+            "command": command}
+
+
 def cmd_train(args, console):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -79,13 +90,21 @@ def cmd_train(args, console):
                 event["step"], event["metric"], event["value"] if event["value"] is not None
                 else float("nan")))
 
+        command = " ".join(["tbd"] + sys.argv[1:])
+        world = world_options(args, command)
+        if world:
+            progress.update(task, stage="{} process(es) x {} node(s)".format(
+                args.nproc, args.nnodes))
         result = train_to_target(args.model, args.backend, args.data, target, seed=args.seed,
                                  max_minutes=args.max_minutes, eval_every=args.eval_every,
                                  progress=on_eval, mllog=mllog, max_steps=args.max_steps,
-                                 overrides=overrides, workers=args.data_workers)
+                                 overrides=overrides, workers=args.data_workers, **world)
+        if result is None:  # a node without rank 0: rank 0's node writes the record
+            progress.update(task, stage="done (rank 0 records on node 0)")
+            return 0
         progress.update(task, stage=result.stop_reason)
     record = result.record()
-    record["command"] = " ".join(["tbd"] + sys.argv[1:])
+    record["command"] = command
     suite.append_record(args.output, record)
     if result.reached:
         console.print("{}: {} reached at step {} after {:.1f} s of training ({:.1f} s of "

@@ -48,8 +48,9 @@ def _open(data_dir, split):
 class ImageClassificationTask(object):
     metric_names = ("top1",)
 
-    def __init__(self, model, data_dir, seed=0, workers=0, augment=False):
+    def __init__(self, model, data_dir, seed=0, workers=0, augment=False, rank=0, world_size=1):
         self.model, self.seed, self.workers = model, seed, workers
+        self.rank, self.world_size = rank, world_size   # a data-parallel rank reads its share
         self.train_source = _open(data_dir, "train")
         self.val_source = _open(data_dir, "val")
         classes = len(self.train_source.classes)
@@ -66,10 +67,13 @@ class ImageClassificationTask(object):
 
     def batches(self):
         """Training batches without end (epoch after epoch, each in its seeded order), as the
-        model's train_step takes them."""
+        model's train_step takes them; a data-parallel rank r of W reads positions r, r + W,
+        ... of each epoch's order (tbdzoo/pipelines/order.py), so the W ranks' k-th batches
+        together hold the examples of one process's k-th batch at W times the batch."""
         loader = self.module.loader(self.train_source, self.train_spec,
                                     self.model.hparams["batch_size"], seed=self.seed,
-                                    epochs=None, workers=self.workers)
+                                    epochs=None, workers=self.workers, rank=self.rank,
+                                    world_size=self.world_size)
         self._loader = loader
         for batch in loader:
             yield self.module.feed(batch)

@@ -32,6 +32,7 @@ class TrainResult(object):
         self.history = []            # one OrderedDict per evaluation
         self.stop_reason = None
         self.details = OrderedDict()  # dataset, pipeline, examples, ... (the task's facts)
+        self.losses = []             # the training loss of every step (this process's batch)
 
     @property
     def last_value(self):
@@ -50,7 +51,26 @@ class TrainResult(object):
             ("final", self.last_value), ("stop_reason", self.stop_reason)])
         out.update(self.details)
         out["history"] = list(self.history)
+        out["losses"] = list(self.losses)
         return out
+
+    @classmethod
+    def from_record(cls, record):
+        """The result a record describes (a data-parallel run's, written by its rank 0)."""
+        from .targets import parse_target
+        target = parse_target(record["model"], (record["metric"], record["target"]))
+        result = cls(record["model"], record["backend"], record["seed"], target,
+                     record["eval_every"])
+        result.reached, result.steps, result.seconds = (record["reached"], record["steps"],
+                                                        record["seconds"])
+        result.eval_seconds_at_target = record["eval_seconds"]
+        result.steps_run, result.train_seconds = record["steps_run"], record["train_seconds"]
+        result.eval_seconds = record["eval_seconds_total"]
+        result.wall_seconds, result.stop_reason = record["wall_seconds"], record["stop_reason"]
+        result.history, result.losses = list(record["history"]), list(record.get("losses", []))
+        skip = set(result.record()) - set(["config", "overrides", "batch_size"])
+        result.details = OrderedDict((k, v) for k, v in record.items() if k not in skip)
+        return result
 
 
 def _round(x):
@@ -67,12 +87,14 @@ def build_proxy(model_name, backend, seed=0, overrides=None):
 
 def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max_minutes=10.0,
                     eval_every=None, progress=None, mllog=None, max_steps=None, overrides=None,
-                    workers=0):
+                    workers=0, nproc=1, **world):
     """Train ``model`` (a name, built here from its proxy config plus ``overrides``, or a
     model already built) on ``backend`` until ``target`` ("top1=0.8", ("top1", 0.8) or a
     Target) is met on the held-out split of ``data_dir``. ``progress(event)`` receives a dict
     after each evaluation; ``mllog`` (a TrainingMllog) gets MLPerf-style lines. Returns a
-    TrainResult."""
+    TrainResult. ``nproc`` above 1 (or any of ``world``: nnodes, node_rank, master, hosts,
+    interface, global_batch, bn_mode, rank_timeout, step_timeout, command, device) trains
+    data-parallel on the backend's engine (docs/distributed.md, "Training to a target")."""
     name = model if isinstance(model, str) else model.name
     metrics_of(name)
     defaults = DEFAULTS.get(name, {})
@@ -83,6 +105,13 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
         raise TrainingError("eval_every must be at least 1 step, not {}".format(eval_every))
     if max_minutes is not None and max_minutes <= 0:
         raise TrainingError("max_minutes must be positive, not {}".format(max_minutes))
+    if nproc > 1 or world:
+        from .distributed import train_distributed
+        if not isinstance(model, str):
+            raise TrainingError("a data-parallel run builds its model in every process: give "
+                                "the model's name, not a built model")
+        return train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_every,
+                                 progress, mllog, max_steps, overrides, workers, nproc, **world)
     owned = isinstance(model, str)
     if owned:
         if backend is None:
@@ -140,8 +169,22 @@ def task_check(name, data_dir):
     _open(data_dir, "val")
 
 
+# What stopped a run, as one number: data-parallel ranks agree on it (rank 0 decides).
+CONTINUE, TARGET_REACHED, MINUTES_RAN_OUT, STEPS_RAN_OUT = 0, 1, 2, 3
+
+
+def _stop_reason(code, max_minutes, max_steps):
+    return {CONTINUE: None, TARGET_REACHED: "target reached",
+            MINUTES_RAN_OUT: "max_minutes ({:g}) ran out".format(max_minutes or 0),
+            STEPS_RAN_OUT: "max_steps ({}) ran out".format(max_steps)}[code]
+
+
 def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_every, progress,
-                    mllog, max_steps, workers):
+                    mllog, max_steps, workers, world=None, agree=None, on_step=None):
+    """The loop. With ``world`` (a data-parallel rank) the task reads the rank's share, only
+    rank 0 evaluates, and ``agree(code)`` hands rank 0's stop decision to every rank (an
+    engine's broadcast); without ``agree`` the ranks stop at ``max_steps``, the step budget
+    agreed in advance, and rank 0 records the first evaluation that met the target."""
     if data_dir is None:
         task_check(model.name, None)
     if model.name == "deepspeech2":
@@ -150,41 +193,64 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
         from .translation_task import TranslationTask as Task
     else:
         from .image_task import ImageClassificationTask as Task
-    task = Task(model, data_dir, seed=seed, workers=workers)
+    shared = world is not None and world.size > 1
+    options = {"rank": world.rank, "world_size": world.size} if shared else {}
+    task = Task(model, data_dir, seed=seed, workers=workers, **options)
     result.details.update([("dataset", task.dataset), ("data_dir", os.path.abspath(data_dir)),
                            ("pipeline", task.pipeline), ("examples", task.examples)])
-    batch_size = model.hparams["batch_size"]
+    evaluates = world is None or world.rank == 0
+    size = world.size if shared else 1
+    batch_size = model.hparams["batch_size"] * size   # the global batch
     if mllog:
         mllog.start(model.name, model.backend, seed, batch_size, target)
-    limit = None if max_minutes is None else max_minutes * 60.0
+    limit = None if max_minutes is None or (shared and agree is None) else max_minutes * 60.0
     start = time.perf_counter()
     batches = task.batches()
+    weights = result.details.setdefault("gradient_weights", []) if shared else None
     try:
         while True:
             t = time.perf_counter()
             for _ in range(eval_every):
-                model.train_step(next(batches))
+                result.losses.append(model.train_step(next(batches)))
+                if weights is not None:
+                    weights.append(world.gradient_weight)
                 result.steps_run += 1
+                if on_step:
+                    on_step(result.steps_run)
             result.train_seconds += time.perf_counter() - t
-            t = time.perf_counter()
-            value = task.evaluate()[target.metric.name]
-            result.eval_seconds += time.perf_counter() - t
+            code, entry = CONTINUE, None
+            if evaluates:
+                t = time.perf_counter()
+                value = task.evaluate()[target.metric.name]
+                result.eval_seconds += time.perf_counter() - t
+                result.wall_seconds = time.perf_counter() - start
+                entry = OrderedDict([("step", result.steps_run), ("value", value),
+                                     ("train_seconds", round(result.train_seconds, 3)),
+                                     ("eval_seconds", round(result.eval_seconds, 3))])
+                result.history.append(entry)
+                if mllog:
+                    mllog.evaluation(result.steps_run, result.steps_run * batch_size, value)
+                if target.met(value) and not result.reached:
+                    result.reached = True
+                    result.steps, result.seconds = result.steps_run, result.train_seconds
+                    result.eval_seconds_at_target = result.eval_seconds
+                if result.reached:
+                    code = TARGET_REACHED
+                elif limit is not None and result.wall_seconds >= limit:
+                    code = MINUTES_RAN_OUT
+                elif max_steps is not None and result.steps_run >= max_steps:
+                    code = STEPS_RAN_OUT
+            if shared:
+                if agree is not None:
+                    code = int(agree(code))
+                else:
+                    code = STEPS_RAN_OUT if result.steps_run >= max_steps else CONTINUE
             result.wall_seconds = time.perf_counter() - start
-            entry = OrderedDict([("step", result.steps_run), ("value", value),
-                                 ("train_seconds", round(result.train_seconds, 3)),
-                                 ("eval_seconds", round(result.eval_seconds, 3))])
-            result.history.append(entry)
-            if mllog:
-                mllog.evaluation(result.steps_run, result.steps_run * batch_size, value)
-            if target.met(value):
-                result.reached, result.stop_reason = True, "target reached"
-                result.steps, result.seconds = result.steps_run, result.train_seconds
-                result.eval_seconds_at_target = result.eval_seconds
-            elif limit is not None and result.wall_seconds >= limit:
-                result.stop_reason = "max_minutes ({:g}) ran out".format(max_minutes)
-            elif max_steps is not None and result.steps_run >= max_steps:
-                result.stop_reason = "max_steps ({}) ran out".format(max_steps)
-            if progress:
+            result.stop_reason = _stop_reason(code, max_minutes, max_steps)
+            if code == STEPS_RAN_OUT and shared and agree is None and result.reached:
+                result.stop_reason = "the step budget ({}) agreed in advance ran out; target " \
+                                     "reached at step {}".format(max_steps, result.steps)
+            if progress and entry is not None:
                 progress(dict(entry, target=target.value, metric=target.metric.name,
                               wall_seconds=result.wall_seconds, limit_seconds=limit,
                               done=result.stop_reason is not None))

@@ -11,6 +11,7 @@ class TrainingMllog(object):
         from mlperf_logging import mllog
         from mlperf_logging.mllog import constants
         self.constants = constants
+        self.path = path   # a data-parallel run's rank 0 writes its own lines here
         # A logger of our own with only a file handler: the package's default prints to
         # stdout, where the progress display lives.
         logger = logging.getLogger("tbdzoo.training.mllog")

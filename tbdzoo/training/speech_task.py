@@ -13,6 +13,7 @@ from ..datasets.errors import DatasetError
 from ..datasets.librispeech import LibriSpeech, make_batch
 from .errors import TrainingError
 from .image_task import dataset_name
+from .shards import rank_slice
 
 __all__ = ["SpeechTask", "LAYOUT", "DATA_COMMAND", "greedy_ctc", "edit_distance"]
 
@@ -81,19 +82,20 @@ def _words(labels):
 class SpeechTask(object):
     metric_names = ("cer", "wer")
 
-    def __init__(self, model, data_dir, seed=0, workers=0):
+    def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         from ..models import deepspeech2 as ds2
         self.model, self.seed, self.hp = model, seed, model.hparams
+        self.rank, self.world_size = rank, world_size   # a data-parallel rank: see batches()
         self._output_steps = ds2.output_steps
         train, held_out = open_subsets(data_dir)
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # the counts go into the record instead
             keep, test_keep = train.fitting(self.hp, "skip"), held_out.fitting(self.hp, "skip")
-        if len(keep) < self.hp["batch_size"]:
+        if len(keep) < self.hp["batch_size"] * world_size:
             raise TrainingError("{}: {} training utterances fit max_frames {}; a batch needs {}"
                                 .format(data_dir, len(keep), self.hp["max_frames"],
-                                        self.hp["batch_size"]))
+                                        self.hp["batch_size"] * world_size))
         self.train = [(train.spectrogram(i, self.hp), train.utterances[i].labels) for i in keep]
         test = [(held_out.spectrogram(i, self.hp), held_out.utterances[i].labels)
                 for i in test_keep]
@@ -107,12 +109,16 @@ class SpeechTask(object):
                          len(held_out) - len(test_keep)}
 
     def batches(self):
-        size, epoch = self.hp["batch_size"], 0
+        """Batches without end, each epoch a permutation of (seed, epoch). A data-parallel
+        rank draws the global batch and trains on its contiguous slice (shards.py), as the
+        translation task does."""
+        size, epoch = self.hp["batch_size"] * self.world_size, 0
         while True:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             for start in range(0, len(order) - size + 1, size):
                 rows = [self.train[i] for i in order[start:start + size]]
-                yield make_batch(self.hp, [s for s, _ in rows], [l for _, l in rows])
+                batch = make_batch(self.hp, [s for s, _ in rows], [l for _, l in rows])
+                yield rank_slice(self.model, batch, self.rank, self.world_size)
             epoch += 1
 
     def close(self):

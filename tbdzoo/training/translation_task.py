@@ -18,6 +18,7 @@ from ..datasets.parallel_text import SPECIAL_WORDS, ParallelText
 from ..datasets.subwords import make_batch, vocab_keys
 from .errors import TrainingError
 from .image_task import dataset_name
+from .shards import rank_slice
 
 __all__ = ["TranslationTask", "LAYOUT", "DATA_COMMAND"]
 
@@ -45,9 +46,10 @@ def word_ids(words):
 class TranslationTask(object):
     metric_names = ("token_accuracy", "sentence_accuracy")
 
-    def __init__(self, model, data_dir, seed=0, workers=0):
+    def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         hp = self.hp = model.hparams
         self.model, self.seed = model, seed
+        self.rank, self.world_size = rank, world_size   # a data-parallel rank: see batches()
         train, test = open_pairs(data_dir, "train"), open_pairs(data_dir, "test")
         src_ids, tgt_ids = word_ids(train.vocabulary("en")), word_ids(train.vocabulary("vi"))
         src_key, tgt_key = vocab_keys(hp)
@@ -82,12 +84,17 @@ class TranslationTask(object):
         return out
 
     def batches(self):
-        """Training batches without end: each epoch a permutation drawn from (seed, epoch)."""
-        size, epoch = self.hp["batch_size"], 0
+        """Training batches without end: each epoch a permutation drawn from (seed, epoch).
+        A data-parallel rank draws the global batch (W times its own) and trains on its
+        contiguous slice, weighing its gradient by its share of the global batch's target
+        tokens (tbdzoo.distributed.world.gradient_weight): shards hold different numbers of
+        tokens, and only the global batch tells the weight (shards.py)."""
+        size, epoch = self.hp["batch_size"] * self.world_size, 0
         while True:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             for start in range(0, len(order) - size + 1, size):
-                yield make_batch(self.hp, [self.train[i] for i in order[start:start + size]])
+                batch = make_batch(self.hp, [self.train[i] for i in order[start:start + size]])
+                yield rank_slice(self.model, batch, self.rank, self.world_size)
             epoch += 1
 
     def close(self):

@@ -81,6 +81,24 @@ def finalize(world):
         _KVSTORE[-1]._barrier()  # the kvstore's only barrier in MXNet 1.9 (no public name)
 
 
+AGREEMENT = "the kvstore's push-pull (the servers sum) of rank 0's value and zeros"
+AGREE_KEY = 2 ** 30  # beyond every parameter's key
+_AGREE_READY = []    # the kvstore whose agreement key is initialised
+
+
+def agree(world, value):
+    """Rank 0's ``value`` (a number) on every rank: each worker pushes it on rank 0 and 0
+    elsewhere to one key of its own, and pulls the servers' sum."""
+    kv = _KVSTORE[-1]
+    if kv not in _AGREE_READY:  # every worker reaches its first agreement together
+        kv.init(AGREE_KEY, mx.nd.zeros((1,), dtype="float64"))
+        _AGREE_READY.append(kv)
+    mine = mx.nd.array([float(value) if world.rank == 0 else 0.0], dtype="float64")
+    out = mx.nd.zeros((1,), dtype="float64")
+    kv.pushpull(AGREE_KEY, mine, out=out)
+    return float(out.asnumpy()[0])
+
+
 def model_class():
     return DistributedModel
 

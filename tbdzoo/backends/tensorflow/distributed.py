@@ -87,6 +87,19 @@ def finalize(world):
     del _STRATEGY[:]
 
 
+AGREEMENT = "the strategy's all-reduce (SUM) of rank 0's value and zeros"
+
+
+def agree(world, value):
+    """Rank 0's ``value`` (a number) on every rank: each worker contributes it on rank 0 and
+    0 elsewhere to one all-reduce (the strategy has no broadcast of its own)."""
+    strategy = _STRATEGY[-1]
+    mine = float(value) if world.rank == 0 else 0.0
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                            strategy.run(lambda: tf.constant(mine, tf.float64)), axis=None)
+    return float(total.numpy())
+
+
 def model_class():
     return DistributedModel
 

@@ -62,6 +62,17 @@ def finalize(world):
         dist.destroy_process_group()
 
 
+AGREEMENT = "torch.distributed.broadcast"
+
+
+def agree(world, value):
+    """Rank 0's ``value`` (a number) on every rank: a broadcast from rank 0."""
+    device = world.device  # NCCL broadcasts CUDA tensors only; gloo CPU ones
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.broadcast(tensor, src=0)
+    return float(tensor.item())
+
+
 def model_class():
     return DistributedModel
 
