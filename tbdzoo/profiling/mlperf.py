@@ -6,18 +6,28 @@ from mlperf_logging import mllog
 from mlperf_logging.mllog import constants
 
 
+def file_mllogger(name, path):
+    """The package's shared MLLogger writing only to ``path`` through the logger ``name``,
+    and that file handler: the package's default logger prints to stdout, where the progress
+    display lives. A second log of the same name in one process (a second run) swaps the
+    file; the package refuses to be configured twice with one logger, so it is configured
+    only when another logger is current."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path)
+    logger.addHandler(handler)
+    if mllog.get_mllogger().logger.name != name:
+        mllog.config(logger=logger)
+    return mllog.get_mllogger(), handler
+
+
 class MlperfLog(object):
     def __init__(self, path):
-        # Our own logger with only a file handler: the package's default one prints to stdout,
-        # where the progress display lives.
-        logger = logging.getLogger("tbdzoo.mllog")
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        logger.addHandler(logging.FileHandler(path))
-        mllog.config(logger=logger)
-        self.logger = mllog.get_mllogger()
+        self.logger, _ = file_mllogger("tbdzoo.mllog", path)
 
     def log_record(self, record):
         log, meta = self.logger, {"backend": record["backend"], "config": record["config"]}

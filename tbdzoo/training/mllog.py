@@ -1,28 +1,16 @@
 """MLPerf-style ``:::MLLOG`` lines of a training run through the mlperf-logging package:
 run_start, the seed and batch size, eval_accuracy at each evaluation (with the step and the
 samples seen), run_stop with status success or aborted."""
-import logging
-
 __all__ = ["TrainingMllog"]
 
 
 class TrainingMllog(object):
     def __init__(self, path):
-        from mlperf_logging import mllog
         from mlperf_logging.mllog import constants
+        from ..profiling.mlperf import file_mllogger
         self.constants = constants
         self.path = path   # a data-parallel run's rank 0 writes its own lines here
-        # A logger of our own with only a file handler: the package's default prints to
-        # stdout, where the progress display lives.
-        logger = logging.getLogger("tbdzoo.training.mllog")
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        self._handler = logging.FileHandler(path)
-        logger.addHandler(self._handler)
-        mllog.config(logger=logger)
-        self.log = mllog.get_mllogger()
+        self.log, self._handler = file_mllogger("tbdzoo.training.mllog", path)
         self.meta = {}
 
     def start(self, model, backend, seed, batch_size, target):

@@ -341,13 +341,16 @@ class Model(BackendModel):
     def _program_step(self, prepared, sync, around_update=None):
         """In eager mode a targets step runs inside the update's own forward pass
         (``_forward_to_targets``) instead of after an inference pass of its own: the forward
-        half it reads runs once, with gradients, as a hand-written loop runs it."""
+        half it reads runs once, with gradients, as a hand-written loop runs it. Only in a step
+        of one update: a step of several needs every update's targets from the weights of its
+        start, so they all keep their inference passes, made before the first update."""
         if self._frontier is not None and around_update is None \
-                and isinstance(prepared.native, PendingTargets):
-            prepared = Prepared(self.backend, [
-                (phase_index, ready if ready is not None else _TargetsInForward(part, index))
-                for index, (phase_index, ready, part) in enumerate(prepared.native.updates)],
-                prepared.items)
+                and isinstance(prepared.native, PendingTargets) \
+                and len(prepared.native.updates) == 1:
+            (phase_index, ready, part), = prepared.native.updates
+            if ready is None:
+                prepared = Prepared(self.backend, [(phase_index, _TargetsInForward(part, 0))],
+                                    prepared.items)
         return super(Model, self)._program_step(prepared, sync, around_update)
 
     def _forward_to_targets(self, pending):
