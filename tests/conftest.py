@@ -52,6 +52,18 @@ def require_framework(module):
     pytest.skip(message, allow_module_level=True)
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One PyTorch intra-op thread for a module of small models: on a loaded 2-core machine
+    idle threads spinning beside the pipeline's make each small step many times slower (a
+    proxy step takes 0.3-0.7 s instead of 0.08 s; docs/models.md)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def main_python():
     return sys.executable

@@ -16,14 +16,8 @@ import numpy_reference
 from conftest import random_weights, require_backend
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The networks here are tiny: one intra-op thread, since idle threads spinning on a loaded
-    2-core machine make each small forward pass 100x slower (docs/models.md)."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """The networks here are tiny (conftest.one_torch_thread)."""
 
 
 # CartPole's network, narrowed, and 8 learners: a rollout of 8 x 5 steps is the update's batch;

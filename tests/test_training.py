@@ -27,17 +27,6 @@ def fm32(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_torch_thread():
-    """On a loaded 2-core machine PyTorch's intra-op threads and the pipeline's thread wait on
-    one another (a proxy step takes 0.3-0.7 s instead of 0.08 s): one thread keeps it fast."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def torch_run(fm32, tmp_path_factory, one_torch_thread):
     log = str(tmp_path_factory.mktemp("mllog") / "mllog.txt")
     result = train_to_target("resnet50", "torch", fm32, TARGET, seed=0,
@@ -141,8 +130,11 @@ def test_translation_proxy_reaches_a_token_accuracy(numbers, one_torch_thread, m
                              max_minutes=2.0, eval_every=25, max_steps=300)
     assert result.reached, result.history
     assert result.record()["examples"] == {"train": 600, "test": 100}
-    with pytest.raises(TrainingError, match="its metrics: token_accuracy"):
-        parse_target(model, "bleu=20")
+    with pytest.raises(TrainingError, match="its metrics: token_accuracy.*exact_match.*bleu"):
+        parse_target(model, "cer=0.2")
+    with pytest.raises(TrainingError, match="out of range: bleu takes a value above 0 and at "
+                                            "most 100"):
+        parse_target(model, "bleu=120")
 
 
 def test_translation_folder_of_the_wrong_layout(fm32):

@@ -221,7 +221,7 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
             code, entry = CONTINUE, None
             if evaluates:
                 t = time.perf_counter()
-                value = task.evaluate()[target.metric.name]
+                value = task.evaluate((target.metric.name,))[target.metric.name]
                 result.eval_seconds += time.perf_counter() - t
                 result.wall_seconds = time.perf_counter() - start
                 entry = OrderedDict([("step", result.steps_run), ("value", value),

@@ -17,6 +17,11 @@ _TOKENS = Metric("token_accuracy", 0.0, 1.0, True,
                  "teacher-forced next-word accuracy on the held-out split (tst2013)")
 _SENTENCES = Metric("sentence_accuracy", 0.0, 1.0, True,
                     "fraction of held-out sentences with every word right, teacher-forced")
+_EXACT = Metric("exact_match", 0.0, 1.0, True,
+                "fraction of held-out sentences that greedy decoding writes word for word")
+_BLEU = Metric("bleu", 0.0, 100.0, True,
+               "corpus BLEU (0-100, sacrebleu on the data set's words) of greedy decoding on "
+               "the held-out split")
 
 _CER = Metric("cer", 0.0, 1.0, False, "character error rate of greedy CTC decoding on the "
               "held-out voices (test-clean); lower is better")
@@ -26,8 +31,8 @@ METRICS = {
     "resnet50": (_TOP1,),
     "inception_v3": (_TOP1,),
     "a3c": (_RETURN,),
-    "seq2seq": (_TOKENS, _SENTENCES),
-    "transformer": (_TOKENS, _SENTENCES),
+    "seq2seq": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
+    "transformer": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "deepspeech2": (_CER, _WER),
 }
 

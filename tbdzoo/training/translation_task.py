@@ -7,6 +7,13 @@ the reference's previous words, so these measure next-word prediction, not free 
   the argmax of the model's output at their position;
 - ``sentence_accuracy``: the fraction of sentences whose every position is right.
 
+and two of free (greedy) decoding, where the model reads its own previous words (decoding.py):
+
+- ``exact_match``: the fraction of held-out sentences decoded word for word;
+- ``bleu``: corpus BLEU (0-100) of the decoded sentences against the references, by sacrebleu
+  on the data set's own words (``tokenize="none"``: the text is tokenized already, as the
+  NMT papers' tokenized BLEU).
+
 Ids: the config's pad (0), BOS (1) and EOS (2), unknown 3, then the vocabulary file's words
 after its own <unk>, <s>, </s>."""
 import os
@@ -16,6 +23,7 @@ import numpy as np
 from ..datasets.errors import DatasetError
 from ..datasets.parallel_text import SPECIAL_WORDS, ParallelText
 from ..datasets.subwords import make_batch, vocab_keys
+from .decoding import greedy_decode
 from .errors import TrainingError
 from .image_task import dataset_name
 from .shards import rank_slice
@@ -44,7 +52,8 @@ def word_ids(words):
 
 
 class TranslationTask(object):
-    metric_names = ("token_accuracy", "sentence_accuracy")
+    metric_names = ("token_accuracy", "sentence_accuracy", "exact_match", "bleu")
+    decoded_metrics = ("exact_match", "bleu")
 
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         hp = self.hp = model.hparams
@@ -64,6 +73,8 @@ class TranslationTask(object):
                                                                      size))
         self.train = self._encode(train, src_ids, tgt_ids)
         self.test = self._encode(test, src_ids, tgt_ids)
+        self._references = [t for _, t in test.pairs]
+        self._words = dict((i, w) for w, i in tgt_ids.items())
         self.pipeline = "word vocabularies, NumPy batches (tbdzoo.datasets.subwords.make_batch)"
         self.dataset = dataset_name(data_dir)
         self.examples = {"train": len(self.train), "test": len(self.test)}
@@ -100,7 +111,18 @@ class TranslationTask(object):
     def close(self):
         pass
 
-    def evaluate(self):
+    def evaluate(self, metrics=None):
+        """The held-out metrics named in ``metrics`` (all when None): the teacher-forced ones
+        cost one forward pass a batch, the decoded ones ``tgt_len`` (decoding.py)."""
+        wanted = set(self.metric_names if metrics is None else metrics)
+        out = {}
+        if wanted - set(self.decoded_metrics):
+            out.update(self._teacher_forced())
+        if wanted & set(self.decoded_metrics):
+            out.update(self._decoded())
+        return out
+
+    def _teacher_forced(self):
         right = words = sentences_right = sentences = 0
         for batch in self._held_out:
             logits = np.asarray(self.model.predict(batch))
@@ -114,3 +136,13 @@ class TranslationTask(object):
             sentences += len(labels)
         return {"token_accuracy": right / float(words),
                 "sentence_accuracy": sentences_right / float(sentences)}
+
+    def _decoded(self):
+        import sacrebleu
+        decoded = []
+        for batch in self._held_out:
+            decoded.extend(greedy_decode(self.model, batch, self.hp))
+        exact = sum(ids == tgt for ids, (_, tgt) in zip(decoded, self.test))
+        hypotheses = [" ".join(self._words.get(i, "<unk>") for i in ids) for ids in decoded]
+        bleu = sacrebleu.corpus_bleu(hypotheses, [self._references], tokenize="none")
+        return {"exact_match": exact / float(len(decoded)), "bleu": float(bleu.score)}
