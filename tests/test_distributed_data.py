@@ -136,3 +136,33 @@ def test_the_stop_at_the_target_reaches_every_rank(numbers, tmp_path, backend):
     np.testing.assert_allclose(record["losses"], one["losses"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([h["value"] for h in history],
                                [h["value"] for h in one["history"]], atol=1e-9)
+
+
+def test_cntk_ranks_train_a_step_budget_to_a_target(numbers, tmp_path):
+    """The Transformer on CNTK: no collective reaches Python, so the ranks train the step
+    budget agreed in advance and rank 0 records the first evaluation that met the target;
+    the global losses are one process's at the global batch."""
+    from conftest import require_backend
+    require_backend("cntk")
+    from tbdzoo.cli import main
+    from tbdzoo.training import train_to_target
+    out = tmp_path / "t.jsonl"
+    code = main(["train", "transformer", "--backend", "cntk", "--data", numbers, "--target",
+                 "token_accuracy=0.02", "--eval-every", "2", "--max-steps", "4", "--set",
+                 "batch_size=4"] + list(EXACT) + ["--nproc", "2", "--rank-timeout", "120",
+                                                   "-o", str(out)])
+    record = json.loads(out.read_text())
+    d = record["distributed"]
+    assert code == (0 if record["reached"] else 1)
+    assert record["steps_run"] == 4 and [h["step"] for h in record["history"]] == [2, 4]
+    assert d["engine"] == "data_parallel_distributed_learner" and d["communication"] == "mpi"
+    assert "agreed in advance" in record["stop_reason"]
+    assert (d["per_replica_batch"], d["global_batch"]) == (4, 8)
+    one = train_to_target("transformer", "cntk", numbers, "token_accuracy=0.99", seed=0,
+                          eval_every=2, max_steps=4,
+                          overrides={"batch_size": 8, "dropout": 0.0, "attention_dropout": 0.0,
+                                     "label_smoothing": 0.0}).record()
+    assert len(one["losses"]) == 4 and record["losses"][0] > 1.0   # about ln(vocab) at first
+    np.testing.assert_allclose(record["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([h["value"] for h in record["history"]],
+                               [h["value"] for h in one["history"]], atol=1e-9)
