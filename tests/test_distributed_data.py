@@ -64,9 +64,10 @@ PROXY = {"num_classes": 3, "image_size": SIZE}
 SMOOTH = {"lr": 0.01}
 
 
-def test_two_ranks_at_a_global_batch_train_to_a_target_like_one_process(images):
+def test_two_ranks_at_a_global_batch_train_to_a_target_like_one_process(images, one_torch_thread):
     """PyTorch, --bn-mode sync: the two ranks' k-th batches hold one process's k-th batch, so
-    the global loss of each step is one process's at that batch. Two steps: the proxy at 32
+    the global loss of each step is one process's at that batch. The one process runs one
+    intra-op thread, as each rank does. Two steps: the proxy at 32
     pixels is ill-conditioned (BatchNorm over 4 values a channel at its last stage), and
     from the third step on rounding alone parts runs, as it parts one process on 1 and 2
     threads (docs/distributed.md, "Training to a target")."""
@@ -85,7 +86,12 @@ def test_two_ranks_at_a_global_batch_train_to_a_target_like_one_process(images):
     assert two["steps_run"] == 2 and two["stop_reason"] == "max_steps (2) ran out"
     assert [h["step"] for h in two["history"]] == [1, 2]
     assert all(0.0 <= h["value"] <= 1.0 for h in two["history"])
-    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5, atol=1e-6)
+    # The first step's loss is one process's to float rounding; the second's reads weights
+    # one update later through BatchNorm over 4 values a channel, which amplifies the
+    # different summation order of synchronised statistics (2.4e-5 seen; a wrong shard or
+    # global batch moves it by 1e-2 or more).
+    np.testing.assert_allclose(two["losses"][0], one["losses"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(two["losses"][1], one["losses"][1], rtol=1e-4)
     assert two["losses"][0] > 0.5  # ln 3 at the start: a real loss, not a placeholder
 
 
