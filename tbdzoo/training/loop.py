@@ -151,6 +151,10 @@ def task_check(name, data_dir):
         from .speech_task import open_subsets
         open_subsets(data_dir)
         return
+    if name == "faster_rcnn":
+        from .detection_task import open_sets
+        open_sets(data_dir)
+        return
     if name in ("seq2seq", "transformer"):
         from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
         if data_dir is None:
@@ -189,6 +193,8 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
         task_check(model.name, None)
     if model.name == "deepspeech2":
         from .speech_task import SpeechTask as Task
+    elif model.name == "faster_rcnn":
+        from .detection_task import DetectionTask as Task
     elif model.name in ("seq2seq", "transformer"):
         from .translation_task import TranslationTask as Task
     else:

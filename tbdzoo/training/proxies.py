@@ -14,6 +14,8 @@ DATA_COMMAND = {
                             "--set train_per_class=200 --set val_per_class=50",
     "translation": "tbd data make numbers-en-vi --out DIR",
     "speech": "tbd data make spoken-numbers --out DIR --set utterances=16",
+    "detection": "tbd data make voc-composed --out DIR --set images=1000 --set long_side=128 "
+                 "--set min_side=48 --set max_objects=2",
 }
 
 PROXIES = {
@@ -44,11 +46,24 @@ PROXIES = {
     # 1,760), utterances of up to 4 s (400 frames); SGD with momentum at the paper's 3e-4.
     "deepspeech2": {"channels": 8, "rnn_layers": 2, "rnn_units": 64, "fc_units": 64,
                     "batch_size": 16, "max_frames": 400},
+    # The tiny config (one bottleneck a stage) 16 channels wide on a 160-pixel canvas, which
+    # holds voc-composed's 96 x 128 images unresized (the task's resize is the paper's 600 /
+    # 1,000 scaled to the canvas), anchors of 48 and 64 for its 48- to 67-pixel garments (at
+    # most 2 an image), the 10 garment classes and the background, 32 RoIs an image; SGD with
+    # momentum at tiny's lr 1e-2, ten times the paper's 1e-3 (the backbone learns from
+    # scratch, not from ImageNet's weights). train_examples: voc-composed's 750 trainval
+    # images, so the step schedule's x0.1 at epoch 7 of 10 (step 2,625) keeps its meaning.
+    "faster_rcnn": {"canvas": (160, 160), "max_boxes": 2, "num_classes": 11, "width": 16,
+                    "anchor_sizes": (48, 64), "rpn_batch": 64, "train_pre_nms": 600,
+                    "train_post_nms": 128, "test_pre_nms": 600, "test_post_nms": 32,
+                    "rois_per_image": 32, "detections_per_image": 20, "batch_size": 2,
+                    "train_examples": 750},
 }
 
 # The config a proxy builds on, per model.
 BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
-               "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper"}
+               "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper",
+               "faster_rcnn": "tiny"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
@@ -58,6 +73,7 @@ DEFAULTS = {
     "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
     "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
     "deepspeech2": {"target": "cer=0.7", "eval_every": 50},
+    "faster_rcnn": {"target": "map=0.1", "eval_every": 250},
 }
 
 

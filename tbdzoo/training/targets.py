@@ -27,6 +27,9 @@ _CER = Metric("cer", 0.0, 1.0, False, "character error rate of greedy CTC decodi
               "held-out voices (test-clean); lower is better")
 _WER = Metric("wer", 0.0, 1.0, False, "word error rate of the same decoding; lower is better")
 
+_MAP = Metric("map", 0.0, 1.0, True, "PASCAL VOC2007 mAP (11-point AP at IoU 0.5, difficult "
+              "objects ignored) of the detections on the held-out images (ImageSets/Main/test)")
+
 METRICS = {
     "resnet50": (_TOP1,),
     "inception_v3": (_TOP1,),
@@ -34,6 +37,7 @@ METRICS = {
     "seq2seq": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "transformer": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "deepspeech2": (_CER, _WER),
+    "faster_rcnn": (_MAP,),
 }
 
 
