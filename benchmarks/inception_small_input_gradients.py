@@ -59,7 +59,7 @@ def main():
               if v.dtype.kind == "f" else v for k, v in weights.items()}
     print(line("torch+{:g}".format(args.perturb), args,
                *loss_and_gradients(ref, nudged, batch), ref_loss, ref_grads), flush=True)
-    for backend in args.backends.split(","):
+    for backend in filter(None, args.backends.split(",")):
         if backend == "cntk":   # in its worker process, as every CNTK model runs
             model = build("inception_v3", backend, seed=args.seed + 1, isolate=True, **hp)
         else:
