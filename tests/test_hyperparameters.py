@@ -49,7 +49,10 @@ def test_models_share_the_common_rules():
     ("transformer", {"eos_id": 50}, r"pad_id, bos_id and eos_id \(0, 1, 50\) .*below vocab 50"),
     ("wgan", {"mode": "wgan-lp"}, r"mode of wgan = 'wgan-lp' .*one of: wgan-gp, wgan"),
     ("wgan", {"gp_weight": -1.0}, r"gp_weight of wgan = -1\.0 .*>= 0"),
-    ("inception_v3", {"image_size": 224}, r"image_size of inception_v3 = 224 .*>= 299"),
+    ("inception_v3", {"image_size": 224},
+     r"image_size 224 is too small for the auxiliary head.*set aux_head=false"),
+    ("inception_v3", {"image_size": 74, "aux_head": False},
+     r"image_size of inception_v3 = 74 .*>= 75"),
 ])
 def test_bad_values_are_refused_naming_the_value_and_what_is_allowed(name, overrides, message):
     with pytest.raises(HyperparameterError, match=message):

@@ -172,3 +172,16 @@ def test_speech_task_scores_cer_and_wer(spoken, one_torch_thread):
 def test_speech_folder_of_the_wrong_layout(fm32):
     with pytest.raises(TrainingError, match="tbd data make spoken-numbers"):
         train_to_target("deepspeech2", "torch", fm32, "cer=0.5")
+
+
+def test_inception_proxy_trains_at_75_pixels_from_any_image_size(fm32, one_torch_thread):
+    """The proxy's 75-pixel input (no auxiliary head) from 32-pixel images: the pipeline
+    resizes them, so the image models share one data set; ten steps and one evaluation."""
+    result = train_to_target("inception_v3", "torch", fm32, "top1=0.99", seed=0, max_steps=10,
+                             eval_every=10, max_minutes=2.0)
+    record = result.record()
+    assert (record["hparams"]["image_size"], record["hparams"]["aux_head"]) == (75, False)
+    assert record["steps_run"] == 10 and len(record["losses"]) == 10
+    assert all(0.0 < loss < 10.0 for loss in record["losses"])
+    assert [h["step"] for h in record["history"]] == [10]
+    assert 0.0 <= record["history"][0]["value"] <= 1.0

@@ -47,12 +47,60 @@ PAPER = {
 # config keeps the input and every layer and divides each channel count by 16 instead.
 TINY = dict(PAPER, width_divisor=16, num_classes=10, batch_size=2, train_examples=200)
 
-# The auxiliary head's 5 x 5 pool and 5 x 5 convolution need the 17 x 17 grid: 299 pixels.
+# The grid sizes one side of the input takes, layer after layer: (name, kernel, stride) of each
+# unpadded convolution or pool that shrinks it (the padded ones keep it). The blocks' branches
+# shrink alike, so one chain stands for each block.
+_STEM = (("Conv2d_1a_3x3", 3, 2), ("Conv2d_2a_3x3", 3, 1), ("maxpool1", 3, 2),
+         ("Conv2d_4a_3x3", 3, 1), ("maxpool2", 3, 2), ("Mixed_6a", 3, 2))
+_TOP = (("Mixed_7a", 3, 2),)
+_AUX = (("AuxLogits.pool", 5, 3), ("AuxLogits.conv1", 5, 1))
+
+
+def _shrink(size, layers):
+    """The grid after each of ``layers`` as [(name, size)]; a size below 1 means it cannot run."""
+    grids = []
+    for name, kernel, stride in layers:
+        size = (size - kernel) // stride + 1 if size >= kernel else 0
+        grids.append((name, size))
+    return grids
+
+
+def grid_sizes(image_size, aux_head=False):
+    """{layer: output grid side} along the main path (and the auxiliary head's, if asked)."""
+    main = _shrink(image_size, _STEM)
+    grids = main + _shrink(main[-1][1], _TOP)
+    if aux_head:
+        grids += _shrink(main[-1][1], _AUX)
+    return dict(grids)
+
+
+def smallest_image_size(aux_head):
+    """The smallest input side whose every grid keeps at least one cell (grids grow with it)."""
+    size = 1
+    while min(grid_sizes(size, aux_head).values()) < 1:
+        size += 1
+    return size
+
+
+MIN_IMAGE_SIZE = smallest_image_size(aux_head=False)      # 75: Mixed_7a leaves a 1 x 1 grid
+MIN_AUX_IMAGE_SIZE = smallest_image_size(aux_head=True)   # 299: the 17 x 17 grid the head needs
+
 RULES = {
-    "image_size": integer(299), "num_classes": integer(2), "width_divisor": integer(1),
+    "image_size": integer(MIN_IMAGE_SIZE), "num_classes": integer(2), "width_divisor": integer(1),
     "bn_eps": number(0.0, open_low=True), "bn_momentum": number(0.0, 1.0),
     "aux_head": boolean(), "aux_weight": number(0.0), "pool_count_include_pad": boolean(),
 }
+
+
+def _aux_head_fits(hp):
+    """The auxiliary head's 5 x 5 pool (stride 3) and 5 x 5 convolution need Mixed_6e's grid at
+    17 x 17 or more; below MIN_AUX_IMAGE_SIZE only the model without the head can be built."""
+    if hp["aux_head"] and hp["image_size"] < MIN_AUX_IMAGE_SIZE:
+        return ("image_size {} is too small for the auxiliary head, whose 5 x 5 pool (stride 3) "
+                "and 5 x 5 convolution need Mixed_6e's 17 x 17 grid: the smallest input with "
+                "the head is {}; set aux_head=false (inputs down to {}) or image_size >= {}"
+                .format(hp["image_size"], MIN_AUX_IMAGE_SIZE, MIN_IMAGE_SIZE, MIN_AUX_IMAGE_SIZE))
+    return None
 
 
 def _batch(hp, batch_size, seed):
@@ -148,7 +196,7 @@ class _Builder(object):
 
 @register_model("inception_v3", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
                 unit="images/s", items=lambda hp, batch: len(batch["labels"]), synthetic_batch=_batch,
-                rules=RULES)
+                rules=RULES, checks=(_aux_head_fits,))
 def build(hp):
     g = Graph("inception_v3")
     size = hp["image_size"]

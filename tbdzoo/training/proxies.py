@@ -24,9 +24,9 @@ PROXIES = {
     # the step schedule's milestones (epochs 30, 60, 80) stay far beyond the target.
     "resnet50": {"image_size": 32, "num_classes": 10, "blocks": (1, 1, 1, 1), "width": 8,
                  "batch_size": 32, "train_examples": 2000},
-    # Every layer of the paper at 299 pixels (the auxiliary head needs the 17 x 17 grid), each
-    # channel count divided by 16, without the auxiliary head; RMSProp as in the paper.
-    "inception_v3": {"num_classes": 10, "width_divisor": 16, "aux_head": False,
+    # Every layer of the paper at 75 pixels, the smallest input without the auxiliary head
+    # (which needs 299: docs/models.md), each channel count divided by 16; RMSProp as in the paper.
+    "inception_v3": {"image_size": 75, "num_classes": 10, "width_divisor": 16, "aux_head": False,
                      "batch_size": 16, "train_examples": 2000},
     # The cartpole config as it is: an MLP, 16 synchronous learners.
     "a3c": {},
@@ -68,7 +68,7 @@ BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
     "resnet50": {"target": "top1=0.65", "eval_every": 20},
-    "inception_v3": {"target": "top1=0.65", "eval_every": 20},
+    "inception_v3": {"target": "top1=0.5", "eval_every": 20},
     "a3c": {"target": "return=475", "eval_every": 10},
     "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
     "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
