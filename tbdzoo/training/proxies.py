@@ -14,6 +14,8 @@ DATA_COMMAND = {
                             "--set train_per_class=200 --set val_per_class=50",
     "translation": "tbd data make numbers-en-vi --out DIR",
     "speech": "tbd data make spoken-numbers --out DIR --set utterances=16",
+    "gan": "tbd data make fashion-mnist-64 --out DIR --set train_per_class=200 "
+           "--set val_per_class=50",
 }
 
 PROXIES = {
@@ -44,11 +46,15 @@ PROXIES = {
     # 1,760), utterances of up to 4 s (400 frames); SGD with momentum at the paper's 3e-4.
     "deepspeech2": {"channels": 8, "rnn_layers": 2, "rnn_units": 64, "fc_units": 64,
                     "batch_size": 16, "max_frames": 400},
+    # WGAN-GP's residual generator and critic at 64 x 64 with every layer 16 times narrower
+    # (dim 4), batch 16; the paper's Adam (1e-4, betas 0 and 0.9), five critic updates a step.
+    "wgan": {"dim": 4, "batch_size": 16},
 }
 
 # The config a proxy builds on, per model.
 BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
-               "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper"}
+               "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper",
+               "wgan": "paper"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
@@ -58,6 +64,7 @@ DEFAULTS = {
     "seq2seq": {"target": "token_accuracy=0.5", "eval_every": 25},
     "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
     "deepspeech2": {"target": "cer=0.7", "eval_every": 50},
+    "wgan": {"target": "frechet=60", "eval_every": 20},
 }
 
 

@@ -27,6 +27,11 @@ _CER = Metric("cer", 0.0, 1.0, False, "character error rate of greedy CTC decodi
               "held-out voices (test-clean); lower is better")
 _WER = Metric("wer", 0.0, 1.0, False, "word error rate of the same decoding; lower is better")
 
+_FRECHET = Metric("frechet", 0.0, 1000.0, False,
+                  "Frechet distance of 500 generated images from the held-out images, on a "
+                  "frozen classifier's features (valid_64x64/; training/frechet.py); lower is "
+                  "better")
+
 METRICS = {
     "resnet50": (_TOP1,),
     "inception_v3": (_TOP1,),
@@ -34,6 +39,7 @@ METRICS = {
     "seq2seq": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "transformer": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "deepspeech2": (_CER, _WER),
+    "wgan": (_FRECHET,),
 }
 
 
