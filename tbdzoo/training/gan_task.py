@@ -73,7 +73,8 @@ class GanTask(object):
         self.held_out_features = self.features.features(held_out)
         self.noise = np.random.RandomState(EVAL_NOISE_SEED).standard_normal(
             (EVAL_IMAGES, self.hp["z_dim"])).astype(np.float32)
-        self.pipeline = "PNGs decoded once, NumPy batches; noise and penalty weights of (seed, step)"
+        self.pipeline = ("PNGs decoded once, NumPy batches; noise and penalty weights of "
+                         "(seed, step)")
         self.dataset = dataset_name(data_dir)
         self.examples = {"train": len(self.train), "valid": len(held_out),
                          "generated": EVAL_IMAGES}
@@ -111,9 +112,9 @@ class GanTask(object):
 
     def generate(self):
         """EVAL_IMAGES images from the fixed noise, EVAL_BATCH at a time: (N, 3, 64, 64)."""
-        return np.concatenate([np.asarray(self.model.predict({"noise": self.noise[i:i + EVAL_BATCH]}),
-                                          np.float32)
-                               for i in range(0, EVAL_IMAGES, EVAL_BATCH)])
+        return np.concatenate([
+            np.asarray(self.model.predict({"noise": self.noise[i:i + EVAL_BATCH]}), np.float32)
+            for i in range(0, EVAL_IMAGES, EVAL_BATCH)])
 
     def evaluate(self, metrics=None):
         """{"frechet": the distance of the generated images' features from the held-out
