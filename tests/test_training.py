@@ -99,7 +99,7 @@ def test_target_out_of_range():
 
 def test_model_without_a_task():
     with pytest.raises(TrainingError, match="no training task yet"):
-        parse_target("wgan", "fid=10")
+        parse_target("faster_rcnn", "map=0.5")
 
 
 def test_wrong_layout_names_the_layout_and_the_maker(tmp_path, capsys):

@@ -19,12 +19,13 @@ def add_parser(sub, assignment, positive):
                    help="the data folder: ImageNet layout for resnet50 and inception_v3 (tbd data "
                         "make fashion-mnist-imagenet), IWSLT'15 layout for seq2seq and "
                         "transformer (numbers-en-vi), LibriSpeech layout for deepspeech2 "
-                        "(spoken-numbers), VOC 2007 layout for faster_rcnn (voc-composed); a3c "
-                        "needs none")
+                        "(spoken-numbers), VOC 2007 layout for faster_rcnn (voc-composed), "
+                        "downsampled-ImageNet layout for wgan (fashion-mnist-64); a3c needs none")
     p.add_argument("--target", metavar="METRIC=VALUE",
                    help="e.g. top1=0.65 (resnet50, inception_v3), token_accuracy=0.5 (seq2seq, "
                         "transformer), cer=0.7 (deepspeech2), map=0.1 (faster_rcnn), "
-                        "return=475 (a3c); default: the model's in docs/training.md")
+                        "frechet=60 (wgan), return=475 (a3c); default: the model's in "
+                        "docs/training.md")
     p.add_argument("--seed", type=int, default=0, help="weights, data order and environments")
     p.add_argument("--max-minutes", type=float, default=10.0,
                    help="stop unreached after this long, training and evaluation together "

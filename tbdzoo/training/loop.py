@@ -155,6 +155,10 @@ def task_check(name, data_dir):
         from .detection_task import open_sets
         open_sets(data_dir)
         return
+    if name == "wgan":
+        from .gan_task import open_gan_data
+        open_gan_data(data_dir)
+        return
     if name in ("seq2seq", "transformer"):
         from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
         if data_dir is None:
@@ -197,6 +201,8 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
         from .detection_task import DetectionTask as Task
     elif model.name in ("seq2seq", "transformer"):
         from .translation_task import TranslationTask as Task
+    elif model.name == "wgan":
+        from .gan_task import GanTask as Task
     else:
         from .image_task import ImageClassificationTask as Task
     shared = world is not None and world.size > 1

@@ -16,6 +16,8 @@ DATA_COMMAND = {
     "speech": "tbd data make spoken-numbers --out DIR --set utterances=16",
     "detection": "tbd data make voc-composed --out DIR --set images=1000 --set long_side=128 "
                  "--set min_side=48 --set max_objects=2",
+    "gan": "tbd data make fashion-mnist-64 --out DIR --set train_per_class=200 "
+           "--set val_per_class=50",
 }
 
 PROXIES = {
@@ -58,12 +60,15 @@ PROXIES = {
                     "train_post_nms": 128, "test_pre_nms": 600, "test_post_nms": 32,
                     "rois_per_image": 32, "detections_per_image": 20, "batch_size": 2,
                     "train_examples": 750},
+    # WGAN-GP's residual generator and critic at 64 x 64 with every layer 16 times narrower
+    # (dim 4), batch 16; the paper's Adam (1e-4, betas 0 and 0.9), five critic updates a step.
+    "wgan": {"dim": 4, "batch_size": 16},
 }
 
 # The config a proxy builds on, per model.
 BASE_CONFIG = {"resnet50": "paper", "inception_v3": "paper", "a3c": "cartpole",
                "seq2seq": "paper", "transformer": "paper", "deepspeech2": "paper",
-               "faster_rcnn": "tiny"}
+               "faster_rcnn": "tiny", "wgan": "paper"}
 
 # The target and evaluation interval `tbd train` and the benchmark use when none is given.
 DEFAULTS = {
@@ -74,6 +79,7 @@ DEFAULTS = {
     "transformer": {"target": "token_accuracy=0.5", "eval_every": 25},
     "deepspeech2": {"target": "cer=0.7", "eval_every": 50},
     "faster_rcnn": {"target": "map=0.1", "eval_every": 250},
+    "wgan": {"target": "frechet=60", "eval_every": 20},
 }
 
 

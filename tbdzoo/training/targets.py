@@ -29,6 +29,10 @@ _WER = Metric("wer", 0.0, 1.0, False, "word error rate of the same decoding; low
 
 _MAP = Metric("map", 0.0, 1.0, True, "PASCAL VOC2007 mAP (11-point AP at IoU 0.5, difficult "
               "objects ignored) of the detections on the held-out images (ImageSets/Main/test)")
+_FRECHET = Metric("frechet", 0.0, 1000.0, False,
+                  "Frechet distance of 500 generated images from the held-out images, on a "
+                  "frozen classifier's features (valid_64x64/; training/frechet.py); lower is "
+                  "better")
 
 METRICS = {
     "resnet50": (_TOP1,),
@@ -38,6 +42,7 @@ METRICS = {
     "transformer": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
     "deepspeech2": (_CER, _WER),
     "faster_rcnn": (_MAP,),
+    "wgan": (_FRECHET,),
 }
 
 
