@@ -97,9 +97,11 @@ def test_target_out_of_range():
         parse_target("a3c", "475")
 
 
-def test_model_without_a_task():
-    with pytest.raises(TrainingError, match="no training task yet"):
-        parse_target("faster_rcnn", "map=0.5")
+def test_an_unknown_model_lists_the_models_with_a_task():
+    with pytest.raises(TrainingError, match="unknown model 'resnet'; tbd train trains a3c, "
+                                            "deepspeech2, faster_rcnn, inception_v3, resnet50, "
+                                            "seq2seq, transformer, wgan"):
+        parse_target("resnet", "top1=0.5")
 
 
 def test_wrong_layout_names_the_layout_and_the_maker(tmp_path, capsys):

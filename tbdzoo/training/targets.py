@@ -60,7 +60,11 @@ class Target(collections.namedtuple("Target", "metric value")):
 
 def metrics_of(model_name):
     if model_name not in METRICS:
-        raise TrainingError(
+        from ..models import list_models
+        if model_name not in list_models():
+            raise TrainingError("unknown model {!r}; tbd train trains {}".format(
+                model_name, ", ".join(sorted(METRICS))))
+        raise TrainingError(  # a model registered elsewhere, without a task here
             "{} has no training task yet: tbd train trains {} (docs/training.md says what is "
             "not covered)".format(model_name, ", ".join(sorted(METRICS))))
     return METRICS[model_name]
