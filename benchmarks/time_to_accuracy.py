@@ -102,7 +102,7 @@ def _spread(values):
     if not values:
         return "-"
     if len(values) == 1:
-        return "{:g}".format(values[0])
+        return "{:.0f}".format(values[0])
     return "{:.0f} ± {:.0f}".format(statistics.mean(values), statistics.stdev(values))
 
 
@@ -155,6 +155,7 @@ def plot(runs, keys, path):
             ax.hlines(statistics.mean(steps), i - 0.25, i + 0.25, color="C{}".format(i))
         ax.set_xticks(range(len(BACKENDS)))
         ax.set_xticklabels(BACKENDS)
+        ax.set_xlim(-0.5, len(BACKENDS) - 0.5)
         ax.set_ylim(0, highest * 1.12)
         ax.set_ylabel("steps to target\n(dots: seeds in order; line: mean)")
         ax.set_title("{}: {}={:g}".format(model, metric, target))
