@@ -172,3 +172,14 @@ def test_cntk_ranks_train_a_step_budget_to_a_target(numbers, tmp_path):
     np.testing.assert_allclose(record["losses"], one["losses"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([h["value"] for h in record["history"]],
                                [h["value"] for h in one["history"]], atol=1e-9)
+
+
+@pytest.mark.parametrize("model", ["a3c", "wgan", "faster_rcnn"])
+def test_a_task_without_rank_shares_refuses_nproc_by_name(model, tmp_path):
+    """Refused before any data is read or process started, naming the models that do train
+    data-parallel and the command that measures this one's data-parallel throughput."""
+    from tbdzoo.training import train_to_target
+    from tbdzoo.training.errors import TrainingError
+    with pytest.raises(TrainingError, match=r"^{} does not train data-parallel to a target.*"
+                                            r"resnet50, inception_v3.*tbd run --nproc".format(model)):
+        train_to_target(model, "torch", str(tmp_path / "absent"), None, nproc=2)

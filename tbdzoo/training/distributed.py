@@ -13,7 +13,8 @@ from .errors import TrainingError
 __all__ = ["train_distributed", "train_rank", "DATA_PARALLEL_MODELS"]
 
 # The models whose tasks read a rank's share (the image pipelines, the translation and speech
-# batches); A3C's rollouts have no data set to share.
+# batches). A3C's rollouts have no data set to share; WGAN's and Faster R-CNN's tasks draw
+# their batches for one process (docs/training.md, "Not covered yet").
 DATA_PARALLEL_MODELS = ("resnet50", "inception_v3", "seq2seq", "transformer", "deepspeech2")
 
 SHARDING = {
@@ -41,9 +42,9 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
                                                ", ".join(WORLD_OPTIONS)))
     if name not in DATA_PARALLEL_MODELS:
         raise TrainingError("{} does not train data-parallel to a target (its task reads no "
-                            "rank's share: A3C's rollouts have no data set to share); "
-                            "data-parallel runs train {}: drop --nproc".format(
-                                name, ", ".join(DATA_PARALLEL_MODELS)))
+                            "rank's share of its batches); data-parallel runs train {}: drop "
+                            "--nproc, or measure its data-parallel throughput with tbd run "
+                            "--nproc".format(name, ", ".join(DATA_PARALLEL_MODELS)))
     if backend is None:
         raise TrainingError("give the backend to build {} on".format(name))
     task_check(name, data_dir)
