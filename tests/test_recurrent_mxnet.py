@@ -184,7 +184,9 @@ def test_recurrent_weights_round_trip_through_the_canonical_file(tmp_path):
     for name, value in other.get_weights().items():
         np.testing.assert_array_equal(value, weights[name], err_msg=name)
     batch = model.synthetic_batch()
-    np.testing.assert_array_equal(other.predict(batch), model.predict(batch))
+    # The same weights, bit for bit (above); two instances' outputs may still part by an ulp
+    # (MKLDNN's kernels differ with the buffers' alignment: 4.8e-7 of 1.8 seen once).
+    np.testing.assert_allclose(other.predict(batch), model.predict(batch), rtol=1e-6, atol=0)
     assert set(weights) <= set(other.native.collect_params().keys())
 
 
