@@ -14,7 +14,6 @@ make`, or VOC itself): training on ``trainval``, scoring on ``test``.
 
 The class names are voc-composed's garments when the folder's manifest says voc-composed,
 VOC's 20 classes otherwise."""
-import json
 import os
 import warnings
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from ..datasets.detection_batch import iterate_batches, scale_boxes
 from ..datasets.errors import DatasetError
+from ..datasets.makers import read_manifest
 from ..datasets.voc import CLASSES, VOCDetection
 from .errors import TrainingError
 from .image_task import dataset_name
@@ -40,9 +40,8 @@ PAPER_SHORT_FRACTION = 0.6   # 600 of the paper's 1,000-pixel canvas
 def class_names(data_dir):
     """voc-composed's garment tokens when its manifest names it, else VOC's 20 classes."""
     try:
-        with open(os.path.join(data_dir, "tbdzoo-dataset.json")) as f:
-            name = json.load(f).get("name")
-    except (OSError, ValueError, AttributeError):
+        name = read_manifest(data_dir).get("name")
+    except (DatasetError, AttributeError):
         name = None
     if name == "voc-composed":
         from ..datasets.make_images import CLASS_TOKENS

@@ -16,7 +16,6 @@ from .errors import TrainingError
 from .frechet import FeatureNetwork, frechet_distance
 from .image_task import dataset_name
 from .proxies import DATA_COMMAND as DATA_COMMANDS
-from .shards import rank_slice
 
 __all__ = ["GanTask", "LAYOUT", "DATA_COMMAND", "EVAL_IMAGES", "EVAL_NOISE_SEED", "open_gan_data",
            "scale"]
@@ -57,8 +56,9 @@ class GanTask(object):
     metric_names = ("frechet",)
 
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
+        if world_size > 1:
+            raise TrainingError("wgan has no data-parallel training task yet: drop --nproc")
         self.model, self.seed, self.hp = model, seed, model.hparams
-        self.rank, self.world_size = rank, world_size
         train, valid, npz = open_gan_data(data_dir)
         try:
             self.train = train.array()          # uint8, scaled a batch at a time
@@ -94,7 +94,7 @@ class GanTask(object):
         """One step's batch: n_critic batches of real images (one per critic update), the
         noise of the generator update and of each critic update, and (WGAN-GP) the
         interpolation weights of each critic update, stacked as the program reads them."""
-        size = self.hp["batch_size"] * self.world_size
+        size = self.hp["batch_size"]
         critics, step, order = self.hp["n_critic"], 0, self._real()
         while True:
             rows = [next(order) for _ in range(critics * size)]
@@ -104,7 +104,7 @@ class GanTask(object):
                      .astype(np.float32)}
             if self.hp["mode"] == "wgan-gp":
                 batch["alpha"] = rng.uniform(0.0, 1.0, (critics * size, 1)).astype(np.float32)
-            yield rank_slice(self.model, batch, self.rank, self.world_size)
+            yield batch
             step += 1
 
     def close(self):

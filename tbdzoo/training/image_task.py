@@ -2,13 +2,13 @@
 backend's own input pipeline (tbdzoo/pipelines/), top-1 on DIR/val. The held-out images go
 through the same pipeline once, with its evaluation transform, and are kept as NumPy arrays:
 every evaluation then scores the same pixels with ``model.predict``."""
-import json
 import os
 
 import numpy as np
 
 from .. import pipelines
 from ..datasets.errors import DatasetError
+from ..datasets.makers import read_manifest
 from .errors import TrainingError
 from .proxies import DATA_COMMAND
 
@@ -21,13 +21,12 @@ EVAL_BATCH = 100
 def dataset_name(data_dir):
     """The name in the folder's tbdzoo-dataset.json (with its options), else the folder's."""
     try:
-        with open(os.path.join(data_dir, "tbdzoo-dataset.json")) as f:
-            manifest = json.load(f)
+        manifest = read_manifest(data_dir)
         options = manifest.get("options", {})
         shown = ",".join("{}={}".format(k, options[k]) for k in sorted(options)
                          if k != "source")
         return "{}[{}]".format(manifest["name"], shown) if shown else manifest["name"]
-    except (OSError, ValueError, KeyError):
+    except (DatasetError, KeyError):
         return os.path.basename(os.path.abspath(data_dir))
 
 
