@@ -3,14 +3,13 @@ on one GPU.
 
     python3 benchmarks/gpu_faster_rcnn.py --out results.json         # tf32 and bf16, eager
     python3 benchmarks/gpu_faster_rcnn.py --executions eager,compiled --precisions bf16
-    python3 benchmarks/gpu_faster_rcnn.py --torchvision-input canvas   # the same pixels on both
+    python3 benchmarks/gpu_faster_rcnn.py --canvas config              # tbdzoo on 1,000 x 1,000
     python3 benchmarks/gpu_faster_rcnn.py --device cpu --tiny --out /tmp/frcnn_cpu.json
 
 tbdzoo's side is ``tbdzoo.build("faster_rcnn", backend="torch", config="paper")``: ResNet-101
-C4, one image per step on the fixed 1,000 x 1,000 canvas, every step running its targets step
-inside the update's forward pass (anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs
-and RoIAlign's gather points; on a GPU the NMS and the gather points run there,
-docs/detection.md).
+C4, one image per step, every step running its targets step inside the update's forward pass
+(anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs and RoIAlign's gather points;
+on a GPU the NMS and the gather points run there, docs/detection.md).
 
 torchvision's side is ``FasterRCNN`` assembled the same way (tbdzoo/detection/
 torchvision_reference.py: the resnet101 trunk, conv1 .. layer3 as the backbone, ``RPNHead``,
@@ -23,12 +22,22 @@ train it: a list of image tensors at their own size and a list of target dicts i
 (tbdzoo's element-wise clip) and PyTorch's default SGD (lr 1e-3, momentum 0.9, weight decay
 5e-4; tbdzoo uses its fused one on a GPU). Its sampling and NMS run on the device.
 
-Both start from the same weights (tbdzoo's, copied in) and read the same image: a 600 x 1,000
-image (3/5 of the canvas's height, all its width: a VOC image resized to short side 600, long
-side 1,000) holding three objects. tbdzoo pads it to its canvas; torchvision's transform
-(mean 0, standard deviation 1, sizes that leave it unresized) pads it to a multiple of 32,
-608 x 1,024, so tbdzoo's backbone computes 1.6 times as many pixels. ``--torchvision-input
-canvas`` gives torchvision the whole padded canvas instead (1,000 x 1,000 -> 1,024 x 1,024).
+The same work on both sides:
+
+- **Pixels.** Both read one 600 x 1,000 image (a VOC image resized to short side 600, long
+  side 1,000) holding three objects. torchvision's transform (mean 0, standard deviation 1,
+  sizes that leave it unresized) pads it to a multiple of 32, 608 x 1,024; tbdzoo's canvas is
+  set to the same 608 x 1,024 (``--canvas padded``, the default). ``--canvas config`` keeps
+  the config's fixed 1,000 x 1,000 canvas, which holds portrait and landscape images alike
+  and costs 1.6 times the pixels here; ``--torchvision-input canvas`` gives torchvision
+  tbdzoo's whole padded canvas instead of the image.
+- **RoIs.** Both start from tbdzoo's initial weights, with every frozen batch norm's
+  statistics measured on the image first (``calibrate_frozen_batchnorm``; ``--frozen-bn
+  initial`` skips it): with mean 0 and variance 1 ResNet-101's activations grow through its
+  blocks, every proposal decodes to a sliver that the RPN's ``min_size`` removes, and
+  torchvision's head then runs on the 3 ground-truth boxes where tbdzoo's runs on 128 RoIs
+  (it pads a short sample). The record carries the RoIs each side's head ran on.
+
 Both run channels-last, with cuDNN's autotuner and the TF32 flags on, under the same
 precision: tf32, or bf16 autocast for the whole forward pass (master weights fp32), as tbdzoo's
 precision option does. ``compiled`` (optional) builds tbdzoo with ``execution="compiled"`` and
@@ -96,6 +105,41 @@ def torchvision_inputs(batch, whole_canvas, device):
     return [image], [target]
 
 
+# -- the shared start ------------------------------------------------------------------------------
+def calibrate_frozen_batchnorm(hp, weights, batch, device):
+    """tbdzoo's weights with every frozen batch norm's running mean and variance set to the
+    statistics of its input on the benchmark image, as a pretrained backbone's are: one
+    evaluation forward pass of torchvision's model (fp32), each batch norm measured just
+    before it runs, so it sees the layers before it already calibrated. With the initial
+    statistics (0 and 1) ResNet-101's activations grow through its 33 blocks, the RPN's boxes
+    decode to slivers that its ``min_size`` removes, and a step samples only the ground-truth
+    boxes as RoIs: torchvision's head then runs on 3 RoIs where tbdzoo's runs on 128 (it pads a
+    short sample), and the two steps do different work."""
+    from torchvision.ops import FrozenBatchNorm2d
+    from tbdzoo.detection import torchvision_reference
+    images, _ = torchvision_inputs(batch, False, device)
+    h, w = images[0].shape[1:]
+    net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
+    torchvision_reference.load_weights(net, weights)
+    net = net.to(device).eval()
+
+    def measure(module, inputs):
+        x = inputs[0].float()
+        module.running_mean.copy_(x.mean(dim=(0, 2, 3)))
+        module.running_var.copy_(x.var(dim=(0, 2, 3), unbiased=False))
+    hooks = [m.register_forward_pre_hook(measure) for m in net.modules()
+             if isinstance(m, FrozenBatchNorm2d)]
+    with torch.no_grad():
+        net(images)
+    for hook in hooks:
+        hook.remove()
+    calibrated = dict(weights)
+    for name, value in net.named_buffers():
+        if name.endswith((".running_mean", ".running_var")):
+            calibrated[name] = value.detach().cpu().numpy().astype(np.float32)
+    return calibrated, len(hooks)
+
+
 # -- torchvision's side ---------------------------------------------------------------------------
 def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canvas):
     """torchvision's FasterRCNN from tbdzoo's weights and its training step, which returns its
@@ -114,6 +158,9 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16,
                               enabled=precision == "bf16")
 
+    rois = []   # the RoIs its box head ran on, per step
+    net.roi_heads.box_head.register_forward_pre_hook(lambda m, i: rois.append(int(i[0].shape[0])))
+
     def step():
         opt.zero_grad(set_to_none=True)
         with autocast:
@@ -123,12 +170,19 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
         torch.nn.utils.clip_grad_value_(params, hp["grad_clip_value"], foreach=True)
         opt.step()
         return {k: v.detach() for k, v in losses.items()}
-    return net, opt, step, (int(h), int(w))
+    return net, opt, step, (int(h), int(w)), rois
 
 
 # -- measuring ------------------------------------------------------------------------------------
+def padded_canvas(hp):
+    """The benchmark image's sides rounded up to a multiple of 32, what torchvision's transform
+    pads it to: tbdzoo's canvas for the same pixels on both sides."""
+    h, w = int(round(hp["canvas"][0] * IMAGE_HEIGHT)), hp["canvas"][1]
+    return (-(-h // 32) * 32, -(-w // 32) * 32)
+
+
 def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas,
-             canvas=None):
+             canvas=None, calibrate=True, padded=False):
     import tbdzoo
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
@@ -139,17 +193,23 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     if compiled:  # each cell compiles from scratch
         torch._dynamo.reset()
     execution = "compiled" if compiled else "eager"
+    from tbdzoo.models.registry import get_model
+    config = get_model(MODEL).configs["tiny" if tiny else "paper"]
+    if padded:
+        canvas = padded_canvas(config)
     model = tbdzoo.build(MODEL, backend="torch", config="tiny" if tiny else "paper", device=device,
                          precision=precision if cuda or precision != "tf32" else "fp32",
                          execution=execution, memory_format="channels_last",
                          **({} if canvas is None else {"canvas": canvas}))
     hp = model.hparams
-    from tbdzoo.models.registry import get_model
-    config = get_model(MODEL).configs["tiny" if tiny else "paper"]
     batch = benchmark_batch(hp, config["canvas"])
     prepared = model.prepare_batch(batch)
-    net, opt, theirs, their_hw = torchvision_step(hp, model.get_weights(), batch, device,
-                                                  precision, compiled, whole_canvas)
+    weights, calibrated = model.get_weights(), 0
+    if calibrate:
+        weights, calibrated = calibrate_frozen_batchnorm(hp, weights, batch, device)
+        model.set_weights(weights)
+    net, opt, theirs, their_hw, their_rois = torchvision_step(hp, weights, batch, device,
+                                                              precision, compiled, whole_canvas)
     ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
     contenders = {"tbdzoo": ours, "torchvision": theirs}
     build_seconds = time.perf_counter() - start
@@ -174,6 +234,12 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
               "objects": int(batch["gt_count"][0]),
               "torchvision_input": "canvas" if whole_canvas else "image",
               "torchvision_image_hw": list(their_hw), "unit": model.model_def.unit,
+              "frozen_batchnorm": "calibrated on the image ({} layers)".format(calibrated)
+              if calibrate else "initial statistics (mean 0, variance 1)",
+              # tbdzoo's head always runs on rois_per_image (a short sample is padded)
+              "rois_per_step": {"tbdzoo": hp["rois_per_image"],
+                                "torchvision_min": min(their_rois),
+                                "torchvision_max": max(their_rois)},
               "warmup": warmup, "steps": steps, "repeats": repeats, "items_per_step": items,
               "first_loss": losses, "torchvision_first_losses": their_losses,
               "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["torchvision"]) / max(
@@ -221,9 +287,13 @@ def main():
     p.add_argument("--torchvision-input", choices=("image", "canvas"), default="image",
                    help="torchvision reads the image at its own size (default) or tbdzoo's "
                         "whole padded canvas")
-    p.add_argument("--canvas", metavar="H,W",
-                   help="tbdzoo's canvas (default: the config's, 1,000 x 1,000); 608,1024 is the "
-                        "image padded to a multiple of 32, what torchvision's transform makes")
+    p.add_argument("--canvas", metavar="H,W", default="padded",
+                   help="tbdzoo's canvas: 'padded' (default; the image padded to a multiple of "
+                        "32, 608 x 1,024, what torchvision's transform makes), 'config' (the "
+                        "config's fixed 1,000 x 1,000) or H,W")
+    p.add_argument("--frozen-bn", choices=("calibrated", "initial"), default="calibrated",
+                   help="frozen batch norm statistics: measured on the image (default; a "
+                        "pretrained backbone's scale) or the initial mean 0, variance 1")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_faster_rcnn.json"))
     args = p.parse_args()
     for name, given, allowed in (("precision", args.precisions, ("tf32", "bf16")),
@@ -246,7 +316,7 @@ def main():
     else:
         p.error("--device must be cuda, cuda:N or cpu, not {!r}".format(args.device))
     canvas = None
-    if args.canvas:
+    if args.canvas not in ("padded", "config"):
         try:
             canvas = tuple(int(v) for v in args.canvas.split(","))
         except ValueError:
@@ -262,7 +332,8 @@ def main():
             try:
                 cell = run_cell(precision, execution == "compiled", device, args.warmup,
                                 args.steps, args.repeats, args.tiny,
-                                args.torchvision_input == "canvas", canvas)
+                                args.torchvision_input == "canvas", canvas,
+                                args.frozen_bn == "calibrated", args.canvas == "padded")
             except Exception as e:  # a failed cell is recorded, the others still run
                 traceback.print_exc()
                 cell = {"model": MODEL, "precision": precision, "execution": execution,
