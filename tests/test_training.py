@@ -114,6 +114,22 @@ def test_wrong_layout_names_the_layout_and_the_maker(tmp_path, capsys):
     assert not os.path.exists(str(tmp_path / "r.jsonl"))
 
 
+@pytest.mark.parametrize("model,layout,maker", [
+    ("resnet50", "DIR/train/<synset>/*.JPEG", "fashion-mnist-imagenet"),
+    ("seq2seq", "DIR/train.en", "numbers-en-vi"),
+    ("deepspeech2", "*.flac", "spoken-numbers"),
+    ("faster_rcnn", "DIR/VOC2007/Annotations/<id>.xml", "voc-composed"),
+    ("wgan", "DIR/train_64x64/*.png", "fashion-mnist-64")])
+def test_no_data_folder_names_the_model_its_layout_and_maker(tmp_path, capsys, model, layout,
+                                                             maker):
+    code = main(["train", model, "--backend", "torch", "-o", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "{} trains from a data folder (--data DIR)".format(model) in err
+    assert layout in err and "tbd data make " + maker in err
+    assert not os.path.exists(str(tmp_path / "r.jsonl"))
+
+
 def test_cli_refuses_an_unknown_metric_before_building(capsys):
     assert main(["train", "resnet50", "--backend", "torch", "--target", "wer=0.1"]) == 2
     assert "its metrics: top1" in capsys.readouterr().err

@@ -101,6 +101,11 @@ class _Decoded(object):
 class DetectionTask(object):
     metric_names = ("map",)
 
+    @staticmethod
+    def check_data(data_dir):
+        """Open the folder's image sets, so that a wrong layout fails before a model is built."""
+        open_sets(data_dir)
+
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         if world_size > 1:
             raise TrainingError("faster_rcnn has no data-parallel training task yet: drop "

@@ -55,6 +55,11 @@ def open_gan_data(data_dir):
 class GanTask(object):
     metric_names = ("frechet",)
 
+    @staticmethod
+    def check_data(data_dir):
+        """Open the folder, so that a wrong layout fails before a model is built."""
+        open_gan_data(data_dir)
+
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         if world_size > 1:
             raise TrainingError("wgan has no data-parallel training task yet: drop --nproc")

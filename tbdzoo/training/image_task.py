@@ -47,6 +47,12 @@ def _open(data_dir, split):
 class ImageClassificationTask(object):
     metric_names = ("top1",)
 
+    @staticmethod
+    def check_data(data_dir):
+        """Open both splits, so that a wrong layout fails before a model is built."""
+        _open(data_dir, "train")
+        _open(data_dir, "val")
+
     def __init__(self, model, data_dir, seed=0, workers=0, augment=False, rank=0, world_size=1):
         self.model, self.seed, self.workers = model, seed, workers
         self.rank, self.world_size = rank, world_size   # a data-parallel rank reads its share

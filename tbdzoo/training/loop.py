@@ -6,12 +6,13 @@ It trains with the model's own optimizer and schedule (``model.train_step``), ev
 therefore a multiple of ``eval_every``. Training and evaluation time are timed apart: the
 seconds to target count training steps only (batches included), eval_seconds the evaluations.
 """
+import importlib
 import os
 import time
 from collections import OrderedDict
 
 from .errors import TrainingError
-from .proxies import DEFAULTS, proxy_overrides
+from .proxies import DATA_COMMAND, DEFAULTS, proxy_overrides
 from .targets import Target, metrics_of, parse_target
 
 __all__ = ["train_to_target", "TrainResult", "build_proxy"]
@@ -143,38 +144,32 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     return result
 
 
+# The task that feeds and evaluates each model: its module in tbdzoo/training/, its class and
+# its kind of data (proxies.DATA_COMMAND). The image classifiers share one; A3C has none (it
+# trains in its environments, a3c_task.py).
+TASKS = {"deepspeech2": ("speech_task", "SpeechTask", "speech"),
+         "faster_rcnn": ("detection_task", "DetectionTask", "detection"),
+         "seq2seq": ("translation_task", "TranslationTask", "translation"),
+         "transformer": ("translation_task", "TranslationTask", "translation"),
+         "wgan": ("gan_task", "GanTask", "gan")}
+IMAGE_TASK = ("image_task", "ImageClassificationTask", "image_classification")
+
+
+def task_class(name):
+    module, cls, _ = TASKS.get(name, IMAGE_TASK)
+    return getattr(importlib.import_module("." + module, __package__), cls)
+
+
 def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
     if name == "a3c":
         return
-    if name == "deepspeech2":
-        from .speech_task import open_subsets
-        open_subsets(data_dir)
-        return
-    if name == "faster_rcnn":
-        from .detection_task import open_sets
-        open_sets(data_dir)
-        return
-    if name == "wgan":
-        from .gan_task import open_gan_data
-        open_gan_data(data_dir)
-        return
-    if name in ("seq2seq", "transformer"):
-        from .translation_task import DATA_COMMAND, LAYOUT, open_pairs
-        if data_dir is None:
-            raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one "
-                                "with: {}".format(name, LAYOUT, DATA_COMMAND))
-        open_pairs(data_dir, "train")
-        open_pairs(data_dir, "test")
-        return
-    from .image_task import _open
     if data_dir is None:
-        from .image_task import LAYOUT
-        from .proxies import DATA_COMMAND
+        module, _, kind = TASKS.get(name, IMAGE_TASK)
+        layout = importlib.import_module("." + module, __package__).LAYOUT
         raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one with: "
-                            "{}".format(name, LAYOUT, DATA_COMMAND["image_classification"]))
-    _open(data_dir, "train")
-    _open(data_dir, "val")
+                            "{}".format(name, layout, DATA_COMMAND[kind]))
+    task_class(name).check_data(data_dir)
 
 
 # What stopped a run, as one number: data-parallel ranks agree on it (rank 0 decides).
@@ -195,16 +190,7 @@ def _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_eve
     agreed in advance, and rank 0 records the first evaluation that met the target."""
     if data_dir is None:
         task_check(model.name, None)
-    if model.name == "deepspeech2":
-        from .speech_task import SpeechTask as Task
-    elif model.name == "faster_rcnn":
-        from .detection_task import DetectionTask as Task
-    elif model.name in ("seq2seq", "transformer"):
-        from .translation_task import TranslationTask as Task
-    elif model.name == "wgan":
-        from .gan_task import GanTask as Task
-    else:
-        from .image_task import ImageClassificationTask as Task
+    Task = task_class(model.name)
     shared = world is not None and world.size > 1
     options = {"rank": world.rank, "world_size": world.size} if shared else {}
     task = Task(model, data_dir, seed=seed, workers=workers, **options)

@@ -82,6 +82,11 @@ def _words(labels):
 class SpeechTask(object):
     metric_names = ("cer", "wer")
 
+    @staticmethod
+    def check_data(data_dir):
+        """Open the folder's subsets, so that a wrong layout fails before a model is built."""
+        open_subsets(data_dir)
+
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         from ..models import deepspeech2 as ds2
         self.model, self.seed, self.hp = model, seed, model.hparams

@@ -55,6 +55,12 @@ class TranslationTask(object):
     metric_names = ("token_accuracy", "sentence_accuracy", "exact_match", "bleu")
     decoded_metrics = ("exact_match", "bleu")
 
+    @staticmethod
+    def check_data(data_dir):
+        """Open both splits, so that a wrong layout fails before a model is built."""
+        open_pairs(data_dir, "train")
+        open_pairs(data_dir, "test")
+
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
         hp = self.hp = model.hparams
         self.model, self.seed = model, seed
