@@ -36,7 +36,13 @@ The same work on both sides:
   initial`` skips it): with mean 0 and variance 1 ResNet-101's activations grow through its
   blocks, every proposal decodes to a sliver that the RPN's ``min_size`` removes, and
   torchvision's head then runs on the 3 ground-truth boxes where tbdzoo's runs on 128 RoIs
-  (it pads a short sample). The record carries the RoIs each side's head ran on.
+  (it pads a short sample). Both then step at learning rate 1e-12 (``--learning-rate``): the
+  same kernels as a training step (weight decay and momentum included), but the weights stay
+  where calibration put them. At the paper's 0.001 the untrained heads move the weights
+  within a few steps to where some steps' proposals are all slivers again, torchvision's head
+  sees from 3 to 128 RoIs from step to step, and with cuDNN's autotuner on it measures
+  layer4's convolutions anew for each new count: 0.4-1.1 s steps that time the autotuner,
+  not the model. The record carries the RoIs each side's head ran on.
 
 Both run channels-last, with cuDNN's autotuner and the TF32 flags on, under the same
 precision: tf32, or bf16 autocast for the whole forward pass (master weights fp32), as tbdzoo's
@@ -77,6 +83,7 @@ MODEL = "faster_rcnn"
 OBJECTS = 3             # objects in the image (a VOC image holds 2.5 on average)
 IMAGE_HEIGHT = 0.6      # of the canvas: 600 of 1,000, the short side the paper resizes to
 TIMING = (3, 5, 3)      # warm-up steps, steps per round, rounds
+STILL_LR = 1e-12        # > 0, as tbdzoo's hyperparameters require; the weights do not move
 
 
 # -- the shared input -----------------------------------------------------------------------------
@@ -182,7 +189,7 @@ def padded_canvas(hp):
 
 
 def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas,
-             canvas=None, calibrate=True, padded=False):
+             canvas=None, calibrate=True, padded=False, lr=STILL_LR):
     import tbdzoo
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
@@ -197,10 +204,12 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     config = get_model(MODEL).configs["tiny" if tiny else "paper"]
     if padded:
         canvas = padded_canvas(config)
+    overrides = {"lr": lr}
+    if canvas is not None:
+        overrides["canvas"] = canvas
     model = tbdzoo.build(MODEL, backend="torch", config="tiny" if tiny else "paper", device=device,
                          precision=precision if cuda or precision != "tf32" else "fp32",
-                         execution=execution, memory_format="channels_last",
-                         **({} if canvas is None else {"canvas": canvas}))
+                         execution=execution, memory_format="channels_last", **overrides)
     hp = model.hparams
     batch = benchmark_batch(hp, config["canvas"])
     prepared = model.prepare_batch(batch)
@@ -234,6 +243,7 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
               "objects": int(batch["gt_count"][0]),
               "torchvision_input": "canvas" if whole_canvas else "image",
               "torchvision_image_hw": list(their_hw), "unit": model.model_def.unit,
+              "learning_rate": hp["lr"],
               "frozen_batchnorm": "calibrated on the image ({} layers)".format(calibrated)
               if calibrate else "initial statistics (mean 0, variance 1)",
               # tbdzoo's head always runs on rois_per_image (a short sample is padded)
@@ -294,6 +304,10 @@ def main():
     p.add_argument("--frozen-bn", choices=("calibrated", "initial"), default="calibrated",
                    help="frozen batch norm statistics: measured on the image (default; a "
                         "pretrained backbone's scale) or the initial mean 0, variance 1")
+    p.add_argument("--learning-rate", type=float, default=STILL_LR,
+                   help="both sides' SGD learning rate (default 1e-12: the same kernels as a "
+                        "training step, and the weights, and so the RoIs each head samples, "
+                        "stay where calibration put them; 0.001 is the paper's)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_faster_rcnn.json"))
     args = p.parse_args()
     for name, given, allowed in (("precision", args.precisions, ("tf32", "bf16")),
@@ -333,7 +347,8 @@ def main():
                 cell = run_cell(precision, execution == "compiled", device, args.warmup,
                                 args.steps, args.repeats, args.tiny,
                                 args.torchvision_input == "canvas", canvas,
-                                args.frozen_bn == "calibrated", args.canvas == "padded")
+                                args.frozen_bn == "calibrated", args.canvas == "padded",
+                                args.learning_rate)
             except Exception as e:  # a failed cell is recorded, the others still run
                 traceback.print_exc()
                 cell = {"model": MODEL, "precision": precision, "execution": execution,
