@@ -10,8 +10,10 @@ Each run is `tbdzoo.training.train_to_target` on the model's proxy config with i
 target (docs/training.md), in a process of its own (no framework's threads or memory touch the
 next run's). Each finished run is appended at once to ``--out`` (a JSON list, rewritten
 through a temporary file), so an interrupted grid keeps its runs; a run already in the file
-(same model, backend, seed, target and dataset) is skipped unless ``--again``. ``--summary``
-prints the Markdown table of docs/training.md and draws docs/time_to_accuracy.png.
+(same model, backend, seed, target and dataset) is skipped unless ``--again``, which appends
+the rerun: the table and the plot take each seed's last run, and the file keeps every run.
+``--summary`` prints the Markdown table of docs/training.md and draws
+docs/time_to_accuracy.png.
 """
 import argparse
 import json
@@ -106,6 +108,12 @@ def _spread(values):
     return "{:.0f} ± {:.0f}".format(statistics.mean(values), statistics.stdev(values))
 
 
+def _latest_per_seed(runs):
+    """A seed's last run (the file is in the order the runs finished): ``--again`` appends a
+    rerun, given more minutes or newer code, and keeps the run it supersedes in the file."""
+    return list({r["seed"]: r for r in runs}.values())
+
+
 def summary(args):
     runs = read_runs(args.out)
     keys = sorted({(r["model"], r["metric"], r["target"]) for r in runs})
@@ -114,8 +122,9 @@ def summary(args):
              "|---|---|---|---:|---:|---:|---|---:|---:|"]
     for model, metric, target in keys:
         for backend in BACKENDS:
-            mine = [r for r in runs if (r["model"], r["metric"], r["target"], r["backend"]) ==
-                    (model, metric, target, backend)]
+            mine = _latest_per_seed([r for r in runs if (r["model"], r["metric"], r["target"],
+                                                         r["backend"]) ==
+                                     (model, metric, target, backend)])
             if not mine:
                 continue
             reached = [r for r in mine if r["reached"]]
@@ -142,9 +151,10 @@ def plot(runs, keys, path):
     for ax, (model, metric, target) in zip(axes.flat, keys):
         highest = 1
         for i, backend in enumerate(BACKENDS):
-            mine = sorted((r for r in runs if r["reached"] and r["backend"] == backend and
-                           (r["model"], r["metric"], r["target"]) == (model, metric, target)),
-                          key=lambda r: r["seed"])
+            mine = sorted((r for r in _latest_per_seed(
+                [r for r in runs if r["backend"] == backend and
+                 (r["model"], r["metric"], r["target"]) == (model, metric, target)])
+                if r["reached"]), key=lambda r: r["seed"])
             steps = [r["steps"] for r in mine]
             if not steps:
                 continue
