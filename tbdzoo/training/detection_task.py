@@ -101,6 +101,8 @@ class _Decoded(object):
 class DetectionTask(object):
     metric_names = ("map",)
 
+    layout, data_command = LAYOUT, DATA_COMMAND["detection"]   # what a missing --data is told
+
     @staticmethod
     def check_data(data_dir):
         """Open the folder's image sets, so that a wrong layout fails before a model is built."""

@@ -55,6 +55,8 @@ def open_gan_data(data_dir):
 class GanTask(object):
     metric_names = ("frechet",)
 
+    layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told
+
     @staticmethod
     def check_data(data_dir):
         """Open the folder, so that a wrong layout fails before a model is built."""

@@ -47,6 +47,8 @@ def _open(data_dir, split):
 class ImageClassificationTask(object):
     metric_names = ("top1",)
 
+    layout, data_command = LAYOUT, DATA_COMMAND["image_classification"]   # what a missing --data is told
+
     @staticmethod
     def check_data(data_dir):
         """Open both splits, so that a wrong layout fails before a model is built."""

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 
 from .errors import TrainingError
-from .proxies import DATA_COMMAND, DEFAULTS, proxy_overrides
+from .proxies import DEFAULTS, proxy_overrides
 from .targets import Target, metrics_of, parse_target
 
 __all__ = ["train_to_target", "TrainResult", "build_proxy"]
@@ -144,19 +144,18 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     return result
 
 
-# The task that feeds and evaluates each model: its module in tbdzoo/training/, its class and
-# its kind of data (proxies.DATA_COMMAND). The image classifiers share one; A3C has none (it
-# trains in its environments, a3c_task.py).
-TASKS = {"deepspeech2": ("speech_task", "SpeechTask", "speech"),
-         "faster_rcnn": ("detection_task", "DetectionTask", "detection"),
-         "seq2seq": ("translation_task", "TranslationTask", "translation"),
-         "transformer": ("translation_task", "TranslationTask", "translation"),
-         "wgan": ("gan_task", "GanTask", "gan")}
-IMAGE_TASK = ("image_task", "ImageClassificationTask", "image_classification")
+# The task that feeds and evaluates each model: its module in tbdzoo/training/ and its class.
+# The image classifiers share one; A3C has none (it trains in its environments, a3c_task.py).
+TASKS = {"deepspeech2": ("speech_task", "SpeechTask"),
+         "faster_rcnn": ("detection_task", "DetectionTask"),
+         "seq2seq": ("translation_task", "TranslationTask"),
+         "transformer": ("translation_task", "TranslationTask"),
+         "wgan": ("gan_task", "GanTask")}
+IMAGE_TASK = ("image_task", "ImageClassificationTask")
 
 
 def task_class(name):
-    module, cls, _ = TASKS.get(name, IMAGE_TASK)
+    module, cls = TASKS.get(name, IMAGE_TASK)
     return getattr(importlib.import_module("." + module, __package__), cls)
 
 
@@ -164,12 +163,11 @@ def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
     if name == "a3c":
         return
+    task = task_class(name)
     if data_dir is None:
-        module, _, kind = TASKS.get(name, IMAGE_TASK)
-        layout = importlib.import_module("." + module, __package__).LAYOUT
         raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one with: "
-                            "{}".format(name, layout, DATA_COMMAND[kind]))
-    task_class(name).check_data(data_dir)
+                            "{}".format(name, task.layout, task.data_command))
+    task.check_data(data_dir)
 
 
 # What stopped a run, as one number: data-parallel ranks agree on it (rank 0 decides).

@@ -26,13 +26,14 @@ from ..datasets.subwords import make_batch, vocab_keys
 from .decoding import greedy_decode
 from .errors import TrainingError
 from .image_task import dataset_name
+from .proxies import DATA_COMMAND as DATA_COMMANDS
 from .shards import rank_slice
 
 __all__ = ["TranslationTask", "LAYOUT", "DATA_COMMAND"]
 
 LAYOUT = ("IWSLT'15 layout: DIR/train.en, DIR/train.vi, DIR/tst2013.en, DIR/tst2013.vi, "
           "DIR/vocab.en, DIR/vocab.vi")
-DATA_COMMAND = "tbd data make numbers-en-vi --out DIR"
+DATA_COMMAND = DATA_COMMANDS["translation"]
 UNKNOWN = 3
 EVAL_BATCH = 100
 
@@ -54,6 +55,8 @@ def word_ids(words):
 class TranslationTask(object):
     metric_names = ("token_accuracy", "sentence_accuracy", "exact_match", "bleu")
     decoded_metrics = ("exact_match", "bleu")
+
+    layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told
 
     @staticmethod
     def check_data(data_dir):
