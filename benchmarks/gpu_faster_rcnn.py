@@ -87,13 +87,19 @@ STILL_LR = 1e-12        # > 0, as tbdzoo's hyperparameters require; the weights 
 
 
 # -- the shared input -----------------------------------------------------------------------------
+def image_hw(config_canvas):
+    """The benchmark image's (height, width): IMAGE_HEIGHT of the config's canvas height and
+    its whole width."""
+    return int(round(config_canvas[0] * IMAGE_HEIGHT)), config_canvas[1]
+
+
 def benchmark_batch(hp, config_canvas, seed=0):
     """One image of IMAGE_HEIGHT of the config's canvas height and its whole width, OBJECTS
     rectangles of distinct colours, on the model's canvas (tbdzoo's batch layout,
     docs/models.md)."""
     from tbdzoo.datasets.detection_batch import empty_batch, normalize, put_example, \
         synthetic_image
-    h, w = int(round(config_canvas[0] * IMAGE_HEIGHT)), config_canvas[1]
+    h, w = image_hw(config_canvas)
     objects = min(OBJECTS, hp["max_boxes"])
     batch = empty_batch(1, hp["canvas"], hp["max_boxes"])
     image, boxes, labels = synthetic_image(seed, h, w, hp["num_classes"] - 1, objects, objects)
@@ -113,6 +119,16 @@ def torchvision_inputs(batch, whole_canvas, device):
 
 
 # -- the shared start ------------------------------------------------------------------------------
+def torchvision_model(hp, weights, image, device):
+    """torchvision's FasterRCNN (tbdzoo/detection/torchvision_reference.py) holding ``weights``,
+    its transform sized to leave ``image`` (3, h, w) unresized, on ``device``."""
+    from tbdzoo.detection import torchvision_reference
+    h, w = image.shape[1:]
+    net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
+    torchvision_reference.load_weights(net, weights)
+    return net.to(device)
+
+
 def calibrate_frozen_batchnorm(hp, weights, batch, device):
     """tbdzoo's weights with every frozen batch norm's running mean and variance set to the
     statistics of its input on the benchmark image, as a pretrained backbone's are: one
@@ -123,12 +139,8 @@ def calibrate_frozen_batchnorm(hp, weights, batch, device):
     boxes as RoIs: torchvision's head then runs on 3 RoIs where tbdzoo's runs on 128 (it pads a
     short sample), and the two steps do different work."""
     from torchvision.ops import FrozenBatchNorm2d
-    from tbdzoo.detection import torchvision_reference
     images, _ = torchvision_inputs(batch, False, device)
-    h, w = images[0].shape[1:]
-    net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
-    torchvision_reference.load_weights(net, weights)
-    net = net.to(device).eval()
+    net = torchvision_model(hp, weights, images[0], device).eval()
 
     def measure(module, inputs):
         x = inputs[0].float()
@@ -151,12 +163,10 @@ def calibrate_frozen_batchnorm(hp, weights, batch, device):
 def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canvas):
     """torchvision's FasterRCNN from tbdzoo's weights and its training step, which returns its
     four losses (detached)."""
-    from tbdzoo.detection import torchvision_reference
     images, targets = torchvision_inputs(batch, whole_canvas, device)
     h, w = images[0].shape[1:]
-    net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
-    torchvision_reference.load_weights(net, weights)
-    net = net.to(device).to(memory_format=torch.channels_last)
+    net = torchvision_model(hp, weights, images[0], device)
+    net = net.to(memory_format=torch.channels_last)
     net.train()
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"],
@@ -184,12 +194,12 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
 def padded_canvas(hp):
     """The benchmark image's sides rounded up to a multiple of 32, what torchvision's transform
     pads it to: tbdzoo's canvas for the same pixels on both sides."""
-    h, w = int(round(hp["canvas"][0] * IMAGE_HEIGHT)), hp["canvas"][1]
+    h, w = image_hw(hp["canvas"])
     return (-(-h // 32) * 32, -(-w // 32) * 32)
 
 
 def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas,
-             canvas=None, calibrate=True, padded=False, lr=STILL_LR):
+             canvas="padded", calibrate=True, lr=STILL_LR):
     import tbdzoo
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
@@ -202,10 +212,10 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     execution = "compiled" if compiled else "eager"
     from tbdzoo.models.registry import get_model
     config = get_model(MODEL).configs["tiny" if tiny else "paper"]
-    if padded:
-        canvas = padded_canvas(config)
     overrides = {"lr": lr}
-    if canvas is not None:
+    if canvas == "padded":
+        overrides["canvas"] = padded_canvas(config)
+    elif canvas != "config":
         overrides["canvas"] = canvas
     model = tbdzoo.build(MODEL, backend="torch", config="tiny" if tiny else "paper", device=device,
                          precision=precision if cuda or precision != "tf32" else "fp32",
@@ -329,8 +339,8 @@ def main():
         torch.set_num_threads(1)  # a check, not a measurement: two threads wait on each other
     else:
         p.error("--device must be cuda, cuda:N or cpu, not {!r}".format(args.device))
-    canvas = None
-    if args.canvas not in ("padded", "config"):
+    canvas = args.canvas
+    if canvas not in ("padded", "config"):
         try:
             canvas = tuple(int(v) for v in args.canvas.split(","))
         except ValueError:
@@ -347,8 +357,7 @@ def main():
                 cell = run_cell(precision, execution == "compiled", device, args.warmup,
                                 args.steps, args.repeats, args.tiny,
                                 args.torchvision_input == "canvas", canvas,
-                                args.frozen_bn == "calibrated", args.canvas == "padded",
-                                args.learning_rate)
+                                args.frozen_bn == "calibrated", args.learning_rate)
             except Exception as e:  # a failed cell is recorded, the others still run
                 traceback.print_exc()
                 cell = {"model": MODEL, "precision": precision, "execution": execution,

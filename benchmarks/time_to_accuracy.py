@@ -108,10 +108,15 @@ def _spread(values):
     return "{:.0f} ± {:.0f}".format(statistics.mean(values), statistics.stdev(values))
 
 
-def _latest_per_seed(runs):
-    """A seed's last run (the file is in the order the runs finished): ``--again`` appends a
-    rerun, given more minutes or newer code, and keeps the run it supersedes in the file."""
-    return list({r["seed"]: r for r in runs}.values())
+def _cell_runs(runs, model, metric, target, backend):
+    """One table row's runs: each seed's last (the file is in the order the runs finished),
+    since ``--again`` appends a rerun, given more minutes or newer code, and keeps the run it
+    supersedes in the file."""
+    latest = {}
+    for r in runs:
+        if (r["model"], r["metric"], r["target"], r["backend"]) == (model, metric, target, backend):
+            latest[r["seed"]] = r
+    return list(latest.values())
 
 
 def summary(args):
@@ -122,9 +127,7 @@ def summary(args):
              "|---|---|---|---:|---:|---:|---|---:|---:|"]
     for model, metric, target in keys:
         for backend in BACKENDS:
-            mine = _latest_per_seed([r for r in runs if (r["model"], r["metric"], r["target"],
-                                                         r["backend"]) ==
-                                     (model, metric, target, backend)])
+            mine = _cell_runs(runs, model, metric, target, backend)
             if not mine:
                 continue
             reached = [r for r in mine if r["reached"]]
@@ -151,10 +154,8 @@ def plot(runs, keys, path):
     for ax, (model, metric, target) in zip(axes.flat, keys):
         highest = 1
         for i, backend in enumerate(BACKENDS):
-            mine = sorted((r for r in _latest_per_seed(
-                [r for r in runs if r["backend"] == backend and
-                 (r["model"], r["metric"], r["target"]) == (model, metric, target)])
-                if r["reached"]), key=lambda r: r["seed"])
+            mine = sorted((r for r in _cell_runs(runs, model, metric, target, backend)
+                           if r["reached"]), key=lambda r: r["seed"])
             steps = [r["steps"] for r in mine]
             if not steps:
                 continue
