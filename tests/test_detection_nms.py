@@ -49,6 +49,43 @@ def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
     assert torch_nms.nms(same, torch.ones(3), 0.5).tolist() == [0]
 
 
+def test_score_order_is_the_stable_descending_order_for_float32_and_float64_scores():
+    from tbdzoo.detection.nms import score_order
+    rng = np.random.RandomState(2)
+    single = rng.standard_normal(5000).astype(np.float32)
+    single[::7] = single[1]                      # ties
+    single[3::11] = np.float32(0)
+    single[5::13] = np.float32(-0.0)             # -0 ties with 0
+    single[:4] = [np.inf, -np.inf, np.float32(1e-45), np.float32(-1e-45)]
+    for scores in (single, single.astype(np.float64), rng.standard_normal(3000),
+                   np.zeros(0, np.float32)):
+        np.testing.assert_array_equal(score_order(scores),
+                                      np.argsort(-np.asarray(scores, np.float64), kind="stable"))
+
+
+def test_torch_nms_with_max_keep_on_a_prefix_keeps_the_boxes_of_the_whole(monkeypatch):
+    """max_keep runs the kernel on the best boxes first and doubles them until it keeps enough:
+    the kept boxes are those of NMS over every box, whether the first prefix suffices, needs to
+    grow, or never reaches max_keep."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    from tbdzoo.detection import torch_nms
+    sizes = []
+    kernel = torchvision.ops.nms
+    monkeypatch.setattr(torchvision.ops, "nms",
+                        lambda b, s, t: sizes.append(len(b)) or kernel(b, s, t))
+    rng = np.random.RandomState(1)
+    boxes, scores = float_boxes(rng, n=2000)
+    expected = reference_nms(boxes, scores, 0.5)
+    for max_keep in (10, len(expected) // 2, len(expected) - 1, len(expected) + 5):
+        del sizes[:]
+        got = torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), 0.5, max_keep)
+        np.testing.assert_array_equal(got.numpy(), expected[:max_keep])
+        assert sizes[0] == min(2000, torch_nms.PREFIX_PER_KEPT * max_keep)
+        assert sizes[-1] <= 2000 and sizes == sorted(sizes)
+    assert sizes[-1] == 2000  # more than NMS keeps: the prefix grew to every box
+
+
 def test_proposals_keep_their_boxes_with_torchvisions_kernel_lent():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")

@@ -170,6 +170,31 @@ def test_the_targets_step_is_the_numpy_reference_in_the_rpns_layout():
         assert not out["roi_box_weights"][i][~fg].any()
 
 
+def test_the_targets_step_makes_every_anchor_target_before_it_reads_the_rpn(monkeypatch):
+    """The RPN's targets read only the inputs: the step makes them all before it first reads
+    a value, so on a GPU the host works while the device still computes the RPN (HostValues
+    fetches a value when first read), and gives what it gives on plain arrays."""
+    from tbdzoo.spec.targets import HostValues, StepRandomState
+    md, hp, g = _graph("tiny")
+    batch = md.synthetic_batch(hp, 2, seed=3)
+    rng = np.random.RandomState(0)
+    arrays = {faster_rcnn.RPN_LOGITS: rng.standard_normal((2, 6, 4, 4)).astype(np.float32),
+              faster_rcnn.RPN_DELTAS: 0.1 * rng.standard_normal((2, 24, 4, 4)).astype(np.float32)}
+    inputs = {k: batch[k] for k in faster_rcnn.GT_INPUTS}
+    plain = faster_rcnn.targets(arrays, inputs, hp, StepRandomState(5, 2, "targets/sample"))
+    events = []
+    make = faster_rcnn.rpn_targets
+    monkeypatch.setattr(faster_rcnn, "rpn_targets",
+                        lambda *a: events.append("rpn targets") or make(*a))
+    lazy = HostValues(((n, (lambda n=n, v=v: events.append("read " + n) or v))
+                       for n, v in arrays.items()), ((n, v.shape) for n, v in arrays.items()))
+    out = faster_rcnn.targets(lazy, inputs, hp, StepRandomState(5, 2, "targets/sample"))
+    assert events[:3] == ["rpn targets", "rpn targets", "read " + faster_rcnn.RPN_LOGITS]
+    assert sorted(events[2:]) == sorted("read " + n for n in arrays)  # each fetched once
+    for name in plain:
+        np.testing.assert_array_equal(out[name], plain[name])
+
+
 # -- bad input ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def torch_model():

@@ -251,10 +251,10 @@ class BackendModel(object):
         return self._targets_of(part, index, values)
 
     def _targets_of(self, part, index, values):
-        """The targets function on the values it reads (NumPy, by name) and ``part``'s inputs,
-        with this step's seeded RandomState for update ``index``."""
+        """The targets function on the values it reads (NumPy by name, or a HostValues that
+        fetches each when read) and ``part``'s inputs, with this step's seeded RandomState for
+        update ``index``."""
         step = self.program.targets_step
-        values = OrderedDict((n, np.asarray(values[n])) for n in step["reads"])
         rng = StepRandomState(self.seed, self.step_count, "targets/" + step["name"], index)
         inputs = OrderedDict((n, np.asarray(part[n])) for n in step["inputs"])
         return programs.call_targets(self.spec, self.program, values, inputs, self.hparams, rng)

@@ -144,10 +144,13 @@ def stacked_synthetic(make, graph, program, batch_size, seed):
 
 
 def call_targets(graph, program, values, inputs, hparams, rng):
-    """The targets step's function on one update's batch: {written input: NumPy array} in the
-    inputs' dtypes, checked against the spec's per-example shapes and the batch size."""
+    """The targets step's function on one update's batch (``values``: the read values by name,
+    or a HostValues): {written input: NumPy array} in the inputs' dtypes, checked against the
+    spec's per-example shapes and the batch size."""
     step = program.targets_step
-    rows = len(next(iter(values.values())))
+    if not isinstance(values, _targets.HostValues):
+        values = _targets.HostValues.of_arrays(OrderedDict((n, values[n]) for n in step["reads"]))
+    rows = values.shape(step["reads"][0])[0]
     out = _targets.get(step["function"])(values, inputs, hparams, rng)
     where = "targets function {!r} (step {!r})".format(step["function"], step["name"])
     if not isinstance(out, dict) or set(out) != set(step["writes"]):

@@ -14,7 +14,20 @@ def score_order(scores):
     if np.isnan(scores).any():
         raise DetectionInputError("scores[{}] is NaN: a score must be a number".format(
             int(np.flatnonzero(np.isnan(scores))[0])))
+    single = scores.astype(np.float32)
+    if len(scores) < 2 ** 31 and np.array_equal(single, scores):
+        return _single_precision_order(single)
     return np.argsort(-scores, kind="stable")
+
+
+def _single_precision_order(scores):
+    """``score_order`` of float32 scores (no NaN) as one int64 sort: each score's bits, mapped
+    to an integer of the same order (-0 and 0 alike), above its index. The keys are unique, so
+    the plain sort gives the stable order, several times faster (RPN scores are float32)."""
+    bits = scores.view(np.int32).astype(np.int64)
+    ordered = np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+    keys = (-ordered << 32) | np.arange(len(scores), dtype=np.int64)
+    return np.sort(keys) & 0xFFFFFFFF
 
 
 def overlaps_above(a, b, threshold):

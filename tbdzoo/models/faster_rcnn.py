@@ -29,7 +29,7 @@ from ..detection.targets import anchor_targets, check_labels, sample_rois
 from ..errors import DetectionInputError
 from ..spec import Graph
 from ..spec.program import Program, clip_of, optimizer_of, schedule_of
-from ..spec.targets import register_targets
+from ..spec.targets import register_targets, value_shape
 from .constraints import Rule, boolean, integer, integers, number
 from .registry import register_model
 
@@ -385,22 +385,25 @@ def roi_targets(objectness, deltas, grid, gt_boxes, gt_labels, image_hw, feature
 def targets(values, inputs, hparams, rng):
     """The program's targets step: per image, the RPN's targets and the head's RoIs, each
     sampler drawing from its own stream (``rng.stream('anchor_targets' | 'sample_rois',
-    image)``, docs/detection.md)."""
+    image)``, docs/detection.md). The RPN's targets read only the inputs, so every image's are
+    made before the first read of the RPN's outputs (on a GPU, while it still computes them)."""
     hp = hparams
-    logits = np.asarray(values[RPN_LOGITS])
-    n, a, fh, fw = logits.shape
+    n, a, fh, fw = value_shape(values, RPN_LOGITS)
     stride = hp["feature_stride"]
     grid = anchor_grid.anchors(fh, fw, stride, hp["anchor_sizes"], hp["anchor_ratios"])
-    out = OrderedDict((name, []) for name in WRITTEN)
+    images = []
     for i in range(n):
         count = int(inputs["gt_count"][i])
-        gt = np.asarray(inputs["gt_boxes"][i])[:count]
-        classes = np.asarray(inputs["gt_labels"][i])[:count]
-        hw = check_image_hw(inputs["image_hw"][i], "example {} image_hw".format(i))
-        rpn = rpn_targets(grid, gt, hw, (fh, fw), rng.stream("anchor_targets", i), hp)
+        images.append((np.asarray(inputs["gt_boxes"][i])[:count],
+                       np.asarray(inputs["gt_labels"][i])[:count],
+                       check_image_hw(inputs["image_hw"][i], "example {} image_hw".format(i))))
+    rpn = [rpn_targets(grid, gt, hw, (fh, fw), rng.stream("anchor_targets", i), hp)
+           for i, (gt, _, hw) in enumerate(images)]
+    out = OrderedDict((name, []) for name in WRITTEN)
+    for i, (gt, classes, hw) in enumerate(images):
         objectness, deltas = _rpn_per_anchor(values, i, hp)
         head = roi_targets(objectness, deltas, grid, gt, classes, hw, (fh, fw),
                            rng.stream("sample_rois", i), hp)
-        for name, value in zip(WRITTEN, list(rpn) + list(head)):
+        for name, value in zip(WRITTEN, list(rpn[i]) + list(head)):
             out[name].append(value)
     return OrderedDict((name, np.stack(v)) for name, v in out.items())

@@ -4,7 +4,11 @@ A program's ``targets`` step names one of these by its registered name, so the p
 plain JSON. The backend calls it once per update that reads a written input, before the step's
 updates, as ``function(values, inputs, hparams, rng)``:
 
-  values   {read node name: NumPy array (N, ...)} from an inference-mode forward pass
+  values   a :class:`HostValues` mapping {read node name: NumPy array (N, ...)} from the
+           forward pass; each value is fetched from the device when first read, and
+           ``values.shape(name)`` gives its shape without fetching it, so a function that does
+           its input-only work first (detection: the anchor targets) does it while the device
+           still computes (``value_shape(values, name)`` takes plain dicts too)
   inputs   {batch input name: NumPy array (N, ...)} the step names in ``inputs``
   hparams  the model's hyperparameters
   rng      a :class:`StepRandomState`: a ``numpy.random.RandomState`` seeded from (model
@@ -18,6 +22,7 @@ Valid Python 3.6.
 """
 import hashlib
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -56,6 +61,46 @@ def get(name):
 
 def names():
     return list(_REGISTRY)
+
+
+class HostValues(Mapping):
+    """The values a targets function reads, as NumPy, each fetched when first read (a device
+    copy waits for the device; later reads reuse it). ``shape(name)`` never fetches."""
+
+    def __init__(self, fetchers, shapes):
+        self._fetchers = OrderedDict(fetchers)
+        self._shapes = OrderedDict((n, tuple(int(d) for d in s)) for n, s in shapes)
+        self._fetched = {}
+
+    @classmethod
+    def of_arrays(cls, arrays):
+        """Values already on the host: {name: array}."""
+        arrays = OrderedDict((n, np.asarray(v)) for n, v in arrays.items())
+        return cls(((n, (lambda v=v: v)) for n, v in arrays.items()),
+                   ((n, v.shape) for n, v in arrays.items()))
+
+    def __getitem__(self, name):
+        if name not in self._fetched:
+            self._fetched[name] = np.asarray(self._fetchers[name]())
+        return self._fetched[name]
+
+    def __iter__(self):
+        return iter(self._fetchers)
+
+    def __len__(self):
+        return len(self._fetchers)
+
+    def shape(self, name):
+        """``values[name].shape``, without fetching the value."""
+        return self._shapes[name]
+
+
+def value_shape(values, name):
+    """The shape of ``values[name]``, without fetching it from a HostValues (plain dicts of
+    arrays, as tests and direct callers pass, work too)."""
+    if isinstance(values, HostValues):
+        return values.shape(name)
+    return np.shape(values[name])
 
 
 def seeded_rng(run_seed, step, purpose, index=0):

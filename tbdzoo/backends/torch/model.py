@@ -1,5 +1,6 @@
 """The spec graph as a ``torch.nn.Module`` whose state_dict keys are the canonical names."""
 import contextlib
+import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -9,6 +10,7 @@ from torch import nn
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
+from ...spec.targets import HostValues
 from .. import programs
 from ..base import BackendModel, PendingTargets, Prepared
 from . import ops, optimizers, recurrent
@@ -355,14 +357,17 @@ class Model(BackendModel):
 
     def _forward_to_targets(self, pending):
         """One update's inputs with the targets written: the forward half up to the values the
-        targets step reads, the step on their host copies (on a GPU with torchvision's NMS,
+        targets step reads, queued on the device, the step on their host copies (on a GPU with torchvision's NMS,
         which keeps the reference's boxes: tbdzoo/detection/torch_nms.py), and the half's
         values handed on, so the objective continues from them."""
         part = pending.part
         native = self._uploaded(part)
         half = self.native.values(native, self._frontier)
-        values = OrderedDict((n, _canonical_value(self.spec, n, half[n]))
-                             for n in self.program.targets_step["reads"])
+        reads = self.program.targets_step["reads"]
+        # each read value is copied to the host when the step first reads it: work the step
+        # does on its inputs alone runs while the device computes the half
+        values = HostValues(((n, functools.partial(_canonical_value, self.spec, n, half[n]))
+                             for n in reads), ((n, half[n].shape) for n in reads))
         with _device_kernels(self.device):
             written = self._targets_of(part, pending.index, values)
         native.update(self._prepare(written))
