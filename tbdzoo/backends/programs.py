@@ -164,5 +164,5 @@ def call_targets(graph, program, values, inputs, hparams, rng):
         if array.shape != (rows,) + tuple(inp.shape):
             raise ValueError("{} wrote {!r} of shape {}, expected {}".format(
                 where, name, array.shape, (rows,) + tuple(inp.shape)))
-        written[name] = array.astype(np.int32 if inp.dtype == "int32" else np.float32)
+        written[name] = array.astype(np.int32 if inp.dtype == "int32" else np.float32, copy=False)
     return written
