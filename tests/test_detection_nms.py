@@ -110,6 +110,42 @@ def test_proposals_keep_their_boxes_with_torchvisions_kernel_lent():
     assert kernels.lent("nms") is None  # restored after the block
 
 
+def test_proposals_on_pytorch_are_the_numpy_boxes_bit_for_bit():
+    """The whole of ``proposals`` lent to PyTorch (decode, clip, size filter, score order, NMS)
+    gives the reference's boxes and scores exactly: with tied and signed-zero scores, deltas
+    past the scale clip, boxes the clip and the size filter remove, and with no box left. On
+    the CPU here; the same float64 operations run on a GPU."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.detection import kernels, torch_proposals
+    from tbdzoo.detection.proposals import proposals
+    from tbdzoo.errors import DetectionInputError
+    kernel = torch_proposals.host_kernel(torch.device("cpu"))
+    rng = np.random.RandomState(4)
+    for trial in range(6):
+        n = 900
+        anchors = float_boxes(rng, n)[0] * 1.5 - 10
+        objectness = np.round(rng.randn(n), 1).astype(np.float32)  # ties, and 0.0 with -0.0
+        objectness[::17] = -0.0
+        deltas = (0.3 * rng.randn(n, 4)).astype(np.float32)
+        deltas[::29, 2:] = 9.0                                    # past SCALE_CLIP
+        args = (objectness, deltas, anchors, (80 + trial, 90), 600, 150, 0.5 + 0.05 * trial,
+                4.0 * trial)
+        expected = proposals(*args)
+        with kernels.lending(proposals=kernel):
+            got = proposals(*args)
+        assert got[0].dtype == expected[0].dtype == np.float32 and len(expected[0])
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+    args = (objectness, deltas, anchors, (80, 90), 600, 150, 0.7, 1e6)  # nothing that large
+    with kernels.lending(proposals=kernel):
+        assert proposals(*args)[0].shape == (0, 4)
+    objectness = objectness.astype(np.float64)
+    objectness[5] = np.nan
+    with kernels.lending(proposals=kernel), pytest.raises(DetectionInputError, match="NaN"):
+        proposals(objectness, deltas, anchors, (80, 90), 600, 150, 0.7, 0.0)
+
+
 def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")

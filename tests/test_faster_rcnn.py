@@ -236,13 +236,14 @@ def test_the_targets_step_writes_the_same_targets_with_pytorchs_kernels_lent():
     """What the PyTorch backend lends the targets step on a GPU, run here on the CPU."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import kernels, torch_nms, torch_roi_align
+    from tbdzoo.detection import kernels, torch_nms, torch_proposals, torch_roi_align
     model = build_native(NAME, "torch", config="tiny", seed=0)
     try:
         batch = model.synthetic_batch(seed=2)
         expected = model.step_targets(batch)
         device = torch.device("cpu")
         with kernels.lending(nms=torch_nms.host_kernel(device),
+                             proposals=torch_proposals.host_kernel(device),
                              roi_align_points=torch_roi_align.host_kernel(device)):
             got = model.step_targets(batch)
     finally:

@@ -2,13 +2,15 @@
 operator doing the same work on the device. A lent kernel must give exactly what the NumPy code
 gives (the same kept boxes, the same gather points); each has a test saying so
 (tests/test_detection_nms.py, tests/test_detection_ops.py), so the targets every backend trains on
-stay the same. Kernels: ``nms(boxes, scores, threshold, max_keep)`` and
+stay the same. Kernels: ``nms(boxes, scores, threshold, max_keep)``,
 ``roi_align_points(rois, (height, width), spatial_scale, (out_h, out_w), sampling_ratio,
-aligned)``, with the NumPy functions' arguments and results."""
+aligned)`` and ``proposals(objectness, deltas, anchors, (height, width), pre_nms, post_nms,
+threshold, min_size, weights)`` (inputs already checked), with the NumPy functions' arguments
+and results."""
 import contextlib
 import threading
 
-NAMES = ("nms", "roi_align_points")
+NAMES = ("nms", "roi_align_points", "proposals")
 
 _state = threading.local()
 

@@ -1,9 +1,11 @@
 """RPN outputs -> proposals, in mx-rcnn's order: decode every anchor, clip to the valid image,
-drop boxes smaller than ``min_size``, keep the ``pre_nms`` best, NMS, keep the ``post_nms`` best."""
+drop boxes smaller than ``min_size``, keep the ``pre_nms`` best, NMS, keep the ``post_nms`` best.
+A backend may lend the whole function a kernel of its framework (tbdzoo/detection/kernels.py)."""
 import numpy as np
 
 from ..errors import DetectionInputError
 from .boxes import RPN_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
+from . import kernels
 from .nms import nms, score_order
 
 # mx-rcnn's TRAIN / TEST settings; min_size is RPN_MIN_SIZE = 16 pixels of the original image,
@@ -26,6 +28,10 @@ def proposals(objectness, deltas, anchors, valid_hw, pre_nms, post_nms, threshol
             "objectness must be ({0},) and deltas ({0}, 4), one per anchor in the anchors' order; "
             "got {1} and {2}".format(len(anchors), objectness.shape, deltas.shape))
     height, width = check_image_hw(valid_hw)
+    kernel = kernels.lent("proposals")
+    if kernel is not None:
+        return kernel(objectness, deltas, anchors, (height, width), pre_nms, post_nms,
+                      threshold, min_size, weights)
     boxes = clip(decode(deltas, anchors, weights), height, width)
     big = remove_small(boxes, min_size)
     best = big[score_order(objectness[big])][:int(pre_nms)]

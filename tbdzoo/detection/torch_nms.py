@@ -34,8 +34,9 @@ def _checked(boxes, scores):
 
 
 def score_order(scores):
-    """Indices by score descending, equal scores by index ascending (a stable sort)."""
-    return torch.sort(scores.reshape(-1), descending=True, stable=True)[1]
+    """Indices by score descending, equal scores by index ascending (a stable sort). Adding
+    0.0 turns -0.0 into 0.0, which a radix sort would otherwise tell apart."""
+    return torch.sort(scores.reshape(-1) + 0.0, descending=True, stable=True)[1]
 
 
 def nms(boxes, scores, threshold, max_keep=None):

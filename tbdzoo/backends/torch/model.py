@@ -710,8 +710,9 @@ class _TargetsInForward(object):
 
 
 def _device_kernels(device):
-    """On a GPU, the targets step's NMS (torchvision's, where it imports) and RoIAlign gather
-    points run there (tbdzoo/detection/kernels.py); on the CPU the NumPy code is the faster."""
+    """On a GPU, the targets step's proposals and NMS (torchvision's NMS, where it imports) and
+    RoIAlign gather points run there (tbdzoo/detection/kernels.py); on the CPU the NumPy code
+    is the faster."""
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
     from ...detection import kernels, torch_roi_align
@@ -721,8 +722,9 @@ def _device_kernels(device):
     except ImportError:
         pass
     else:
-        from ...detection import torch_nms
+        from ...detection import torch_nms, torch_proposals
         lent["nms"] = torch_nms.host_kernel(torch.device(device))
+        lent["proposals"] = torch_proposals.host_kernel(torch.device(device))
     return kernels.lending(**lent)
 
 
