@@ -11,6 +11,16 @@ from tbdzoo.backends import environments, list_backends
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """Each test starts from the session's environment: commands run in-process (``tbdzoo.rl``
+    sets OMP_NUM_THREADS=1 for its frameworks) must not change what later tests' workers get."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def require_backend(name):
     info = {b["name"]: b for b in list_backends()}[name]
     if info["ready"]:

@@ -3,6 +3,7 @@
 Cross-framework agreement lives in the consistency tests; here: the remote handle, weights,
 running statistics for any batch size, the normalized optimizers and Python 3.6 validity."""
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -133,3 +134,30 @@ def test_the_backend_byte_compiles_under_python36():
                                                     "ops.py", "optimizers.py"]
     proc = run_in_env(environments.python_of("cntk"), ["-m", "py_compile"] + files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_ONE_THREAD_WEIGHT_GRADIENTS = r"""
+from tbdzoo.backends.registry import build_native
+model = build_native("wgan", "cntk", config="paper", dim=4, batch_size=16)
+batch = model.prepare_batch(model.synthetic_batch(seed=0))
+for _ in range(2):
+    model.train_step(batch)
+print("one-thread steps ok")
+"""
+
+
+def test_one_thread_runs_finish_their_convolution_gradients():
+    """With OMP_NUM_THREADS=1 the backend must not cap OpenMP's teams: a cap deadlocked
+    MKL-ML's 1x1 weight gradient on AVX-512 CPUs (WGAN's critic has them; docs/benchmarks.md)."""
+    require_backend("cntk")
+    env = dict(environments.worker_environment(), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("OMP_THREAD_LIMIT", None)
+    try:
+        done = subprocess.run([environments.python_for("cntk"), "-c", _ONE_THREAD_WEIGHT_GRADIENTS],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("two one-thread WGAN steps (seconds each) did not finish in 180 s: a "
+                    "capped OpenMP team deadlocks MKL-ML's weight gradient")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "one-thread steps ok" in done.stdout
