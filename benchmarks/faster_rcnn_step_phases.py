@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import gpu_faster_rcnn as bench  # noqa: E402
+from gpu_recurrent import synchronize  # noqa: E402
 
 # (module attribute, phase name): what each phase times
 PHASES = (("models.faster_rcnn", "rpn_targets", "anchor targets"),
@@ -34,18 +35,13 @@ PHASES = (("models.faster_rcnn", "rpn_targets", "anchor targets"),
           ("models.faster_rcnn", "roi_align_points", "RoIAlign gather points"))
 
 
-def synchronize(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
 def timed(times, name, function, device):
     """``function`` with every call timed, synchronised before and after, into times[name]."""
     def wrapper(*args, **kwargs):
-        synchronize(device)
+        synchronize(str(device))
         start = time.perf_counter()
         result = function(*args, **kwargs)
-        synchronize(device)
+        synchronize(str(device))
         times.setdefault(name, []).append(time.perf_counter() - start)
         return result
     return wrapper
@@ -77,10 +73,10 @@ def step_times(step, device, warmup, steps):
         step()
     times = []
     for _ in range(steps):
-        synchronize(device)
+        synchronize(str(device))
         start = time.perf_counter()
         step()
-        synchronize(device)
+        synchronize(str(device))
         times.append(time.perf_counter() - start)
     return times
 
@@ -114,7 +110,7 @@ def kernel_ms(step, device, steps=5):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
-        synchronize(device)
+        synchronize(str(device))
     return sum(e.self_device_time_total for e in prof.key_averages()) / steps / 1e3
 
 
