@@ -2,8 +2,9 @@
 
 It trains with the model's own optimizer and schedule (``model.train_step``), evaluates every
 ``eval_every`` steps, and stops at the first evaluation that meets the target, or when
-``max_minutes`` (training and evaluation together) or ``max_steps`` run out. Steps-to-target is
-therefore a multiple of ``eval_every``. Training and evaluation time are timed apart: the
+``max_minutes`` (training and evaluation together) or ``max_steps`` run out. Both are checked
+at evaluations, so a run may pass its minutes by up to one interval, and steps-to-target is a
+multiple of ``eval_every``. Training and evaluation time are timed apart: the
 seconds to target count training steps only (batches included), eval_seconds the evaluations.
 """
 import importlib
