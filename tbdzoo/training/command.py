@@ -24,7 +24,7 @@ def add_parser(sub, assignment, positive):
     p.add_argument("--target", metavar="METRIC=VALUE",
                    help="e.g. top1=0.65 (resnet50, inception_v3), token_accuracy=0.5 (seq2seq, "
                         "transformer), cer=0.7 (deepspeech2), map=0.1 (faster_rcnn), "
-                        "frechet=60 (wgan), return=475 (a3c); default: the model's in "
+                        "frechet=30 (wgan), return=475 (a3c); default: the model's in "
                         "docs/training.md")
     p.add_argument("--seed", type=int, default=0, help="weights, data order and environments")
     p.add_argument("--max-minutes", type=float, default=10.0,
