@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/native_models.py --model inception_v3            # all three
     .venv/bin/python benchmarks/native_models.py --model resnet50 --backend torch  # one, here
     .venv/bin/python benchmarks/native_models.py --model deepspeech2 --set max_frames=200
+    .venv/bin/python benchmarks/native_models.py --model deepspeech2 --backends mxnet --alone
 
 What users would pick instead, trained the framework's idiomatic way (a PyTorch loop,
 ``train_on_batch``, a Gluon ``Trainer``), on the same synthetic batch, the loss read back every
@@ -631,19 +632,34 @@ def _engine_wait(backend):
     return mx.nd.waitall
 
 
-def contenders(model_name, backend, batch_size, overrides):
-    """name -> (variant, step): the native model, tbdzoo's like-for-like variant, then the
-    paper config where that differs; and the items (images, tokens, audio seconds) a step
-    trains on."""
+def contender_variants(model_name, backend):
+    """name -> variant of every contender, in timing order: the native model, tbdzoo's
+    like-for-like variant, then the paper config where that differs."""
+    spec = MODELS[model_name]
+    native_variant = spec["native"][backend][1]
+    paper = next(iter(spec["tbdzoo"]))
+    out = {"native": native_variant}
+    for variant in dict.fromkeys([native_variant, paper]):
+        out["tbdzoo " + variant] = variant
+    return out
+
+
+def contenders(model_name, backend, batch_size, overrides, only=None):
+    """name -> (variant, step) for the contenders (those named in ``only``, if given), and the
+    items (images, tokens, audio seconds) a step trains on."""
     spec = MODELS[model_name]
     overrides = dict(spec.get("overrides", {}), **overrides)
     batch, hp = synthetic(model_name, batch_size, overrides)
-    _, native_variant, build = spec["native"][backend]
-    out = {"native": (native_variant, build(batch, hp))}
-    paper = next(iter(spec["tbdzoo"]))
-    for variant in dict.fromkeys([native_variant, paper]):
-        out["tbdzoo " + variant] = (variant, tbdzoo_step(
-            model_name, backend, batch_size, dict(overrides, **spec["tbdzoo"][variant]), batch))
+    out = {}
+    for name, variant in contender_variants(model_name, backend).items():
+        if only is not None and name not in only:
+            continue
+        if name == "native":
+            step = spec["native"][backend][2](batch, hp)
+        else:
+            step = tbdzoo_step(model_name, backend, batch_size,
+                               dict(overrides, **spec["tbdzoo"][variant]), batch)
+        out[name] = (variant, step)
     return out, _items(model_name, hp, batch)
 
 
@@ -654,9 +670,11 @@ def _items(model_name, hp, batch):
     return get_model(model_name).items(hp, batch)
 
 
-def run_backend(model_name, backend, batch_size, warmup, steps, repeats, overrides=None):
-    """Interleaved timings in this process; returns one row per contender."""
-    steppers, items = contenders(model_name, backend, batch_size, overrides or {})
+def run_backend(model_name, backend, batch_size, warmup, steps, repeats, overrides=None,
+                only=None):
+    """Interleaved timings in this process: name -> seconds a step of each repeat, and the
+    items a step trains on."""
+    steppers, items = contenders(model_name, backend, batch_size, overrides or {}, only)
     names = list(steppers)
     for name in names:
         for _ in range(warmup):
@@ -669,13 +687,48 @@ def run_backend(model_name, backend, batch_size, warmup, steps, repeats, overrid
             times[name].append(timed(steppers[name][1], steps, wait))
         print("{} repeat {}: {}".format(backend, r + 1, ", ".join(
             "{} {:.2f} s".format(n, t[-1]) for n, t in times.items())), file=sys.stderr, flush=True)
+    return times, items
+
+
+def run_alone(model_name, backend, batch_size, warmup, steps, repeats, knobs):
+    """Each contender in a process of its own, one process a repeat, the order rotating: for
+    models too large for two to share this host's memory. Each process builds, warms up and
+    times one repeat, so the build and the warm-up are paid again every repeat (untimed)."""
+    names = list(contender_variants(model_name, backend))
+    times, items = {name: [] for name in names}, None
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            proc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--backend", backend, "--only", name]
+                + _with(knobs, "--repeats", "1"), stdout=subprocess.PIPE, universal_newlines=True)
+            if proc.returncode != 0:
+                raise RuntimeError("{} {} failed in repeat {} (its error is above)".format(
+                    backend, name, r + 1))
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            times[name] += result["times"][name]
+            items = result["items"]
+        print("{} repeat {} (a process each): {}".format(backend, r + 1, ", ".join(
+            "{} {:.2f} s".format(n, t[-1]) for n, t in times.items())), file=sys.stderr, flush=True)
+    return times, items
+
+
+def _with(knobs, flag, value):
+    """``knobs`` with ``flag``'s value replaced."""
+    out = list(knobs)
+    out[out.index(flag) + 1] = value
+    return out
+
+
+def rows_of(model_name, backend, batch_size, times, items):
+    """One row per contender: its median step, its rate, and its ratio to the native model's."""
+    variants = contender_variants(model_name, backend)
     native = statistics.median(times["native"])
     rows = []
-    for name in names:
+    for name in times:
         median = statistics.median(times[name])
         rows.append({"backend": backend,
                      "model": MODELS[model_name]["native"][backend][0] if name == "native" else name,
-                     "variant": steppers[name][0], "batch_size": batch_size,
+                     "variant": variants[name], "batch_size": batch_size,
                      "step_s_median": median, "step_s": times[name],
                      UNIT_KEY.format(MODELS[model_name].get("unit", "images")): items / median,
                      "ratio_to_native": native / median,
@@ -712,6 +765,10 @@ def main(argv=None, default_model=None):
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", help="default: benchmarks/results/native_<model>.json")
+    p.add_argument("--alone", action="store_true",
+                   help="each contender in a process of its own, one a repeat (for models too "
+                        "large for two to share the host's memory, e.g. Deep Speech 2 on MXNet)")
+    p.add_argument("--only", help=argparse.SUPPRESS)   # a --alone child: time this contender
     args = p.parse_args(argv)
     batch_size = args.batch_size or MODELS[args.model]["batch_size"]
     overrides = dict(args.set)
@@ -720,9 +777,19 @@ def main(argv=None, default_model=None):
              "--steps", str(args.steps), "--repeats", str(args.repeats)]
     for key, value in sorted(overrides.items()):
         knobs += ["--set", "{}={}".format(key, json.dumps(value))]
+    if args.backend and args.only:
+        times, items = run_backend(args.model, args.backend, batch_size, args.warmup,
+                                   args.steps, args.repeats, overrides, only=[args.only])
+        print(json.dumps({"times": times, "items": items}))
+        return 0
     if args.backend:
-        print(json.dumps(run_backend(args.model, args.backend, batch_size, args.warmup,
-                                     args.steps, args.repeats, overrides)))
+        if args.alone:
+            times, items = run_alone(args.model, args.backend, batch_size, args.warmup,
+                                     args.steps, args.repeats, knobs)
+        else:
+            times, items = run_backend(args.model, args.backend, batch_size, args.warmup,
+                                       args.steps, args.repeats, overrides)
+        print(json.dumps(rows_of(args.model, args.backend, batch_size, times, items)))
         return 0
     backends = [b for b in args.backends.split(",") if b]
     unknown = sorted(set(backends) - set(BACKENDS))
@@ -730,6 +797,8 @@ def main(argv=None, default_model=None):
         p.error("unknown backend {}; choose from {}".format(unknown[0], ", ".join(BACKENDS)))
     if backends != list(BACKENDS):
         knobs += ["--backends", ",".join(backends)]
+    if args.alone:
+        knobs += ["--alone"]
     rows, load_before = [], os.getloadavg()
     for backend in backends:
         print("timing {} ...".format(backend), file=sys.stderr, flush=True)
