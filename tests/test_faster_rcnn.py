@@ -253,6 +253,38 @@ def test_the_targets_step_writes_the_same_targets_with_pytorchs_kernels_lent():
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
 
+def test_gather_points_a_lent_kernel_leaves_on_the_device_reach_roi_align_without_a_round_trip(
+        monkeypatch):
+    """The gather points PyTorch's kernel computes stay tensors (spec.targets.DeviceArray)
+    from the kernel to RoIAlign: a step with the kernels lent (as on a GPU, here on the CPU)
+    never copies them to the host, and trains as the NumPy reference's points do."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from tbdzoo.backends.torch import model as torch_model_module
+    from tbdzoo.detection import kernels, torch_nms, torch_proposals, torch_roi_align
+    device = torch.device("cpu")
+
+    def lent_on_the_cpu(_):
+        return kernels.lending(nms=torch_nms.host_kernel(device),
+                               proposals=torch_proposals.host_kernel(device),
+                               roi_align_points=torch_roi_align.host_kernel(device))
+
+    def no_host_copy(self):
+        raise AssertionError("a device value was copied to the host")
+    lent = build_native(NAME, "torch", config="tiny", seed=0)
+    reference = build_native(NAME, "torch", config="tiny", seed=0)
+    try:
+        batch = lent.synthetic_batch(seed=1)
+        expected = [reference.train_step(batch) for _ in range(2)]
+        monkeypatch.setattr(torch_model_module, "_device_kernels", lent_on_the_cpu)
+        monkeypatch.setattr(torch_roi_align.TorchDeviceArray, "_host_copy", no_host_copy)
+        got = [lent.train_step(batch) for _ in range(2)]
+    finally:
+        lent.close()
+        reference.close()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda b: b["gt_count"].__setitem__(1, 0), "example 1: an image without boxes"),
     (lambda b: b["gt_boxes"].__setitem__((0, 0, 2), 70.0),

@@ -207,6 +207,46 @@ def test_what_the_function_returns_is_checked(monkeypatch):
     assert "wrote 'sampled_labels' of shape (3, 2), expected (3, 5)" in str(e.value)
 
 
+class _Resident(targets.DeviceArray):
+    """A device value whose "device" is a NumPy array; counts its copies to the host."""
+    copies = 0
+
+    def _host_copy(self):
+        type(self).copies += 1
+        return self.native
+
+    @classmethod
+    def stack(cls, arrays):
+        return cls(np.stack([a.native for a in arrays]), arrays[0].dtype)
+
+
+def test_a_value_a_kernel_left_on_its_device_is_checked_and_kept_there(monkeypatch):
+    """A written DeviceArray of the input's dtype passes the checks without a host copy (the
+    backend owning the device takes it as it is); one of another dtype is converted on the
+    host; a wrong shape is refused as a NumPy one is."""
+    g = _graph()
+    g.set_program(_program(["score"], ["w"]))
+    values = targets.HostValues.of_arrays({"score": np.zeros((2, 3), np.float32)})
+    rows = [_Resident(np.full(3, i, np.float32), np.float32) for i in range(2)]
+    written_by = {}
+    monkeypatch.setitem(targets._REGISTRY, "probe.top_scores",
+                        lambda values, inputs, hparams, rng: {"w": written_by["w"]})
+    _Resident.copies = 0
+    written_by["w"] = targets.stack_written(rows)
+    got = programs.call_targets(g, g.program, values, {}, {}, None)["w"]
+    assert isinstance(got, _Resident) and got.shape == (2, 3) and _Resident.copies == 0
+    np.testing.assert_array_equal(np.asarray(got), [[0, 0, 0], [1, 1, 1]])
+    assert _Resident.copies == 1 and np.asarray(got) is np.asarray(got)  # one copy, kept
+    written_by["w"] = _Resident(np.zeros((2, 3), np.float64), np.float64)
+    got = programs.call_targets(g, g.program, values, {}, {}, None)["w"]
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    written_by["w"] = _Resident(np.zeros((2, 2), np.float32), np.float32)
+    with pytest.raises(ValueError, match=r"wrote 'w' of shape \(2, 2\), expected \(2, 3\)"):
+        programs.call_targets(g, g.program, values, {}, {}, None)
+    mixed = targets.stack_written([rows[0], np.ones(3, np.float32)])
+    assert isinstance(mixed, np.ndarray) and mixed.shape == (2, 3)
+
+
 def test_a_program_with_several_writes_takes_all_or_none():
     g = Graph("two-writes")
     x = g.input("x", (3,))

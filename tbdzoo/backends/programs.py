@@ -145,8 +145,9 @@ def stacked_synthetic(make, graph, program, batch_size, seed):
 
 def call_targets(graph, program, values, inputs, hparams, rng):
     """The targets step's function on one update's batch (``values``: the read values by name,
-    or a HostValues): {written input: NumPy array} in the inputs' dtypes, checked against the
-    spec's per-example shapes and the batch size."""
+    or a HostValues): {written input: NumPy array, or a DeviceArray a lent kernel left on its
+    device} in the inputs' dtypes, checked against the spec's per-example shapes and the batch
+    size."""
     step = program.targets_step
     if not isinstance(values, _targets.HostValues):
         values = _targets.HostValues.of_arrays(OrderedDict((n, values[n]) for n in step["reads"]))
@@ -160,9 +161,12 @@ def call_targets(graph, program, values, inputs, hparams, rng):
     written = OrderedDict()
     for name in step["writes"]:
         inp = graph.inputs[name]
-        array = np.asarray(out[name])
+        dtype = np.dtype(np.int32 if inp.dtype == "int32" else np.float32)
+        array = out[name]
+        if not (isinstance(array, _targets.DeviceArray) and array.dtype == dtype):
+            array = np.asarray(array).astype(dtype, copy=False)  # a device value stays there
         if array.shape != (rows,) + tuple(inp.shape):
             raise ValueError("{} wrote {!r} of shape {}, expected {}".format(
                 where, name, array.shape, (rows,) + tuple(inp.shape)))
-        written[name] = array.astype(np.int32 if inp.dtype == "int32" else np.float32, copy=False)
+        written[name] = array
     return written

@@ -1,15 +1,17 @@
 """Proposals (``proposals.proposals``) computed by PyTorch on a device, for
 ``tbdzoo.detection.kernels.lending``: the decode, clip, size filter, score order and NMS of the
 NumPy reference with the same float64 operations, one elementwise kernel each (no fused
-multiply-add), so the boxes are the reference's bit for bit (tests/test_detection_nms.py). The
-exponentials of the decode stay on the host, NumPy's: the one operation whose rounding a CUDA
-kernel need not share. The NMS is ``torch_nms.nms``, on the boxes where they are."""
+multiply-add, no division by a reciprocal: ``torch_roi_align.divide``), so the boxes are the
+reference's bit for bit (tests/test_detection_nms.py). The exponentials of the decode stay on
+the host, NumPy's: the one operation whose rounding a CUDA kernel need not share. The NMS is
+``torch_nms.nms``, on the boxes where they are."""
 import numpy as np
 import torch
 
 from ..errors import DetectionInputError
 from . import torch_nms
 from .boxes import SCALE_CLIP
+from .torch_roi_align import divide
 
 
 def _decoded(deltas, anchors, weights, device):
@@ -25,8 +27,8 @@ def _decoded(deltas, anchors, weights, device):
     heights = a[:, 3] - a[:, 1]
     ctr_x = a[:, 0] + 0.5 * widths
     ctr_y = a[:, 1] + 0.5 * heights
-    pred_x = (d[:, 0] / wx) * widths + ctr_x
-    pred_y = (d[:, 1] / wy) * heights + ctr_y
+    pred_x = divide(d[:, 0], wx) * widths + ctr_x
+    pred_y = divide(d[:, 1], wy) * heights + ctr_y
     half_w = 0.5 * (grow[:, 0] * widths)
     half_h = 0.5 * (grow[:, 1] * heights)
     return torch.stack([pred_x - half_w, pred_y - half_h, pred_x + half_w, pred_y + half_h], 1)

@@ -1,10 +1,33 @@
 """RoIAlign's gather points (``roi_align.roi_align_points``) computed by PyTorch on a device,
 for ``tbdzoo.detection.kernels.lending``: the same float32 operations, one elementwise kernel
-each (no fused multiply-add), so the indices and weights are those of the NumPy reference,
-bit for bit (tests/test_detection_ops.py). At Faster R-CNN's size (128 RoIs, 14 x 14 bins, 2 x 2
-samples, 4 taps: 400,000 points) NumPy takes tens of milliseconds a step on the host."""
+each (no fused multiply-add, no division turned into a multiplication: ``divide``), so the
+indices and weights are those of the NumPy reference, bit for bit (tests/test_detection_ops.py
+on the CPU, benchmarks/detection_kernels_check.py on a GPU). At Faster R-CNN's size (128 RoIs,
+14 x 14 bins, 2 x 2 samples, 4 taps: 400,000 points) NumPy takes tens of milliseconds a step on
+the host. The points stay on the device as :class:`TorchDeviceArray`: RoIAlign reads them
+there, so their 3 MB never travel to the host and back."""
 import numpy as np
 import torch
+
+from ..spec.targets import DeviceArray
+
+
+class TorchDeviceArray(DeviceArray):
+    """A PyTorch tensor a targets step wrote, left on its device (``spec.targets.DeviceArray``)."""
+
+    def _host_copy(self):
+        return self.native.cpu().numpy()
+
+    @classmethod
+    def stack(cls, arrays):
+        return cls(torch.stack([a.native for a in arrays]), arrays[0].dtype)
+
+
+def divide(x, value):
+    """``x / value`` rounded as NumPy rounds it: PyTorch's CUDA kernels divide by a Python
+    number as a multiplication by its reciprocal, which can differ in the last bit
+    (roi_h / 14); a divisor on the device is divided by."""
+    return x / torch.full((), float(value), dtype=x.dtype, device=x.device)
 
 
 def _axis_samples(start, bin_size, bins, sr):
@@ -13,7 +36,7 @@ def _axis_samples(start, bin_size, bins, sr):
     b = torch.arange(bins, dtype=torch.float32, device=device)
     s = torch.arange(sr, dtype=torch.float32, device=device) + 0.5
     coarse = start[:, None, None] + b[None, :, None] * bin_size[:, None, None]
-    return (coarse + s[None, None, :] * bin_size[:, None, None] / float(sr)).reshape(
+    return (coarse + divide(s[None, None, :] * bin_size[:, None, None], sr)).reshape(
         len(start), -1)
 
 
@@ -29,7 +52,8 @@ def _corners(coord, size):
 
 
 def points(rois, feature_hw, spatial_scale, output_size, sampling_ratio, aligned, device):
-    """Indices (R, S, 4) int32 and weights (R, S, 4) float32, as NumPy arrays."""
+    """Indices (R, S, 4) int32 and weights (R, S, 4) float32, as TorchDeviceArrays on
+    ``device`` (the indices' tensor int64, the dtype PyTorch's gathers take)."""
     height, width = feature_hw
     out_h, out_w = output_size
     sr = int(sampling_ratio)
@@ -43,8 +67,8 @@ def points(rois, feature_hw, spatial_scale, output_size, sampling_ratio, aligned
     if not aligned:
         roi_w = roi_w.clamp(min=1.0)
         roi_h = roi_h.clamp(min=1.0)
-    ys = _axis_samples(y1, roi_h / float(out_h), out_h, sr)
-    xs = _axis_samples(x1, roi_w / float(out_w), out_w, sr)
+    ys = _axis_samples(y1, divide(roi_h, out_h), out_h, sr)
+    xs = _axis_samples(x1, divide(roi_w, out_w), out_w, sr)
     y_out, y_low, y_high, ly = _corners(ys, height)
     x_out, x_low, x_high, lx = _corners(xs, width)
     n = len(r)
@@ -62,8 +86,8 @@ def points(rois, feature_hw, spatial_scale, output_size, sampling_ratio, aligned
                            grid(y_high * width, x_high, torch.add)], dim=2)
     outside = grid(y_out, x_out, torch.logical_or)[:, :, None]
     weights = torch.where(outside, torch.zeros_like(weights), weights)
-    indices = torch.where(outside, torch.zeros_like(indices), indices).to(torch.int32)
-    return indices.cpu().numpy(), weights.cpu().numpy()
+    indices = torch.where(outside, torch.zeros_like(indices), indices)
+    return TorchDeviceArray(indices, np.int32), TorchDeviceArray(weights, np.float32)
 
 
 def host_kernel(device):

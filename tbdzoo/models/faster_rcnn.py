@@ -29,7 +29,7 @@ from ..detection.targets import anchor_targets, check_labels, sample_rois
 from ..errors import DetectionInputError
 from ..spec import Graph
 from ..spec.program import Program, clip_of, optimizer_of, schedule_of
-from ..spec.targets import register_targets, value_shape
+from ..spec.targets import register_targets, stack_written, value_shape
 from .constraints import Rule, boolean, integer, integers, number
 from .registry import register_model
 
@@ -406,4 +406,4 @@ def targets(values, inputs, hparams, rng):
                            rng.stream("sample_rois", i), hp)
         for name, value in zip(WRITTEN, list(rpn[i]) + list(head)):
             out[name].append(value)
-    return OrderedDict((name, np.stack(v)) for name, v in out.items())
+    return OrderedDict((name, stack_written(v)) for name, v in out.items())

@@ -15,7 +15,9 @@ updates, as ``function(values, inputs, hparams, rng)``:
            seed, step, step name, update), whose ``stream(purpose, index)`` gives more
            streams of the same step (detection: one per sampler and image)
 
-and it returns {written input name: NumPy array (N,) + the input's shape}. Functions register
+and it returns {written input name: NumPy array (N,) + the input's shape}, or a
+:class:`DeviceArray` of that shape where a kernel the backend lent left the value on its device
+(``stack_written`` stacks the per-example values either way). Functions register
 with :func:`register_targets`; the module that defines one must be imported by the module that
 builds the graph, so the CNTK worker, which builds the graph itself, registers it too.
 Valid Python 3.6.
@@ -93,6 +95,52 @@ class HostValues(Mapping):
     def shape(self, name):
         """``values[name].shape``, without fetching the value."""
         return self._shapes[name]
+
+
+class DeviceArray(object):
+    """A value a lent kernel wrote and left on the device that computed it: the backend owning
+    that device takes ``native`` as it is, so the graph op that reads it never waits for a
+    round trip through the host; NumPy sees a host copy, made on first use (``__array__``).
+    A framework subclasses it with ``_host_copy`` and ``stack``."""
+
+    def __init__(self, native, dtype):
+        self.native = native
+        self.dtype = np.dtype(dtype)
+        self._host = None
+
+    @property
+    def shape(self):
+        return tuple(int(d) for d in self.native.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        if self._host is None:
+            self._host = np.asarray(self._host_copy(), dtype=self.dtype)
+        return self._host if dtype is None else self._host.astype(dtype, copy=False)
+
+    def _host_copy(self):
+        raise NotImplementedError
+
+    @classmethod
+    def stack(cls, arrays):
+        """``np.stack`` of same-class arrays, on their device."""
+        raise NotImplementedError
+
+
+def stack_written(values):
+    """``np.stack`` of a targets function's per-example values; DeviceArrays of one class stay
+    on their device."""
+    values = list(values)
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1 and issubclass(kinds.pop(), DeviceArray):
+        return type(values[0]).stack(values)
+    return np.stack([np.asarray(v) for v in values])
 
 
 def value_shape(values, name):

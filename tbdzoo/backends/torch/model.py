@@ -10,7 +10,7 @@ from torch import nn
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
 from ...spec.graph import values_read
-from ...spec.targets import HostValues
+from ...spec.targets import DeviceArray, HostValues
 from .. import programs
 from ..base import BackendModel, PendingTargets, Prepared
 from . import ops, optimizers, recurrent
@@ -435,6 +435,13 @@ class Model(BackendModel):
     def _prepare(self, batch):
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
+            if _on_device(value, self.device) and not (kind == "int32" and value.ndim == 1):
+                # a lent kernel's result, taken as it is (1-D integer inputs are lengths,
+                # which also keep the host copy below)
+                t = value.native.to(torch.int64 if kind == "int32" else torch.float32)
+                if self.channels_last and t.dim() == 4:
+                    t = t.contiguous(memory_format=torch.channels_last)
+                return t
             array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
             t = torch.from_numpy(array).to(self.device, non_blocking=True)
             if self.channels_last and t.dim() == 4:
@@ -726,6 +733,12 @@ def _device_kernels(device):
         lent["nms"] = torch_nms.host_kernel(torch.device(device))
         lent["proposals"] = torch_proposals.host_kernel(torch.device(device))
     return kernels.lending(**lent)
+
+
+def _on_device(value, device):
+    """Whether ``value`` is a DeviceArray whose tensor is on ``device``."""
+    return isinstance(value, DeviceArray) and isinstance(value.native, torch.Tensor) \
+        and value.native.device == torch.device(device)
 
 
 def _canonical_value(graph, name, tensor):

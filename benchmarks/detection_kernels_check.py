@@ -1,0 +1,87 @@
+"""Whether the kernels the PyTorch backend lends Faster R-CNN's targets step on a GPU
+(tbdzoo/detection/kernels.py) give the NumPy reference's results bit for bit at the paper's
+size: proposals (a 38 x 64 map's 21,888 anchors, 12,000 -> NMS 0.7 -> 2,000) and RoIAlign's
+gather points (128 RoIs, 14 x 14 bins, 2 x 2 samples; the record counts the indices and weights
+that differ in each case). The tests check the same on the CPU
+(tests/test_detection_nms.py, tests/test_detection_ops.py); this is their check on the device.
+
+    python3 benchmarks/detection_kernels_check.py --cases 20 --out check.json
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from tbdzoo.detection import anchors as anchor_grid  # noqa: E402
+from tbdzoo.detection import kernels, torch_proposals, torch_roi_align  # noqa: E402
+from tbdzoo.detection.proposals import proposals  # noqa: E402
+from tbdzoo.detection.roi_align import roi_align_points  # noqa: E402
+
+MAP_HW, IMAGE_HW = (38, 64), (600.0, 1000.0)
+
+
+def proposal_case(rng, grid):
+    """An RPN's outputs as a trained one gives them: logits spread over a few units, deltas
+    mostly small with some large."""
+    objectness = rng.normal(0, 2, len(grid)).astype(np.float32)
+    deltas = (rng.normal(0, 0.3, (len(grid), 4)) * rng.choice([1, 5], (len(grid), 1))) \
+        .astype(np.float32)
+    return objectness, deltas
+
+
+def roi_case(rng):
+    xy = rng.uniform(-20, 980, (128, 2))
+    return np.concatenate([xy, xy + rng.uniform(1, 500, (128, 2))], 1).astype(np.float32)
+
+
+def same(got, expected):
+    return all(np.array_equal(np.asarray(g), np.asarray(e)) for g, e in zip(got, expected))
+
+
+def differing(got, expected):
+    """How many elements of each result differ from the reference's."""
+    return [int((np.asarray(g) != np.asarray(e)).sum()) for g, e in zip(got, expected)]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=20)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "detection_kernels_check.json"))
+    args = p.parse_args()
+    device = torch.device(args.device)
+    grid = anchor_grid.anchors(*MAP_HW)
+    rng = np.random.RandomState(0)
+    record = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "cases": args.cases, "proposals_equal": 0, "gather_points_equal": 0,
+              "gather_points_differing": []}
+    settings = dict(pre_nms=12000, post_nms=2000, threshold=0.7, min_size=16)
+    for _ in range(args.cases):
+        objectness, deltas = proposal_case(rng, grid)
+        expected = proposals(objectness, deltas, grid, IMAGE_HW, **settings)
+        with kernels.lending(proposals=torch_proposals.host_kernel(device)):
+            got = proposals(objectness, deltas, grid, IMAGE_HW, **settings)
+        record["proposals_equal"] += same(got, expected)
+        rois = roi_case(rng)
+        points = (rois, MAP_HW, 1.0 / 16, (14, 14), 2, False)
+        expected = roi_align_points(*points)
+        with kernels.lending(roi_align_points=torch_roi_align.host_kernel(device)):
+            got = roi_align_points(*points)
+        record["gather_points_equal"] += same(got, expected)
+        record["gather_points_differing"].append(differing(got, expected))
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+    print("proposals equal in {proposals_equal} of {cases} cases, gather points in "
+          "{gather_points_equal} of {cases}, on {device}".format(**record))
+    return 0 if record["proposals_equal"] == record["gather_points_equal"] == args.cases else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
