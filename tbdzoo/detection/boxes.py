@@ -26,9 +26,9 @@ def check_boxes(boxes, name, image_hw=None, positive=False):
     if arr.ndim != 2 or arr.shape[1] != 4:
         raise DetectionInputError("{} must have shape (N, 4) as (x1, y1, x2, y2); got {}".format(
             name, np.shape(boxes)))
-    bad = ~np.isfinite(arr).all(axis=1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    # each check is one pass over the array; the offending row is looked for only on failure
+    if not np.isfinite(arr).all():
+        i = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
         raise DetectionInputError("{}[{}] = {} is not finite".format(name, i, arr[i].tolist()))
     for lo, hi, axis in ((0, 2, "x"), (1, 3, "y")):
         bad = arr[:, hi] <= arr[:, lo] if positive else arr[:, hi] < arr[:, lo]
@@ -68,11 +68,19 @@ def areas(boxes):
 
 def iou(a, b):
     """(N, M) intersection over union of boxes ``a`` (N, 4) and ``b`` (M, 4); 0 where the union
-    is empty."""
+    is empty. Computed as (M, N) and returned transposed when N > M: NumPy's elementwise loops
+    then run along the many anchors rather than the few ground truths (the same operations on
+    the same values, several times faster at an RPN's 20,000 x 3)."""
     a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
     b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    if len(a) > len(b):
+        return _iou(b, a).T
+    return _iou(a, b)
+
+
+def _iou(a, b):
     ax1, ay1, ax2, ay2 = (a[:, i, None] for i in range(4))
-    bx1, by1, bx2, by2 = (b[None, :, i] for i in range(4))
+    bx1, by1, bx2, by2 = (np.ascontiguousarray(b[:, i])[None, :] for i in range(4))
     width = np.minimum(ax2, bx2) - np.maximum(ax1, bx1)
     height = np.minimum(ay2, by2) - np.maximum(ay1, by1)
     inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)

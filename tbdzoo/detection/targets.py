@@ -72,13 +72,16 @@ def anchor_targets(anchors, gt_boxes, valid_hw, rng, batch_size=256, positive_fr
         targets[positive] = encode(gt[best_gt[own == 1]], anchors[positive], weights)
     positives = np.flatnonzero(labels == 1)
     kept = _subsample(positives, int(positive_fraction * batch_size), rng)
-    labels[np.setdiff1d(positives, kept)] = IGNORE
+    # the dropped positives lose their label and targets (kept is a subset of positives)
+    kept_targets = targets[kept]
+    labels[positives], targets[positives] = IGNORE, 0
+    labels[kept], targets[kept] = 1, kept_targets
     negatives = np.flatnonzero(labels == 0)
     kept_negatives = _subsample(negatives, batch_size - len(kept), rng)
-    labels[np.setdiff1d(negatives, kept_negatives)] = IGNORE
-    targets[labels != 1] = 0
+    labels[negatives] = IGNORE
+    labels[kept_negatives] = 0
     target_weights = np.zeros((n, 4), dtype=np.float32)
-    target_weights[labels == 1] = 1
+    target_weights[kept] = 1
     return labels, targets, target_weights
 
 

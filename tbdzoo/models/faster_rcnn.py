@@ -15,6 +15,7 @@ program's targets step (``faster_rcnn.targets``) and by :func:`detect` for infer
 detection models. docs/models.md lists them with each deliberate change. Valid Python 3.6:
 the CNTK worker builds the graph itself.
 """
+import functools
 from collections import OrderedDict
 
 import numpy as np
@@ -335,8 +336,21 @@ def feature_hw(graph):
 
 def _anchors(graph, hp):
     fh, fw = feature_hw(graph)
-    return anchor_grid.anchors(fh, fw, hp["feature_stride"], hp["anchor_sizes"],
-                               hp["anchor_ratios"])
+    return _grid(fh, fw, hp)
+
+
+def _grid(fh, fw, hp):
+    """The anchors over an fh x fw map, made once per layout: every step reads the same grid."""
+    stride = hp["feature_stride"]
+    return _cached_grid(int(fh), int(fw), tuple(stride) if np.ndim(stride) else stride,
+                        tuple(hp["anchor_sizes"]), tuple(hp["anchor_ratios"]))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_grid(fh, fw, stride, sizes, ratios):
+    grid = anchor_grid.anchors(fh, fw, stride, sizes, ratios)
+    grid.setflags(write=False)  # shared by every caller
+    return grid
 
 
 def _rpn_per_anchor(values, i, hp):
@@ -389,8 +403,7 @@ def targets(values, inputs, hparams, rng):
     made before the first read of the RPN's outputs (on a GPU, while it still computes them)."""
     hp = hparams
     n, a, fh, fw = value_shape(values, RPN_LOGITS)
-    stride = hp["feature_stride"]
-    grid = anchor_grid.anchors(fh, fw, stride, hp["anchor_sizes"], hp["anchor_ratios"])
+    grid = _grid(fh, fw, hp)
     images = []
     for i in range(n):
         count = int(inputs["gt_count"][i])
