@@ -114,6 +114,38 @@ def kernel_ms(step, device, steps=5):
     return sum(e.self_device_time_total for e in prof.key_averages()) / steps / 1e3
 
 
+def device_idle(trace_path):
+    """From a chrome trace: the span from the first to the last device event, the time no
+    kernel, copy or memset ran in it, and the longest such gap (ms)."""
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    spans = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    busy, longest, end = 0.0, 0.0, spans[0][0]
+    for start, stop in spans:
+        if start > end:
+            longest = max(longest, start - end)
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    span = end - spans[0][0]
+    return {"span_ms": span / 1e3, "idle_ms": (span - busy) / 1e3, "longest_gap_ms": longest / 1e3}
+
+
+def traced(step, device, path, steps=3):
+    """``steps`` steps under torch.profiler, written as a chrome trace to ``path``; the
+    device's idle time over them, a step's share."""
+    from torch.profiler import ProfilerActivity, profile
+    synchronize(str(device))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(str(device))
+    prof.export_chrome_trace(path)
+    idle = device_idle(path)
+    return {"span_ms": idle["span_ms"] / steps, "idle_ms": idle["idle_ms"] / steps,
+            "longest_gap_ms": idle["longest_gap_ms"], "trace": os.path.basename(path)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -124,6 +156,9 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--profile", action="store_true",
                    help="also each side's GPU kernel time a step (torch.profiler)")
+    p.add_argument("--trace", metavar="DIR",
+                   help="also a chrome trace of three steps on each side in DIR, and the "
+                        "device's idle time a step in the record")
     p.add_argument("--out", default=os.path.join(HERE, "results", "faster_rcnn_step_phases.json"))
     args = p.parse_args()
     model, prepared, batch, weights = build(args.device, args.precision, args.tiny)
@@ -142,6 +177,14 @@ def main():
         record["torchvision_step_ms"] = 1e3 * statistics.median(their_times)
         record["kernel_ms_per_step"] = {"tbdzoo": kernel_ms(ours, args.device),
                                         "torchvision": kernel_ms(theirs, args.device)}
+    if args.trace and args.device.startswith("cuda"):
+        os.makedirs(args.trace, exist_ok=True)
+        record["device_idle"] = {"tbdzoo": traced(
+            ours, args.device, os.path.join(args.trace, "tbdzoo_{}.json".format(args.precision)))}
+        if "torchvision_step_ms" in record:
+            record["device_idle"]["torchvision"] = traced(
+                theirs, args.device,
+                os.path.join(args.trace, "torchvision_{}.json".format(args.precision)))
     record["environment"] = bench.environment() if args.device.startswith("cuda") else None
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
@@ -151,6 +194,9 @@ def main():
             name, ms, record["phase_calls_per_step"][name]))
     for name, ms in record.get("kernel_ms_per_step", {}).items():
         print("  GPU kernels a step, {:<12} {:7.2f} ms".format(name, ms))
+    for name, idle in record.get("device_idle", {}).items():
+        print("  device idle a step, {:<12} {:7.2f} of {:.2f} ms (longest gap {:.2f})".format(
+            name, idle["idle_ms"], idle["span_ms"], idle["longest_gap_ms"]))
     print("written to", args.out)
 
 
