@@ -105,13 +105,16 @@ def phase_times(model, prepared, device, warmup, steps):
 
 
 def kernel_ms(step, device, steps=5):
-    """GPU kernel time of one step (ms), summed over the profiler's device events."""
+    """GPU kernel time of one step (ms), summed over the profiler's device events (each
+    kernel also counts in the host op that launched it: those are left out)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         synchronize(str(device))
-    return sum(e.self_device_time_total for e in prof.key_averages()) / steps / 1e3
+    return sum(e.self_device_time_total for e in prof.key_averages()
+               if e.device_type == DeviceType.CUDA) / steps / 1e3
 
 
 def device_idle(trace_path):
