@@ -104,15 +104,23 @@ def phase_times(model, prepared, device, warmup, steps):
     return times
 
 
-def kernel_ms(step, device, steps=5):
-    """GPU kernel time of one step (ms), summed over the profiler's device events (each
-    kernel also counts in the host op that launched it: those are left out)."""
-    from torch.autograd import DeviceType
+def profiled(step, device, steps):
+    """``steps`` steps under torch.profiler (host and device), the device drained before and
+    after; the profiler."""
     from torch.profiler import ProfilerActivity, profile
+    synchronize(str(device))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         synchronize(str(device))
+    return prof
+
+
+def kernel_ms(step, device, steps=5):
+    """GPU kernel time of one step (ms), summed over the profiler's device events (each
+    kernel also counts in the host op that launched it: those are left out)."""
+    from torch.autograd import DeviceType
+    prof = profiled(step, device, steps)
     return sum(e.self_device_time_total for e in prof.key_averages()
                if e.device_type == DeviceType.CUDA) / steps / 1e3
 
@@ -137,13 +145,7 @@ def device_idle(trace_path):
 def traced(step, device, path, steps=3):
     """``steps`` steps under torch.profiler, written as a chrome trace to ``path``; the
     device's idle time over them, a step's share."""
-    from torch.profiler import ProfilerActivity, profile
-    synchronize(str(device))
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        synchronize(str(device))
-    prof.export_chrome_trace(path)
+    profiled(step, device, steps).export_chrome_trace(path)
     idle = device_idle(path)
     return {"span_ms": idle["span_ms"] / steps, "idle_ms": idle["idle_ms"] / steps,
             "longest_gap_ms": idle["longest_gap_ms"], "trace": os.path.basename(path)}

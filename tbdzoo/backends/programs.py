@@ -162,9 +162,9 @@ def call_targets(graph, program, values, inputs, hparams, rng):
     for name in step["writes"]:
         inp = graph.inputs[name]
         dtype = np.dtype(np.int32 if inp.dtype == "int32" else np.float32)
-        array = out[name]
+        array = out[name]  # a DeviceArray of the input's dtype stays on its device
         if not (isinstance(array, _targets.DeviceArray) and array.dtype == dtype):
-            array = np.asarray(array).astype(dtype, copy=False)  # a device value stays there
+            array = np.asarray(array).astype(dtype, copy=False)
         if array.shape != (rows,) + tuple(inp.shape):
             raise ValueError("{} wrote {!r} of shape {}, expected {}".format(
                 where, name, array.shape, (rows,) + tuple(inp.shape)))

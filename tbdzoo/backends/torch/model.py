@@ -435,20 +435,18 @@ class Model(BackendModel):
     def _prepare(self, batch):
         def tensor(name, value):
             kind = self.spec.inputs[name].dtype
-            if _on_device(value, self.device) and not (kind == "int32" and value.ndim == 1):
-                # a lent kernel's result, taken as it is (1-D integer inputs are lengths,
-                # which also keep the host copy below)
+            lengths = kind == "int32" and np.ndim(value) == 1
+            if _on_device(value, self.device) and not lengths:
+                # a lent kernel's result, taken as it is (lengths keep a host copy, below)
                 t = value.native.to(torch.int64 if kind == "int32" else torch.float32)
-                if self.channels_last and t.dim() == 4:
-                    t = t.contiguous(memory_format=torch.channels_last)
-                return t
-            array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
-            t = torch.from_numpy(array).to(self.device, non_blocking=True)
+            else:
+                array = np.asarray(value, np.int64 if kind == "int32" else np.float32)
+                t = torch.from_numpy(array).to(self.device, non_blocking=True)
+                if lengths and t.device.type != "cpu":
+                    # packing and CTC read lengths on the host; this copy spares a sync
+                    t._tbdzoo_host = torch.from_numpy(array)
             if self.channels_last and t.dim() == 4:
                 t = t.contiguous(memory_format=torch.channels_last)
-            if kind == "int32" and t.dim() == 1 and t.device.type != "cpu":
-                # lengths: packing and CTC read them on the host; this copy spares a sync
-                t._tbdzoo_host = torch.from_numpy(array)
             return t
         return OrderedDict((name, tensor(name, batch[name])) for name in self.spec.inputs
                            if name in batch)
