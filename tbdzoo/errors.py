@@ -47,3 +47,24 @@ class DistributedError(TbdError, RuntimeError):
 
 class DetectionInputError(TbdError, ValueError):
     """A box, image size or class id given to the detection reference that it cannot use."""
+
+
+class BatchError(TbdError, ValueError):
+    """A batch the model cannot take: an input missing, of the wrong shape or type, or holding a
+    value outside what the model allows. Raised before any framework sees the batch, so nothing
+    changed. ``input``, ``position`` (an index tuple into that input, or None) and ``value`` name
+    the first offence; ``allowed`` says what the input may hold."""
+
+    def __init__(self, message, input=None, position=None, value=None, allowed=None):
+        super().__init__(message)
+        self.input, self.position, self.value, self.allowed = input, position, value, allowed
+
+
+class NonFiniteStepError(TbdError, FloatingPointError):
+    """A training step whose loss or gradients came out NaN or infinite. The update was not
+    applied: weights, optimizer state, statistics and step counters are as before the step.
+    ``objective`` names the objective and ``step`` the step count it would have been."""
+
+    def __init__(self, message, objective=None, step=None):
+        super().__init__(message)
+        self.objective, self.step = objective, step
