@@ -85,22 +85,27 @@ def test_a_killed_worker_is_reported_then_restarted_with_the_saved_weights(tmp_p
     m.train_step(batch)
     m.save_weights(tmp_path / "w.npz")
     saved = weights_io.load(tmp_path / "w.npz", m.spec)
-    m.train_step(batch)
+    prepared = m.prepare_batch(batch)
+    m.train_step(prepared)
     (tmp_path / "w.npz").unlink()  # the model kept its own copy
     _killed(m, signal.SIGKILL)
     with pytest.raises(WorkerError) as caught:
         m.predict(batch)
     message = str(caught.value)
     assert "died of SIGKILL (exit code -9: killed, possibly by the out-of-memory killer)" in message
-    assert "after its last request, train_step on a batch of 4" in message
+    assert "after its last request, train_step on a batch of 4 (images (4,3,64,64)" in message
     assert "was not sent" in message and "the 1 step after it is lost" in message
     assert "holding the weights saved to {} (step 1)".format(tmp_path / "w.npz") in message
     with pytest.warns(RuntimeWarning, match=r"holds the weights saved to .*w\.npz \(step 1\)"):
         assert _same(m.get_weights(), saved)
     assert m.step_count == 1 and m.restarts == 1
-    assert np.isfinite(m.train_step(batch)) and m.step_count == 2
+    with pytest.raises(WorkerError, match=r"prepare it again with model\.prepare_batch"):
+        m.train_step(prepared)  # it lived in the dead worker
+    assert np.isfinite(m.train_step(m.prepare_batch(batch))) and m.step_count == 2
     m.close()
     m.close()  # closing twice is harmless
+    with pytest.raises(WorkerError, match="was closed"):
+        m.predict(batch)
 
 
 def test_errors_inside_the_worker_keep_their_traceback():

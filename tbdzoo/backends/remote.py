@@ -330,7 +330,7 @@ class RemoteModel(BackendModel):
 
     def _read_reply(self, method, request, timeout, progress=None):
         deadline = time.monotonic() + timeout
-        seen = self._read_stderr()[1] if progress else 0
+        seen = os.path.getsize(self._stderr_path) if progress else 0
         with selectors.DefaultSelector() as sel:
             sel.register(self._process.stdout, selectors.EVENT_READ)
             while True:
