@@ -3,8 +3,11 @@
 Started by :mod:`tbdzoo.backends.remote` as ``python -m tbdzoo.backends.worker``. Requests and
 replies are JSON lines on the original stdout/stdin; arrays travel as ``.npz`` files (never
 pickles: the two sides may run different NumPy versions). Anything the framework prints goes
-to stderr, which the client keeps for error reports. Valid Python 3.6: the CNTK side runs it.
+to stderr, which the client keeps for error reports; a fatal signal (SIGSEGV, SIGFPE, SIGABRT,
+SIGBUS, SIGILL) writes the Python stack of every thread there first (faulthandler). Valid
+Python 3.6: the CNTK side runs it.
 """
+import faulthandler
 import json
 import os
 import sys
@@ -75,21 +78,35 @@ class Worker(object):
         from ..weights import load_arrays
         np.savez(out, **self.model.step_targets(load_arrays(path)))
 
+    # The weights requests answer with the step counters the weights go with: the client
+    # keeps them to restore a new worker to (tbdzoo.backends.remote, RemoteModel._restore).
+    def _counters(self):
+        program = self.model.program is not None
+        return {"step_count": self.model.step_count,
+                "group_steps": dict(self.model.group_steps) if program else None}
+
+    def set_counters(self, step_count, group_steps=None):
+        """The step counters of a restored model (a new worker after one died)."""
+        self.model.step_count = int(step_count)
+        if group_steps is not None:
+            self.model.group_steps.update((g, int(n)) for g, n in group_steps.items())
+
     def get_weights(self, out):
         np.savez(out, **self.model.get_weights())
+        return self._counters()
 
     def set_weights(self, path):
         from ..weights import load_arrays
         self.model.set_weights(load_arrays(path))
+        return self._counters()
 
     def save_weights(self, path):
         self.model.save_weights(path)
+        return self._counters()
 
     def load_weights(self, path):
         self.model.load_weights(path)
-
-    def set_step_count(self, step_count):
-        self.model.step_count = int(step_count)
+        return self._counters()
 
     def time_training(self, key, warmup, steps, repeats):
         """Timed in the worker, so the request round trip is never inside a timed step."""
@@ -126,6 +143,44 @@ def _save_output(out, output):
         np.savez(out, output=output)
 
 
+def _plain(value):
+    """An error's attribute as JSON (NumPy scalars and small arrays as Python values, tuples
+    marked so the client gets tuples back), or raise TypeError."""
+    if isinstance(value, tuple):
+        return {"__tuple__": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return dict((str(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size <= 64:
+        return _plain(value.tolist())
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError("not sent: {!r}".format(type(value)))
+
+
+def error_reply(error):
+    """The reply for a request that raised ``error``: its class name, message, arguments and
+    attributes (those JSON can carry) and traceback, from which the client raises the same
+    class (tbdzoo.backends.remote)."""
+    reply = {"ok": False, "error": type(error).__name__, "module": type(error).__module__,
+             "message": str(error), "traceback": traceback.format_exc()}
+    try:
+        reply["args"] = _plain(list(error.args))
+    except TypeError:
+        pass
+    attributes = {}
+    for name, value in vars(error).items():
+        try:
+            attributes[name] = _plain(value)
+        except TypeError:
+            pass
+    reply["attributes"] = attributes
+    return reply
+
+
 def serve(requests, replies):
     worker = Worker()
     for line in requests:
@@ -143,14 +198,14 @@ def serve(requests, replies):
                 raise ValueError("unknown worker method {!r}".format(method))
             reply = {"ok": True, "result": handler(**request.get("args", {}))}
         except Exception as e:  # every failure goes back to the caller, with its traceback
-            reply = {"ok": False, "error": type(e).__name__, "message": str(e),
-                     "traceback": traceback.format_exc()}
+            reply = error_reply(e)
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
 
 def main():
     requests, replies = _protocol_streams()
+    faulthandler.enable(sys.stderr, all_threads=True)
     serve(requests, replies)
 
 
