@@ -75,7 +75,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from gpu_handwritten import environment  # noqa: E402
-from gpu_programs import held_bytes, peak_bytes  # noqa: E402
+from benchmarks.harness import held_bytes, peak_bytes  # noqa: E402
 from gpu_recurrent import (first_loss, host_environment, synchronize,  # noqa: E402
                            time_rounds)
 
