@@ -75,7 +75,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from gpu_handwritten import environment  # noqa: E402
-from gpu_programs import held_bytes, peak_bytes  # noqa: E402
+from benchmarks.harness import held_bytes, peak_bytes  # noqa: E402
 from gpu_recurrent import (first_loss, host_environment, synchronize,  # noqa: E402
                            time_rounds)
 
@@ -170,7 +170,8 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
     net.train()
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"],
-                          weight_decay=hp["weight_decay"], nesterov=hp["nesterov"])
+                          weight_decay=hp["weight_decay"], nesterov=hp["nesterov"],
+                          **({"fused": True} if device.startswith("cuda") else {}))
     forward = torch.compile(net) if compiled else net
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16,
                               enabled=precision == "bf16")

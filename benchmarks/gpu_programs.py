@@ -1,56 +1,72 @@
-"""tbdzoo's training programs on the PyTorch backend against hand-written loops, on one GPU.
+"""tbdzoo's training programs on the PyTorch backend against PyTorch baselines, on one GPU.
 
-    python3 benchmarks/gpu_programs.py --out results.json
-    python3 benchmarks/gpu_programs.py --models wgan --executions eager
+    python3 -m benchmarks.gpu_programs --models wgan --profile --out benchmarks/results/h200_programs.json
+    python3 -m benchmarks.gpu_programs --models inception_v3 --executions eager
+    python3 -m benchmarks.gpu_programs --device cpu --tiny --executions eager --precisions tf32 \\
+        --steps 1 --rounds 2 --processes 1 --warmup 1 --out /tmp/check.json    # a check that it runs
 
-The hand-written contenders are what a PyTorch user writes instead:
+Run from the repository root. The baselines are written as a PyTorch user who wants speed writes
+them, and each is built twice, in plain NCHW layout (``baseline_nchw``) and channels-last
+(``baseline_channels_last``): both are timed and the faster is THE baseline of the cell.
 
+- **WGAN-GP**: ``gan_64x64``'s residual generator and critic as ``nn.Module``s, one generator
+  update then ``n_critic`` critic updates, Adam (1e-4, betas 0 and 0.9; fused on a GPU) for each
+  network, generated images made under ``no_grad`` for the critic's updates. Eager, the penalty
+  is ``torch.autograd.grad(create_graph=True)``, the usual idiom. Compiled, ``torch.compile``
+  takes the generator's loss and the critic's whole loss, the penalty included: the penalty's
+  input gradient is ``torch.func.grad`` of the critic's output sum (through
+  ``torch.func.functional_call``) with respect to the interpolates, which Dynamo traces with no
+  graph break; the compiled cells record that its parameter gradients equal the eager
+  penalty's on the cell's batch (``checks.penalty_grad_rel_diff``).
 - **Inception-v3**: torchvision's ``inception_v3`` with its auxiliary head, the loss
   ``CE(main) + 0.4 CE(aux)`` with label smoothing 0.1, ``torch.optim.RMSprop`` (lr 0.045, alpha
-  0.9, eps 1.0, momentum 0.9, weight decay 4e-5) after ``clip_grad_norm_(2.0)``. PyTorch's RMSprop
-  puts epsilon and the learning rate outside where tbdzoo's formula has them (docs/optimizers.md):
-  the same work per step, different numbers.
-- **WGAN-GP**: ``gan_64x64``'s residual generator and critic as ``nn.Module``s, one generator
-  update then five critic updates, the penalty by ``torch.autograd.grad(create_graph=True)``,
-  Adam (1e-4, betas 0 and 0.9) for each network, generated images detached in the critic's
-  updates. Compiled, everything but the penalty goes through ``torch.compile``: its double
-  backward cannot (aot_autograd refuses it), so users leave it eager. tbdzoo writes the
-  penalty's input gradient as nodes (docs/programs.md) instead, and compiles all of it.
+  0.9, eps 1.0, momentum 0.9, weight decay 4e-5, foreach) after ``clip_grad_norm_(2.0)``.
+  PyTorch's RMSprop puts epsilon and the learning rate outside where tbdzoo's formula has them
+  (docs/optimizers.md): the same work per step, different numbers. Batch 128.
 
-Both sides get the same synthetic batches, the same precision (TF32 or bf16 autocast for the
-whole step), channels-last memory, cuDNN's autotuner, and ``torch.compile`` of their step's
-forward-and-loss functions when compiled. Per cell: build both, one step each, peak memory of one
-step (``max_memory_allocated`` after a reset, less what the other contender holds), warm-up, then
-``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised.
+Every side starts from tbdzoo's weights (WGAN-GP; Inception-v3 keeps torchvision's own
+initialisation, which does not change the work), reads the same synthetic batch, runs under the
+same precision (TF32, or bf16 autocast for the whole step) with cuDNN's autotuner on. The first
+step's losses of each side go into the JSON (``first_loss``).
+
+The repeat protocol (benchmarks/harness.py): the script runs itself ``--processes`` times (one
+fresh interpreter after another, per execution mode), each process builds every contender, takes
+one step each (first losses), one step each for peak memory, ``--warmup`` steps each, then
+``--rounds`` interleaved rounds of ``--steps`` steps; ``--profile`` adds a torch.profiler summary
+of each contender (kernels and device time per step) in the last process. The JSON holds each
+cell's medians, spreads, ratios and verdicts, and every round's time.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+from benchmarks import harness
 
-from gpu_handwritten import environment, peak_sites  # noqa: E402
+MODELS = ("wgan", "inception_v3")
+SHAPES = {"inception_v3": {"batch_size": 128}, "wgan": {"batch_size": 64}}
+LAYOUTS = {"baseline_nchw": False, "baseline_channels_last": True}
+BASELINES = tuple(LAYOUTS)
 
-SHAPES = {"inception_v3": {"batch_size": 32}, "wgan": {"batch_size": 64}}
+
+# -- WGAN-GP (gan_64x64's GoodGenerator and GoodDiscriminator) -----------------------------------
+def batch_norm(c):
+    """The generator's BatchNorm normalises by the batch's own statistics, always."""
+    return nn.BatchNorm2d(c, track_running_stats=False)
 
 
-# -- hand-written WGAN-GP (gan_64x64's GoodGenerator and GoodDiscriminator) ------------------
 class UpBlock(nn.Module):
     def __init__(self, cin, cout):
         super().__init__()
         self.shortcut = nn.Conv2d(cin, cout, 1)
-        self.bn1, self.conv1 = nn.BatchNorm2d(cin), nn.Conv2d(cin, cout, 3, padding=1, bias=False)
-        self.bn2, self.conv2 = nn.BatchNorm2d(cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.bn1, self.conv1 = batch_norm(cin), nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn2, self.conv2 = batch_norm(cout), nn.Conv2d(cout, cout, 3, padding=1)
 
     def forward(self, x):
         up = F.interpolate(x, scale_factor=2, mode="nearest")
@@ -59,251 +75,314 @@ class UpBlock(nn.Module):
         return self.shortcut(up) + y
 
 
+class ChannelLayerNorm(nn.Module):
+    """One mean and variance per example over (C, H, W), affine per channel."""
+
+    def __init__(self, c, eps):
+        super().__init__()
+        self.eps = eps
+        self.gamma, self.beta = nn.Parameter(torch.ones(c)), nn.Parameter(torch.zeros(c))
+
+    def forward(self, x):
+        y = F.layer_norm(x, x.shape[1:], eps=self.eps)
+        return y * self.gamma[:, None, None] + self.beta[:, None, None]
+
+
 class DownBlock(nn.Module):
-    def __init__(self, cin, cout):
+    def __init__(self, cin, cout, eps):
         super().__init__()
         self.shortcut = nn.Conv2d(cin, cout, 1)
-        self.ln1, self.conv1 = ChannelLayerNorm(cin), nn.Conv2d(cin, cin, 3, padding=1, bias=False)
-        self.ln2, self.conv2 = ChannelLayerNorm(cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.ln1, self.conv1 = ChannelLayerNorm(cin, eps), nn.Conv2d(cin, cin, 3, padding=1, bias=False)
+        self.ln2, self.conv2 = ChannelLayerNorm(cin, eps), nn.Conv2d(cin, cout, 3, padding=1)
 
     def forward(self, x):
         y = self.conv2(F.relu(self.ln2(self.conv1(F.relu(self.ln1(x))))))
         return self.shortcut(F.avg_pool2d(x, 2)) + F.avg_pool2d(y, 2)
 
 
-class ChannelLayerNorm(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.gamma, self.beta = nn.Parameter(torch.ones(c)), nn.Parameter(torch.zeros(c))
-
-    def forward(self, x):
-        y = F.layer_norm(x, x.shape[1:], eps=1e-5)
-        return y * self.gamma[:, None, None] + self.beta[:, None, None]
-
-
 class Generator(nn.Module):
-    def __init__(self, dim=64, z=128):
+    def __init__(self, dim, z):
         super().__init__()
         self.dim = dim
         self.input = nn.Linear(z, 4 * 4 * 8 * dim)
-        self.blocks = nn.Sequential(UpBlock(8 * dim, 8 * dim), UpBlock(8 * dim, 4 * dim),
-                                    UpBlock(4 * dim, 2 * dim), UpBlock(2 * dim, dim))
-        self.bn, self.output = nn.BatchNorm2d(dim, track_running_stats=False), nn.Conv2d(dim, 3, 3, padding=1)
-        for m in self.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.track_running_stats, m.running_mean, m.running_var = False, None, None
+        for i, (cin, cout) in enumerate(((8 * dim, 8 * dim), (8 * dim, 4 * dim), (4 * dim, 2 * dim),
+                                         (2 * dim, dim))):
+            setattr(self, "res{}".format(i + 1), UpBlock(cin, cout))
+        self.output_bn, self.output = batch_norm(dim), nn.Conv2d(dim, 3, 3, padding=1)
 
     def forward(self, z):
-        x = self.blocks(self.input(z).view(-1, 8 * self.dim, 4, 4))
-        return torch.tanh(self.output(F.relu(self.bn(x))))
+        x = self.input(z).view(-1, 8 * self.dim, 4, 4)
+        x = self.res4(self.res3(self.res2(self.res1(x))))
+        return torch.tanh(self.output(F.relu(self.output_bn(x))))
 
 
 class Critic(nn.Module):
-    def __init__(self, dim=64):
+    def __init__(self, dim, eps):
         super().__init__()
         self.input = nn.Conv2d(3, dim, 3, padding=1)
-        self.blocks = nn.Sequential(DownBlock(dim, 2 * dim), DownBlock(2 * dim, 4 * dim),
-                                    DownBlock(4 * dim, 8 * dim), DownBlock(8 * dim, 8 * dim))
+        for i, (cin, cout) in enumerate(((dim, 2 * dim), (2 * dim, 4 * dim), (4 * dim, 8 * dim),
+                                         (8 * dim, 8 * dim))):
+            setattr(self, "res{}".format(i + 1), DownBlock(cin, cout, eps))
         self.output = nn.Linear(4 * 4 * 8 * dim, 1)
 
     def forward(self, x):
-        return self.output(self.blocks(self.input(x)).flatten(1))
+        x = self.res4(self.res3(self.res2(self.res1(self.input(x)))))
+        return self.output(x.flatten(1))
 
 
-def handwritten_wgan(step_batch, device, precision, compiled, n_critic=5, batch=64, dim=64):
-    g, d = Generator(dim).to(device), Critic(dim).to(device)
-    g, d = g.to(memory_format=torch.channels_last), d.to(memory_format=torch.channels_last)
-    opt_g = torch.optim.Adam(g.parameters(), lr=1e-4, betas=(0.0, 0.9))
-    opt_d = torch.optim.Adam(d.parameters(), lr=1e-4, betas=(0.0, 0.9))
-    noise = torch.from_numpy(step_batch["noise"]).to(device)
-    real = torch.from_numpy(step_batch["real"]).to(device).contiguous(memory_format=torch.channels_last)
-    alpha = torch.from_numpy(step_batch["alpha"]).to(device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+def wgan_state(weights, prefix):
+    """tbdzoo's weights of one network (``generator`` or ``critic``) as its module's state dict."""
+    state = {}
+    for name, value in weights.items():
+        if not name.startswith(prefix + "."):
+            continue
+        key = name[len(prefix) + 1:]
+        if prefix == "generator":  # BatchNorm's affine parameters are weight and bias in nn
+            key = key.replace(".gamma", ".weight").replace(".beta", ".bias")
+        state[key] = torch.as_tensor(value)
+    return state
 
-    def generator_loss(z):
-        return -d(g(z)).mean()
 
-    def generate(z):
+def adam(params, hp, device):
+    return torch.optim.Adam(params, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"],
+                            **fast_optimizer(device))
+
+
+def fast_optimizer(device):
+    """Fused on a GPU, foreach elsewhere."""
+    return {"fused": True} if str(device).startswith("cuda") else {"foreach": True}
+
+
+class WganBaseline(object):
+    """One layout's generator, critic, optimizers and compiled or eager losses."""
+
+    def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
+        self.hp, self.batch_size, self.device = hp, hp["batch_size"], device
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        g, d = Generator(hp["dim"], hp["z_dim"]), Critic(hp["dim"], hp["ln_eps"])
+        g.load_state_dict(wgan_state(weights, "generator"))
+        d.load_state_dict(wgan_state(weights, "critic"))
+        self.g, self.d = g.to(device, memory_format=fmt), d.to(device, memory_format=fmt)
+        self.opt_g, self.opt_d = adam(self.g.parameters(), hp, device), adam(self.d.parameters(), hp, device)
+        self.noise = torch.from_numpy(batch["noise"]).to(device)
+        self.real = torch.from_numpy(batch["real"]).to(device).contiguous(memory_format=fmt)
+        self.alpha = torch.from_numpy(batch["alpha"]).to(device)
+        self.autocast = torch.autocast(str(device).split(":")[0], dtype=torch.bfloat16,
+                                       enabled=precision == "bf16")
+        self.generator_loss, self.critic_loss = self._generator_loss, self.critic_loss_autograd
+        if compiled:
+            self.generator_loss = torch.compile(self._generator_loss)
+            self.critic_loss = torch.compile(self.critic_loss_func)
+
+    def _generator_loss(self, z):
+        return -self.d(self.g(z)).mean()
+
+    def _mixed(self, z, x, a):
         with torch.no_grad():
-            return g(z)
-
-    def scores(fake, x):
-        return d(fake).mean() - d(x).mean()
-
-    def penalty(fake, x, a):
+            fake = self.g(z)
         a = a.view(-1, 1, 1, 1)
-        mixed = (a * fake + (1 - a) * x).detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(d(mixed).sum(), mixed, create_graph=True)
-        return ((grad.flatten(1).norm(dim=1) - 1) ** 2).mean()
+        return fake, a * fake + (1 - a) * x
 
-    if compiled:  # the penalty's double backward stays eager: aot_autograd refuses it
-        generator_loss, generate, scores = map(torch.compile, (generator_loss, generate, scores))
+    def _penalty(self, grad):
+        return self.hp["gp_weight"] * ((grad.flatten(1).norm(dim=1) - 1) ** 2).mean()
 
-    def critic_loss(z, x, a):
-        fake = generate(z)
-        return scores(fake, x) + 10.0 * penalty(fake, x, a)
+    def critic_loss_autograd(self, z, x, a):
+        """The eager idiom: the penalty's input gradient by autograd.grad(create_graph=True)."""
+        fake, mixed = self._mixed(z, x, a)
+        mixed = mixed.detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(self.d(mixed).sum(), mixed, create_graph=True)
+        return self.d(fake).mean() - self.d(x).mean() + self._penalty(grad)
 
-    def step():
-        for p in d.parameters():
+    def critic_loss_func(self, z, x, a):
+        """The same loss with the input gradient by torch.func.grad: it compiles whole."""
+        fake, mixed = self._mixed(z, x, a)
+        params = dict(self.d.named_parameters())
+
+        def output_sum(inputs):
+            return torch.func.functional_call(self.d, params, (inputs,)).sum()
+        grad = torch.func.grad(output_sum)(mixed)
+        return self.d(fake).mean() - self.d(x).mean() + self._penalty(grad)
+
+    def critic_rows(self, i):
+        b = self.batch_size
+        rows = slice(i * b, (i + 1) * b)
+        return self.noise[b:][rows], self.real[rows], self.alpha[rows]
+
+    def step(self):
+        b = self.batch_size
+        for p in self.d.parameters():
             p.requires_grad_(False)
-        opt_g.zero_grad(set_to_none=True)
-        with autocast:
-            loss = generator_loss(noise[:batch])
-        loss.backward()
-        opt_g.step()
-        for p in d.parameters():
+        self.opt_g.zero_grad(set_to_none=True)
+        with self.autocast:
+            g_loss = self.generator_loss(self.noise[:b])
+        g_loss.backward()
+        self.opt_g.step()
+        for p in self.d.parameters():
             p.requires_grad_(True)
-        for i in range(n_critic):
-            rows = slice(i * batch, (i + 1) * batch)
-            opt_d.zero_grad(set_to_none=True)
-            with autocast:
-                loss = critic_loss(noise[batch:][rows], real[rows], alpha[rows])
+        for i in range(self.hp["n_critic"]):
+            self.opt_d.zero_grad(set_to_none=True)
+            with self.autocast:
+                d_loss = self.critic_loss(*self.critic_rows(i))
+            d_loss.backward()
+            self.opt_d.step()
+        return {"generator": g_loss.detach(), "critic": d_loss.detach()}
+
+    def penalty_gradient_check(self):
+        """Relative difference between the critic's parameter gradients of ``critic_loss`` (the
+        step's own: compiled torch.func when compiled) and of the eager autograd.grad penalty,
+        on the first critic batch, from the same weights. Leaves no gradients behind."""
+        grads = []
+        for fn in (self.critic_loss, self.critic_loss_autograd):
+            self.opt_d.zero_grad(set_to_none=True)
+            with self.autocast:
+                loss = fn(*self.critic_rows(0))
             loss.backward()
-            opt_d.step()
-    return [g, d], [opt_g, opt_d], step
+            grads.append(torch.cat([p.grad.float().flatten() for p in self.d.parameters()]))
+        self.opt_d.zero_grad(set_to_none=True)
+        return float((grads[0] - grads[1]).norm() / grads[1].norm())
+
+    def held(self):
+        return harness.held_bytes([self.g, self.d], [self.opt_g, self.opt_d])
 
 
-def handwritten_inception(batch, device, precision, compiled):
-    import torchvision
-    net = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False,
-                                          dropout=0.5).to(device).to(memory_format=torch.channels_last)
-    x = torch.from_numpy(batch["images"]).to(device).contiguous(memory_format=torch.channels_last)
-    y = torch.from_numpy(batch["labels"]).long().to(device)
-    opt = torch.optim.RMSprop(net.parameters(), lr=0.045, alpha=0.9, eps=1.0, momentum=0.9,
-                              weight_decay=4e-5)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+# -- Inception-v3 ---------------------------------------------------------------------------------
+class InceptionBaseline(object):
+    def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
+        import torchvision
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        self.net = torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=False,
+                                                   dropout=0.5).to(device, memory_format=fmt)
+        self.x = torch.from_numpy(batch["images"]).to(device).contiguous(memory_format=fmt)
+        self.y = torch.from_numpy(batch["labels"]).long().to(device)
+        self.opt = torch.optim.RMSprop(self.net.parameters(), lr=0.045, alpha=0.9, eps=1.0,
+                                       momentum=0.9, weight_decay=4e-5, foreach=True)
+        self.autocast = torch.autocast(str(device).split(":")[0], dtype=torch.bfloat16,
+                                       enabled=precision == "bf16")
+        self.loss = torch.compile(self._loss) if compiled else self._loss
+        self.net.train()
 
-    def loss_fn():
-        logits, aux = net(x)
-        return F.cross_entropy(logits, y, label_smoothing=0.1) + \
-            0.4 * F.cross_entropy(aux, y, label_smoothing=0.1)
-    if compiled:
-        loss_fn = torch.compile(loss_fn)
-    net.train()
+    def _loss(self):
+        logits, aux = self.net(self.x)
+        return F.cross_entropy(logits, self.y, label_smoothing=0.1) + \
+            0.4 * F.cross_entropy(aux, self.y, label_smoothing=0.1)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with autocast:
-            loss = loss_fn()
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = self.loss()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 2.0, foreach=True)
-        opt.step()
-    return [net], [opt], step
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), 2.0, foreach=True)
+        self.opt.step()
+        return loss.detach()
+
+    def held(self):
+        return harness.held_bytes([self.net], [self.opt])
 
 
-# -- measuring -------------------------------------------------------------------------------
-def held_bytes(modules, optimizers):
-    """Parameters, gradients and optimizer state a contender keeps between steps."""
-    total = 0
-    for m in modules:
-        for p in m.parameters():
-            total += p.nbytes + (p.grad.nbytes if p.grad is not None else 0)
-    for opt in optimizers:
-        total += sum(v.nbytes for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
-    return total
+BASELINE_CLASS = {"wgan": WganBaseline, "inception_v3": InceptionBaseline}
 
 
-def peak_bytes(step, device):
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device)
+def as_floats(value):
+    if isinstance(value, dict):
+        return {k: float(v) for k, v in value.items()}
+    return float(value)
 
 
-def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, attribute=False):
+# -- one process's cell ---------------------------------------------------------------------------
+def run_cell(model_name, precision, compiled, device, args):
     from tbdzoo.backends.registry import build_native
-    tf32 = precision in ("tf32", "bf16")
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+    if compiled:
+        torch._dynamo.reset()
     start = time.perf_counter()
-    model = build_native(model_name, "torch", device=device, precision=precision,
-                         execution="compiled" if compiled else "eager", **SHAPES[model_name])
+    sizes = dict(SHAPES[model_name])
+    if args.batch_size:
+        sizes["batch_size"] = args.batch_size
+    ours_precision = precision if cuda or precision != "tf32" else "fp32"
+    model = build_native(model_name, "torch", config="tiny" if args.tiny else "paper", device=device,
+                         precision=ours_precision, execution="compiled" if compiled else "eager", **sizes)
     batch = model.synthetic_batch(seed=0)
     prepared = model.prepare_batch(batch)
-    ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
-    if model_name == "wgan":
-        modules, opts, theirs = handwritten_wgan(batch, device, precision, compiled)
-    else:
-        modules, opts, theirs = handwritten_inception(batch, device, precision, compiled)
-    contenders = {"tbdzoo": ours, "handwritten": theirs}
+    weights = model.get_weights()
+    baselines = {name: BASELINE_CLASS[model_name](model.hparams, weights, batch, device, precision,
+                                                  compiled, channels_last)
+                 for name, channels_last in LAYOUTS.items()}
+    checks = {}
+    if compiled and model_name == "wgan":
+        checks["penalty_grad_rel_diff"] = {name: b.penalty_gradient_check() for name, b in baselines.items()}
+    contenders = {"tbdzoo": lambda: model.train_step(prepared, sync=False)}
+    contenders.update({name: b.step for name, b in baselines.items()})
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values()))}
+    held.update({name: b.held for name, b in baselines.items()})
+    first = {name: as_floats(model.train_step(prepared) if name == "tbdzoo" else step())
+             for name, step in contenders.items()}  # a synchronised step returns tbdzoo's losses
+    peaks = harness.peak_memory(contenders, held, device)
     for step in contenders.values():
-        step()
-    torch.cuda.synchronize(device)
-    alone = {"tbdzoo": peak_bytes(ours, device) - held_bytes(modules, opts),
-             "handwritten": peak_bytes(theirs, device) - held_bytes(
-                 [model.native], list(model._optimizers.values()))}
-    sites = {name: peak_sites(step, device) for name, step in contenders.items()} if attribute else None
-    for step in contenders.values():
-        for _ in range(warmup):
+        for _ in range(args.warmup):
             step()
-    times = {name: [] for name in contenders}
-    order = list(contenders)
-    for r in range(repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                contenders[name]()
-            torch.cuda.synchronize(device)
-            times[name].append((time.perf_counter() - t0) / steps)
-    items = model.model_def.items(model.hparams, batch)
-    result = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
-              "batch": SHAPES[model_name], "unit": model.model_def.unit, "items_per_step": items,
-              "cell_seconds": time.perf_counter() - start}
-    for name in contenders:
-        median = statistics.median(times[name])
-        result[name] = {"step_s": times[name], "step_s_median": median, "throughput": items / median,
-                        "peak_bytes": alone[name]}
-    result["throughput_ratio"] = result["tbdzoo"]["throughput"] / result["handwritten"]["throughput"]
-    result["memory_ratio"] = alone["tbdzoo"] / alone["handwritten"]
-    if sites:
-        result["peak_sites"] = sites
-    del model, modules, opts, contenders, ours, theirs
-    torch.cuda.empty_cache()
-    return result
+    times = harness.interleaved_rounds(contenders, device, args.steps, args.rounds)
+    cell = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
+            "config": "tiny" if args.tiny else "paper", "batch_size": model.hparams["batch_size"],
+            "unit": model.model_def.unit, "items_per_step": model.model_def.items(model.hparams, batch),
+            "warmup": args.warmup, "steps": args.steps, "times": times, "peak_bytes": peaks,
+            "first_loss": first, "checks": checks}
+    if args.profile:
+        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
+    cell["cell_seconds"] = time.perf_counter() - start
+    del model, baselines, contenders
+    if cuda:
+        torch.cuda.empty_cache()
+    return cell
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="inception_v3,wgan")
-    p.add_argument("--precisions", default="tf32,bf16")
-    p.add_argument("--executions", default="eager,compiled")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--attribute", action="store_true",
-                   help="also replay each contender's allocator trace to its peak and group the "
-                        "blocks live then by allocation site")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_programs.json"))
-    args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("no CUDA device: this benchmark needs a GPU", file=sys.stderr)
-        return 2
-    device = "cuda:0"
-    results = {"command": " ".join(["benchmarks/gpu_programs.py"] + sys.argv[1:]),
-               "environment": environment(), "cells": []}
+def worker(args, device):
+    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
     for model_name in args.models.split(","):
         for execution in args.executions.split(","):
             for precision in args.precisions.split(","):
                 try:
-                    cell = run_cell(model_name, precision, execution == "compiled", device,
-                                    args.warmup, args.steps, args.repeats, args.attribute)
+                    cell = run_cell(model_name, precision, execution == "compiled", device, args)
+                    med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
+                    print("  {} {} {}: ".format(model_name, precision, execution) + "  ".join(
+                        "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
+                        " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
                 except Exception as e:  # a failed cell is recorded, the others still run
                     traceback.print_exc()
                     cell = {"model": model_name, "precision": precision, "execution": execution,
                             "error": "{}: {}".format(type(e).__name__, e)}
-                    print(cell, flush=True)
-                else:
-                    print("{:<13} {:<5} {:<9} {:>10,.0f} {:>10,.0f} {:>7.3f}x speed {:>7.3f}x memory ({:.0f}s)".format(
-                        model_name, precision, execution, cell["tbdzoo"]["throughput"],
-                        cell["handwritten"]["throughput"], cell["throughput_ratio"],
-                        cell["memory_ratio"], cell["cell_seconds"]), flush=True)
-                results["cells"].append(cell)
-                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1)
+                record["cells"].append(cell)
+                with open(args.process_out, "w") as f:
+                    json.dump(record, f)
     return 0
+
+
+def arguments(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--precisions", default="tf32,bf16")
+    p.add_argument("--executions", default="eager,compiled")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10, help="steps per timed round")
+    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="interleaved rounds per process")
+    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
+                   help="separate processes per cell, one after the other")
+    p.add_argument("--profile", action="store_true",
+                   help="a torch.profiler summary of each contender in the last process")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
+    p.add_argument("--tiny", action="store_true", help="tiny configs (a CPU check)")
+    p.add_argument("--batch-size", type=int, help="batch size of every side (default: SHAPES)")
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default="gpu_programs.json")
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    return p, p.parse_args(argv)
+
+
+def main(argv=None):
+    return harness.main("benchmarks.gpu_programs", arguments, worker, argv)
 
 
 if __name__ == "__main__":

@@ -1,50 +1,48 @@
-"""tbdzoo's recurrent models on the PyTorch backend against hand-written PyTorch loops, on one GPU.
+"""tbdzoo's recurrent models on the PyTorch backend against PyTorch baselines, on one GPU.
 
-    python3 benchmarks/gpu_recurrent.py --out results.json
-    python3 benchmarks/gpu_recurrent.py --models deepspeech2 --executions eager --precisions bf16
-    python3 benchmarks/gpu_recurrent.py --device cpu --tiny --steps 2 --repeats 1 --warmup 1
-    python3 benchmarks/gpu_recurrent.py --models seq2seq --batch-size 16 --profile profiles/
+    python3 -m benchmarks.gpu_recurrent --models seq2seq --profile --out benchmarks/results/h200_recurrent.json
+    python3 -m benchmarks.gpu_recurrent --models deepspeech2 --executions eager --precisions bf16
+    python3 -m benchmarks.gpu_recurrent --device cpu --tiny --executions eager --precisions tf32 \\
+        --steps 1 --rounds 2 --processes 1 --warmup 1 --out /tmp/check.json   # a check that it runs
 
-The hand-written contenders are what a PyTorch user writes instead, with tbdzoo's shapes
-(tbdzoo/models/seq2seq.py, tbdzoo/models/deepspeech2.py, docs/models.md):
+Run from the repository root. The baselines are what a PyTorch user who wants speed writes, with
+tbdzoo's shapes (tbdzoo/models/seq2seq.py, tbdzoo/models/deepspeech2.py, docs/models.md):
 
-- **Seq2Seq**: ``nn.Embedding`` for each language; a 2-layer ``nn.LSTM`` encoder over the
-  ``pack_padded_sequence`` of the (already reversed) source; a ``nn.LSTM`` decoder over the
-  padded teacher-forced target in one cuDNN call (no input feeding, so nothing needs packing:
-  its padded steps reach only labels the loss ignores); additive attention
-  ``v . tanh(W_q q + W_m m)`` with the source mask built for all decoder steps at once; the
-  attention layer (a bias-free ``nn.Linear`` over ``[output; context]``, no tanh, as tbdzoo has
-  it); a bias-free projection to the target vocabulary; ``F.cross_entropy`` ignoring the pad;
-  Adam 3e-4 after ``clip_grad_norm_(1.0)``.
-- **Deep Speech 2**: the two ``nn.Conv2d`` (no bias), each followed by its activation (ReLU, or
-  ReLU clipped at ``relu_ceiling``) and ``nn.BatchNorm2d``; then the steps are packed once and
-  stay packed: each of the recurrent layers is ``nn.BatchNorm1d`` over the packed data (exactly
-  the valid steps: sequence-wise BatchNorm) and a bidirectional ``nn.GRU`` whose directions
-  are concatenated, as tbdzoo merges them; the bias-free FC, its BatchNorm1d and activation;
-  the output layer and ``log_softmax``, all on the packed data; ``nn.CTCLoss`` (blank 0, summed
-  per example, averaged over the batch as tbdzoo does); SGD momentum 0.9, lr 3e-4, after
-  ``clip_grad_value_(100)`` (the paper config's element-wise clip).
+- **Seq2Seq** (``handwritten``): ``nn.Embedding`` for each language; a 2-layer cuDNN ``nn.LSTM``
+  encoder over the padded (already reversed, right-padded) source: the encoder is
+  unidirectional, so its outputs at the valid steps are exact without packing, and the
+  attention masks the padded ones; a ``nn.LSTM`` decoder over the padded teacher-forced target
+  in one cuDNN call (no input feeding: its padded steps reach only labels the loss ignores);
+  additive attention ``v . tanh(W_q q + W_m m)`` with the source mask built for all decoder
+  steps at once; the attention layer (a bias-free ``nn.Linear`` over ``[output; context]``, no
+  tanh, as tbdzoo has it); a bias-free projection to the target vocabulary;
+  ``F.cross_entropy`` ignoring the pad; fused Adam 3e-4 after ``clip_grad_norm_(1.0)``
+  (foreach). No host synchronisation in the step. Compiled, ``torch.compile`` takes everything
+  after the two LSTMs (attention, attention layer, projection, loss) as one graph: Dynamo does
+  not trace ``nn.LSTM`` (it would break the graph there), and the embeddings are one gather each.
+- **Deep Speech 2** (``handwritten``): the two ``nn.Conv2d`` (no bias), each followed by its
+  activation (ReLU, or ReLU clipped at ``relu_ceiling``) and ``nn.BatchNorm2d``; then the steps
+  are packed once and stay packed: each recurrent layer is ``nn.BatchNorm1d`` over the packed
+  data (exactly the valid steps: sequence-wise BatchNorm) and a bidirectional ``nn.GRU`` whose
+  directions are concatenated, as tbdzoo merges them; the bias-free FC, its BatchNorm1d and
+  activation; the output layer and ``log_softmax``, all on the packed data; ``nn.CTCLoss`` (blank
+  0, summed per example, averaged over the batch as tbdzoo does); SGD momentum 0.9, lr 3e-4
+  (fused on a GPU), after ``clip_grad_value_(100)`` (the paper config's element-wise clip).
+  Compiled, ``torch.compile`` takes the whole module (Dynamo breaks at the GRUs).
 
 Both sides start from the same weights (tbdzoo's, copied into the ``nn`` modules: per-gate
-matrices concatenated in PyTorch's gate order, cuDNN's extra LSTM bias and the GRU's b_hr,
-b_hz at zero), read the same synthetic batch, run under the same precision (TF32, or bf16
-autocast for the whole step, master weights fp32) with cuDNN's autotuner on, and compile the
-same function (forward and loss) with ``torch.compile`` when compiled. Each hand-written
-optimizer is PyTorch's default implementation; tbdzoo's is its fused one on a GPU. The first
-step's loss of each side goes into the JSON (``first_loss``): the same weights and batch give
-the same loss when the two do the same work.
+matrices concatenated in PyTorch's gate order, cuDNN's extra LSTM bias and the GRU's b_hr, b_hz
+at zero), read the same synthetic batch and run under the same precision (TF32, or bf16 autocast
+for the whole step, master weights fp32) with cuDNN's autotuner on. The first step's loss of each
+side (``first_loss``) and the largest weight difference after it (``checks``) go into the JSON:
+the same weights and batch give the same loss when the two do the same work.
 
-Per cell: build both, one step each (the first losses), peak memory of one step
-(``max_memory_allocated`` after a reset, less what the other contender holds), warm-up, then
-``repeats`` rounds of ``steps`` steps of each in alternating order, each round synchronised
-(defaults per model in ``TIMING``; the eight cells are expected to take five to eight minutes
-on an H200, most of it compiling Deep Speech 2).
-With ``--profile DIR`` each cell then runs ``PROFILE_STEPS`` more steps of each side under
-``torch.profiler`` and writes their operator tables (``DIR/<model>-<precision>-<execution>-
-<side>.txt``, sorted by device time on a GPU, by CPU time otherwise); they are not timed.
-Throughput is in the model's own unit (target tokens/s, audio s/s), counted by tbdzoo on the
-shared batch. On a CPU (``--device cpu``, a check that the script runs) tf32 means fp32 and no
-memory is measured.
+The repeat protocol is benchmarks/harness.py's: ``--processes`` fresh processes per execution
+mode, each taking one step per side (first losses), one for peak memory, ``--warmup`` steps, then
+``--rounds`` interleaved rounds of ``--steps`` steps; ``--profile`` adds a torch.profiler
+summary per side in the last process. Throughput is in the model's own unit (target tokens/s,
+audio s/s), counted by tbdzoo on the shared batch. On a CPU (``--device cpu``, a check that the
+script runs) tf32 means fp32 and no memory is measured.
 """
 import argparse
 import json
@@ -55,24 +53,21 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+import torch
+import torch.nn.functional as F
+import torch.nn.utils.rnn as rnn
+from torch import nn
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import torch.nn.utils.rnn as rnn  # noqa: E402
-from torch import nn  # noqa: E402
+from benchmarks import harness
+from benchmarks.gpu_programs import fast_optimizer
 
-from gpu_handwritten import environment  # noqa: E402
-from gpu_programs import held_bytes, peak_bytes  # noqa: E402
+synchronize = harness.synchronize
+time_rounds = harness.interleaved_rounds
 
 MODELS = ("seq2seq", "deepspeech2")
-# Timing defaults per model (warm-up steps, steps per round, rounds), so that every cell's rounds
-# take a few seconds on an H200 and the eight cells, compilation included, five to eight minutes:
-# a Seq2Seq step takes some 30 ms there, a Deep Speech 2 step (batch 8 at 16 s) some 500 ms.
-TIMING = {"seq2seq": (3, 20, 5), "deepspeech2": (2, 5, 3)}
-PROFILE_STEPS = 3
+# Timing defaults per model (warm-up steps, steps per round, rounds per process): a Seq2Seq step
+# takes some 20-30 ms on an H200, a Deep Speech 2 step (batch 8 at 16 s) some 500 ms.
+TIMING = {"seq2seq": (5, 20, 5), "deepspeech2": (2, 3, 5)}
 MASKED_LOGIT = -1e9  # what tbdzoo writes past the source's length (docs/models.md)
 
 
@@ -91,19 +86,27 @@ class Seq2Seq(nn.Module):
         self.attention_layer = nn.Linear(2 * hp["units"], hp["attention_layer"], bias=False)
         self.projection = nn.Linear(hp["attention_layer"], hp["tgt_vocab"], bias=False)
 
-    def forward(self, src, src_lengths, tgt_in, labels):
-        """``src_lengths`` on the CPU, as packing wants them."""
-        packed = rnn.pack_padded_sequence(self.src_embed(src), src_lengths, batch_first=True,
-                                          enforce_sorted=False)
-        memory = rnn.pad_packed_sequence(self.encoder(packed)[0], batch_first=True,
-                                         total_length=src.shape[1])[0]
+        self.head = self.attend_and_score
+
+    def forward(self, src, tgt_in, labels):
+        """The padded source straight through the encoder: it runs left to right, so the outputs
+        at the valid (leading) steps never see the padding after them."""
+        memory = self.encoder(self.src_embed(src))[0]
         out = self.decoder(self.tgt_embed(tgt_in))[0]
+        return self.head(out, memory, src, labels)
+
+    def attend_and_score(self, out, memory, src, labels):
         scores = torch.tanh(self.w_query(out)[:, :, None] + self.w_memory(memory)[:, None]) @ self.v
         padded = src == self.pad  # the source pads with pad_id past its length
         scores = scores.masked_fill(padded[:, None, :], MASKED_LOGIT)
         context = torch.bmm(torch.softmax(scores, dim=-1), memory.to(scores.dtype))
         logits = self.projection(self.attention_layer(torch.cat([out, context.to(out.dtype)], -1)))
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=self.pad)
+
+    def compile_head(self):
+        """Everything after the LSTMs as one compiled graph."""
+        self.head = torch.compile(self.attend_and_score)
+        return self
 
 
 def seq2seq_weights(hp, w):
@@ -146,15 +149,14 @@ def handwritten_seq2seq(hp, weights, batch, device):
     net.load_state_dict({k: torch.as_tensor(v) for k, v in seq2seq_weights(hp, weights).items()})
     net = net.to(device)
     src = torch.from_numpy(batch["src"]).long().to(device)
-    src_lengths = torch.from_numpy(batch["src_lengths"]).long()  # stays on the CPU
     tgt_in = torch.from_numpy(batch["tgt_in"]).long().to(device)
     labels = torch.from_numpy(batch["labels"]).long().to(device)
     opt = torch.optim.Adam(net.parameters(), lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
-                           eps=hp["eps"])
+                           eps=hp["eps"], **fast_optimizer(device))
 
     def clip():
         torch.nn.utils.clip_grad_norm_(net.parameters(), hp["grad_clip_norm"], foreach=True)
-    return net, opt, lambda fn: fn(src, src_lengths, tgt_in, labels), clip
+    return net, opt, lambda fn: fn(src, tgt_in, labels), clip
 
 
 # -- hand-written Deep Speech 2 ---------------------------------------------------------------
@@ -236,7 +238,7 @@ def handwritten_deepspeech2(hp, weights, batch, device):
     frames = torch.from_numpy(batch["spectrogram_lengths"]).long()  # stays on the CPU
     labels = torch.from_numpy(batch["labels"]).long().to(device)
     label_lengths = torch.from_numpy(batch["label_lengths"]).long()
-    opt = torch.optim.SGD(net.parameters(), lr=hp["lr"], momentum=hp["momentum"])
+    opt = torch.optim.SGD(net.parameters(), lr=hp["lr"], momentum=hp["momentum"], **fast_optimizer(device))
 
     def clip():
         torch.nn.utils.clip_grad_value_(net.parameters(), hp["grad_clip_value"], foreach=True)
@@ -249,7 +251,9 @@ AS_STATE = {"seq2seq": seq2seq_weights, "deepspeech2": deepspeech2_weights}
 
 def handwritten_step(model_name, hp, weights, batch, device, precision, compiled):
     net, opt, call, clip = HANDWRITTEN[model_name](hp, weights, batch, device)
-    loss_fn = torch.compile(net) if compiled else net
+    loss_fn = net
+    if compiled:
+        loss_fn = net.compile_head() if hasattr(net, "compile_head") else torch.compile(net)
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=precision == "bf16")
     net.train()
 
@@ -265,26 +269,6 @@ def handwritten_step(model_name, hp, weights, batch, device, precision, compiled
 
 
 # -- measuring ---------------------------------------------------------------------------------
-def time_rounds(contenders, device, steps, repeats):
-    """Seconds per step of each contender, one figure per round, rounds in alternating order."""
-    times = {name: [] for name in contenders}
-    order = list(contenders)
-    for r in range(repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                contenders[name]()
-            synchronize(device)
-            times[name].append((time.perf_counter() - t0) / steps)
-    return times
-
-
-def synchronize(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
 def first_loss(value):
     """A program step's result (a float, or the losses by objective) as one float."""
     if isinstance(value, dict):
@@ -302,27 +286,7 @@ def weight_difference(model_name, model, net):
                for k, v in ours.items() if "bias_hh" not in k)
 
 
-def write_profiles(directory, cell_name, contenders, device):
-    """Both sides' operator tables over ``PROFILE_STEPS`` steps each, one file per side."""
-    from torch.profiler import ProfilerActivity, profile
-    cuda = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    os.makedirs(directory, exist_ok=True)
-    for name, step in contenders.items():
-        synchronize(device)
-        with profile(activities=activities, record_shapes=True) as prof:
-            for _ in range(PROFILE_STEPS):
-                step()
-            synchronize(device)
-        table = prof.key_averages().table(
-            sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=60)
-        path = os.path.join(directory, "{}-{}.txt".format(cell_name, name))
-        with open(path, "w") as f:
-            f.write("{} {}: {} steps\n{}\n".format(cell_name, name, PROFILE_STEPS, table))
-
-
-def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, tiny,
-             batch_size=None, profile_dir=None):
+def run_cell(model_name, precision, compiled, device, args):
     import tbdzoo
     cuda = device.startswith("cuda")
     if cuda:
@@ -331,9 +295,10 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     start = time.perf_counter()
     if compiled:  # each cell compiles from scratch, within dynamo's recompilation limit
         torch._dynamo.reset()
+    warmup, steps, _ = timing(args, model_name)
     ours_precision = precision if cuda or precision != "tf32" else "fp32"  # no TF32 on a CPU
-    sizes = {} if batch_size is None else {"batch_size": batch_size}
-    model = tbdzoo.build(model_name, backend="torch", config="tiny" if tiny else "paper",
+    sizes = {} if args.batch_size is None else {"batch_size": args.batch_size}
+    model = tbdzoo.build(model_name, backend="torch", config="tiny" if args.tiny else "paper",
                          device=device, precision=ours_precision,
                          execution="compiled" if compiled else "eager", **sizes)
     batch = model.synthetic_batch(seed=0)
@@ -343,40 +308,33 @@ def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, ti
     ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
     contenders = {"tbdzoo": ours, "handwritten": theirs}
     losses = {"tbdzoo": first_loss(model.train_step(prepared)), "handwritten": float(theirs())}
-    drift = weight_difference(model_name, model, net)
-    synchronize(device)
-    alone = {"tbdzoo": None, "handwritten": None}
-    if cuda:
-        alone = {"tbdzoo": peak_bytes(ours, device) - held_bytes([net], [opt]),
-                 "handwritten": peak_bytes(theirs, device) - held_bytes(
-                     [model.native], list(model._optimizers.values()))}
+    checks = {"first_step_weight_diff": weight_difference(model_name, model, net),
+              "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["handwritten"]) / max(
+                  abs(losses["handwritten"]), 1e-12)}
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values())),
+            "handwritten": lambda: harness.held_bytes([net], [opt])}
+    peaks = harness.peak_memory(contenders, held, device)
     for step in contenders.values():
         for _ in range(warmup):
             step()
-    times = time_rounds(contenders, device, steps, repeats)
-    if profile_dir:
-        write_profiles(profile_dir, "{}-{}-{}".format(
-            model_name, precision, "compiled" if compiled else "eager"), contenders, device)
-    items = model.model_def.items(model.hparams, batch)
-    result = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
-              "config": "tiny" if tiny else "paper", "device": device,
-              "batch_size": model.hparams["batch_size"], "unit": model.model_def.unit,
-              "warmup": warmup, "steps": steps, "repeats": repeats,
-              "items_per_step": items, "first_loss": losses, "first_step_weight_diff": drift,
-              "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["handwritten"]) / max(
-                  abs(losses["handwritten"]), 1e-12),
-              "cell_seconds": None}
-    for name in contenders:
-        median = statistics.median(times[name])
-        result[name] = {"step_s": times[name], "step_s_median": median, "throughput": items / median,
-                        "peak_bytes": alone[name]}
-    result["throughput_ratio"] = result["tbdzoo"]["throughput"] / result["handwritten"]["throughput"]
-    result["memory_ratio"] = alone["tbdzoo"] / alone["handwritten"] if cuda else None
-    result["cell_seconds"] = time.perf_counter() - start
+    times = harness.interleaved_rounds(contenders, device, steps, args.rounds or timing(args, model_name)[2])
+    cell = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
+            "config": "tiny" if args.tiny else "paper", "batch_size": model.hparams["batch_size"],
+            "unit": model.model_def.unit, "items_per_step": model.model_def.items(model.hparams, batch),
+            "warmup": warmup, "steps": steps, "times": times, "peak_bytes": peaks,
+            "first_loss": losses, "checks": checks}
+    if args.profile:
+        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
+    cell["cell_seconds"] = time.perf_counter() - start
     del model, net, opt, contenders, ours, theirs
     if cuda:
         torch.cuda.empty_cache()
-    return result
+    return cell
+
+
+def timing(args, model_name):
+    return [given if given is not None else default for given, default in
+            zip((args.warmup, args.steps, args.rounds), TIMING[model_name])]
 
 
 def host_environment():
@@ -384,62 +342,57 @@ def host_environment():
             "host_cpus": os.cpu_count()}
 
 
-def main():
+def worker(args, device):
+    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
+    for model_name in args.models.split(","):
+        for execution in args.executions.split(","):
+            for precision in args.precisions.split(","):
+                try:
+                    cell = run_cell(model_name, precision, execution == "compiled", device, args)
+                    med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
+                    print("  {} {} {}: ".format(model_name, precision, execution) + "  ".join(
+                        "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
+                        " loss {:.5g} vs {:.5g} ({:.0f}s)".format(
+                            cell["first_loss"]["tbdzoo"], cell["first_loss"]["handwritten"],
+                            cell["cell_seconds"]), flush=True)
+                except Exception as e:  # a failed cell is recorded, the others still run
+                    traceback.print_exc()
+                    cell = {"model": model_name, "precision": precision, "execution": execution,
+                            "error": "{}: {}".format(type(e).__name__, e)}
+                record["cells"].append(cell)
+                with open(args.process_out, "w") as f:
+                    json.dump(record, f)
+    return 0
+
+
+def arguments(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--precisions", default="tf32,bf16")
     p.add_argument("--executions", default="eager,compiled")
     p.add_argument("--warmup", type=int, help="warm-up steps per side (default: per model, TIMING)")
     p.add_argument("--steps", type=int, help="steps per timed round (default: per model)")
-    p.add_argument("--repeats", type=int, help="timed rounds per side (default: per model)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per process (default: per model)")
+    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
+                   help="separate processes per cell, one after the other")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
     p.add_argument("--tiny", action="store_true", help="tiny configs of both sides (a CPU check)")
     p.add_argument("--batch-size", type=int, help="batch size of both sides (default: the config's)")
-    p.add_argument("--profile", metavar="DIR",
-                   help="also write torch.profiler tables of both sides per cell into DIR")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_recurrent.json"))
-    args = p.parse_args()
+    p.add_argument("--profile", action="store_true",
+                   help="a torch.profiler summary of each side in the last process")
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default="gpu_recurrent.json")
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
     unknown = sorted(set(args.models.split(",")) - set(MODELS))
     if unknown:
         p.error("unknown model(s) {}: choose from {}".format(", ".join(unknown), ", ".join(MODELS)))
-    device = args.device
-    if device == "cuda":
-        device = "cuda:0"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu --tiny to check the script", file=sys.stderr)
-        return 2
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    results = {"command": " ".join(["benchmarks/gpu_recurrent.py"] + sys.argv[1:]),
-               "environment": environment() if device.startswith("cuda") else host_environment(),
-               "cells": []}
-    for model_name in args.models.split(","):
-        for execution in args.executions.split(","):
-            for precision in args.precisions.split(","):
-                timing = [given if given is not None else default for given, default in
-                          zip((args.warmup, args.steps, args.repeats), TIMING[model_name])]
-                try:
-                    cell = run_cell(model_name, precision, execution == "compiled", device,
-                                    *timing, args.tiny, args.batch_size, args.profile)
-                except Exception as e:  # a failed cell is recorded, the others still run
-                    traceback.print_exc()
-                    cell = {"model": model_name, "precision": precision, "execution": execution,
-                            "error": "{}: {}".format(type(e).__name__, e)}
-                    print(cell, flush=True)
-                else:
-                    memory = "" if cell["memory_ratio"] is None else \
-                        " {:>7.3f}x memory".format(cell["memory_ratio"])
-                    print("{:<12} {:<5} {:<9} {:>12,.1f} {:>12,.1f} {:>7.3f}x speed{} loss {:.5g} vs "
-                          "{:.5g} ({:.0f}s)".format(
-                              model_name, precision, execution, cell["tbdzoo"]["throughput"],
-                              cell["handwritten"]["throughput"], cell["throughput_ratio"], memory,
-                              cell["first_loss"]["tbdzoo"], cell["first_loss"]["handwritten"],
-                              cell["cell_seconds"]), flush=True)
-                results["cells"].append(cell)
-                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1)
-    return 0
+    return p, args
+
+
+def main(argv=None):
+    return harness.main("benchmarks.gpu_recurrent", arguments, worker, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,359 @@
+"""The measuring harness of the GPU comparisons (tbdzoo against hand-written PyTorch baselines).
+
+A comparison script (``benchmarks/gpu_programs.py``, ``benchmarks/gpu_recurrent.py``) builds its
+contenders in one process and hands them to this module, which
+
+- times them in interleaved rounds (``interleaved_rounds``): every round runs ``steps`` steps of
+  each contender between two device synchronisations, and the order rotates from round to round,
+  so a drift of the machine (clocks, temperature, another tenant) falls on every contender alike;
+- measures each contender's peak memory (``peak_memory``): the allocator's high-water mark over
+  one step, less what the other contenders keep allocated meanwhile (their weights, gradients and
+  optimizer state);
+- profiles a few steps of each contender (``profile_summary``): kernels launched, device time
+  and host time per step, the costliest kernels;
+- runs the repeat protocol (``run_processes``): each cell is measured by at least two separate
+  processes of at least five rounds each, one after the other, and ``summarize`` reports every
+  contender's median step time with the spread of its rounds and of its processes, and every
+  ratio with its spread. A ratio whose spread (every round of every process, paired round by
+  round) reaches both sides of 1.0 is PARITY, not a lead; ``verdict`` says which.
+
+``environment`` records the machine: GPU, driver, CUDA, cuDNN, torch, Python, host cores.
+"""
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+ROUNDS_AT_LEAST = 5
+PROCESSES_AT_LEAST = 2
+
+
+# -- the machine ----------------------------------------------------------------------------------
+def environment(device="cuda:0"):
+    """What the numbers were measured on (no paths of the machine)."""
+    env = {"torch": torch.__version__, "python": platform.python_version(),
+           "host_cpus": os.cpu_count(), "host_machine": platform.machine(), "device": device}
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(device)
+        env.update({"gpu": props.name, "gpu_memory_bytes": props.total_memory,
+                    "multiprocessors": props.multi_processor_count,
+                    "cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                    "driver": _driver_version()})
+    return env
+
+
+def _driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             universal_newlines=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def synchronize(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def held_bytes(modules, optimizers):
+    """Parameters, gradients and optimizer state a contender keeps between steps."""
+    total = 0
+    for m in modules:
+        for p in m.parameters():
+            total += p.nbytes + (p.grad.nbytes if p.grad is not None else 0)
+    for opt in optimizers:
+        total += sum(v.nbytes for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
+    return total
+
+
+def peak_bytes(step, device):
+    """The allocator's high-water mark over one step of ``step``."""
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
+def peak_memory(contenders, held, device):
+    """Each contender's peak bytes over one step, less what the others hold meanwhile.
+
+    ``contenders``: name -> step function; ``held``: name -> function giving the bytes that
+    contender keeps between steps (``held_bytes`` of its modules and optimizers). None on a CPU."""
+    if not str(device).startswith("cuda"):
+        return {name: None for name in contenders}
+    out = {}
+    for name, step in contenders.items():
+        others = sum(held[other]() for other in contenders if other != name)
+        out[name] = peak_bytes(step, device) - others
+    return out
+
+
+# -- time -----------------------------------------------------------------------------------------
+def interleaved_rounds(contenders, device, steps, rounds):
+    """Seconds per step of each contender, one figure per round; the order rotates each round."""
+    names = list(contenders)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                contenders[name]()
+            synchronize(device)
+            times[name].append((time.perf_counter() - t0) / steps)
+    return times
+
+
+def profile_summary(step, device, steps=3, top=12):
+    """``steps`` steps of ``step`` under torch.profiler: per step, the kernels launched, their
+    summed device time, the host's wall time, and the ``top`` costliest kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    cuda = str(device).startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    synchronize(device)
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(device)
+    wall = (time.perf_counter() - t0) / steps
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+    kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    return {"steps": steps, "wall_ms_per_step_profiled": 1e3 * wall,
+            "kernels_per_step": sum(e.count for e in kernels) / steps,
+            "device_ms_per_step": sum(e.self_device_time_total for e in kernels) / 1e3 / steps,
+            "top_kernels": [{"name": e.key[:100], "per_step": e.count / steps,
+                             "ms_per_step": e.self_device_time_total / 1e3 / steps}
+                            for e in kernels[:top]]}
+
+
+# -- the repeat protocol --------------------------------------------------------------------------
+def run_processes(module, argv, processes, work_dir, on_process=None):
+    """Run ``python -m module argv --process-out FILE`` ``processes`` times, one after the
+    other, each a fresh interpreter; return each run's JSON (a list of cells). ``on_process``
+    is called with the records so far after each run, so a run cut short keeps what it had."""
+    os.makedirs(work_dir, exist_ok=True)
+    records = []
+    for i in range(processes):
+        path = os.path.join(work_dir, "{}-process{}.json".format(module.rsplit(".", 1)[-1], i))
+        if os.path.exists(path):
+            os.remove(path)
+        cmd = [sys.executable, "-m", module] + list(argv) + ["--process-out", path,
+                                                             "--process-index", str(i)]
+        print("process {} of {}: {}".format(i + 1, processes, " ".join(cmd[1:])), flush=True)
+        rc = subprocess.call(cmd)
+        if os.path.exists(path):
+            with open(path) as f:
+                records.append(json.load(f))
+        if rc != 0:
+            print("process {} exited with {}".format(i + 1, rc), file=sys.stderr, flush=True)
+        if on_process is not None:
+            on_process(records)
+    return records
+
+
+def merge_processes(records, key=("model", "precision", "execution")):
+    """Group the cells of every process's record by ``key``: [(key values, [cell per process])]."""
+    groups = {}
+    for record in records:
+        for cell in record["cells"]:
+            groups.setdefault(tuple(cell.get(k) for k in key), []).append(cell)
+    return list(groups.items())
+
+
+def verdict(low, high):
+    """'ahead' when the whole spread of the ratio is above 1.0, 'behind' when it is below,
+    'parity' when it reaches 1.0 (a lead inside the run-to-run spread is no lead)."""
+    if low > 1.0:
+        return "ahead"
+    if high < 1.0:
+        return "behind"
+    return "parity"
+
+
+def summarize(cells, subject="tbdzoo", baselines=("handwritten",), items=None):
+    """One cell's measurement from the processes that measured it.
+
+    ``cells``: one dict per process, each holding ``times`` (contender -> seconds per step, one per
+    round) and ``peak_bytes`` (contender -> bytes or None). Of ``baselines``, the one with the
+    lowest median step time over all rounds is THE baseline; every baseline's ratio is reported.
+    Speed ratio = baseline step time / subject step time (above 1: the subject is faster), paired
+    round by round within each process, the median of those pairs (a process that runs both
+    sides slower moves both alike); memory ratio = subject peak / baseline peak."""
+    names = list(cells[0]["times"])
+    out = {"processes": len(cells), "rounds_per_process": [len(c["times"][subject]) for c in cells],
+           "contenders": {}}
+    for name in names:
+        pooled = [t for c in cells for t in c["times"][name]]
+        medians = [statistics.median(c["times"][name]) for c in cells]
+        peaks = [c["peak_bytes"].get(name) for c in cells]
+        entry = {"step_s_median": statistics.median(pooled), "step_s_rounds": [min(pooled), max(pooled)],
+                 "step_s_process_medians": medians,
+                 "peak_bytes": statistics.median(peaks) if None not in peaks else None,
+                 "peak_bytes_processes": peaks}
+        if items is not None:
+            entry["throughput"] = items / entry["step_s_median"]
+        out["contenders"][name] = entry
+    present = [b for b in baselines if b in names]
+    best = min(present, key=lambda b: out["contenders"][b]["step_s_median"])
+    out["baseline"] = best
+    out["ratios"] = {}
+    for b in present:
+        rounds = [tb / ts for c in cells for tb, ts in zip(c["times"][b], c["times"][subject])]
+        procs = [statistics.median(c["times"][b]) / statistics.median(c["times"][subject]) for c in cells]
+        speed = statistics.median(rounds)
+        low, high = min(rounds + procs), max(rounds + procs)
+        ratio = {"speed": speed, "speed_rounds": [min(rounds), max(rounds)], "speed_processes": procs,
+                 "speed_verdict": verdict(low, high)}
+        mem = [c["peak_bytes"].get(subject) / c["peak_bytes"][b] for c in cells
+               if c["peak_bytes"].get(subject) and c["peak_bytes"].get(b)]
+        if mem:
+            ratio.update({"memory": statistics.median(mem), "memory_processes": mem})
+        out["ratios"][b] = ratio
+    out["speed"] = out["ratios"][best]["speed"]
+    out["speed_verdict"] = out["ratios"][best]["speed_verdict"]
+    out["memory"] = out["ratios"][best].get("memory")
+    return out
+
+
+def check_protocol(rounds, processes):
+    """The repeat protocol's floor, for a run meant to be reported (not a check that it runs)."""
+    return rounds >= ROUNDS_AT_LEAST and processes >= PROCESSES_AT_LEAST
+
+
+def format_row(key, summary):
+    """One line of a cell's summary for the terminal."""
+    best = summary["baseline"]
+    r = summary["ratios"][best]
+    sub = summary["contenders"]["tbdzoo"]
+    base = summary["contenders"][best]
+    mem = "" if r.get("memory") is None else " memory {:.3f}x".format(r["memory"])
+    return ("{:<24} tbdzoo {:8.2f} ms  {} {:8.2f} ms  speed {:.3f}x [{:.3f}-{:.3f}] {}{}".format(
+        " ".join(str(k) for k in key), 1e3 * sub["step_s_median"], best, 1e3 * base["step_s_median"],
+        r["speed"], min(r["speed_rounds"] + r["speed_processes"]),
+        max(r["speed_rounds"] + r["speed_processes"]), r["speed_verdict"].upper(), mem))
+
+
+# -- a script's protocol ---------------------------------------------------------------------------------
+def aggregate(records, command, protocol):
+    env = records[0]["environment"] if records else None
+    out = {"command": command, "environment": env, "protocol": protocol, "cells": []}
+    for key, cells in merge_processes(records):
+        ok = [c for c in cells if "error" not in c]
+        entry = dict(zip(("model", "precision", "execution"), key))
+        if not ok:
+            entry["error"] = [c.get("error") for c in cells]
+            out["cells"].append(entry)
+            continue
+        c0 = ok[0]
+        entry.update({k: c0[k] for k in ("config", "batch_size", "unit", "items_per_step", "warmup", "steps")
+                      if k in c0})
+        entry.update(summarize(ok, "tbdzoo", [n for n in c0["times"] if n != "tbdzoo"],
+                               items=c0["items_per_step"]))
+        entry["meets_protocol"] = check_protocol(min(entry["rounds_per_process"]), entry["processes"])
+        entry["first_loss"] = [c["first_loss"] for c in ok]
+        entry["checks"] = [c["checks"] for c in ok if c["checks"]]
+        entry["profile"] = next((c["profile"] for c in ok if "profile" in c), None)
+        entry["rounds"] = [{"times": c["times"], "peak_bytes": c["peak_bytes"]} for c in ok]
+        entry["errors"] = [c["error"] for c in cells if "error" in c]
+        out["cells"].append(entry)
+    return out
+
+
+def records_of(result):
+    """The per-process records an aggregate was made from (to merge processes run apart)."""
+    records = []
+    for cell in result["cells"]:
+        if "rounds" not in cell:
+            continue
+        for i, r in enumerate(cell["rounds"]):
+            while len(records) <= i:
+                records.append({"process_index": len(records), "environment": result["environment"],
+                                "cells": []})
+            c = {k: cell[k] for k in ("model", "precision", "execution", "config", "batch_size", "unit",
+                                      "items_per_step", "warmup", "steps") if k in cell}
+            c.update({"times": r["times"], "peak_bytes": r["peak_bytes"], "first_loss": cell["first_loss"][i],
+                      "checks": {}})
+            if i == len(cell["rounds"]) - 1 and cell.get("profile"):
+                c["profile"] = cell["profile"]
+            records[i]["cells"].append(c)
+    return records
+
+
+def main(module, parse, worker_fn, argv=None):
+    """A comparison script's main: with ``--process-out`` one process's cells (``worker_fn``),
+    else the repeat protocol over fresh processes, per execution mode, and the aggregate."""
+    p, args = parse(argv)
+    device = "cuda:0" if args.device == "cuda" else args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device: run with --device cpu --tiny to check the script", file=sys.stderr)
+        return 2
+    if args.process_out:
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        return worker_fn(args, device)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python3 -m " + module] + _drop(argv, ("--out", "--work-dir")) +
+                       ["--out", "benchmarks/results/" + os.path.basename(args.out)])
+    protocol = {"processes": args.processes, "rounds_per_process": args.rounds, "steps_per_round": args.steps,
+                "warmup_steps": args.warmup,
+                "speed_ratio": "baseline step time / tbdzoo step time (above 1: tbdzoo faster)",
+                "memory_ratio": "tbdzoo peak / baseline peak",
+                "verdict": "ahead or behind only when every round's and every process's ratio is on one side of 1.0"}
+    base = [a for a in argv if a != "--profile"]
+    work = args.work_dir or tempfile.mkdtemp(prefix="tbdzoo-bench-")
+    records = []
+
+    def save(done):
+        result = aggregate(records + done, command, protocol)
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        return result
+
+    for execution in args.executions.split(","):
+        group = _replace(base, "--executions", execution)
+        last = args.processes - 1
+        done = []
+        for i in range(args.processes):
+            extra = ["--profile"] if args.profile and i == last else []
+            done += run_processes(module, group + extra, 1, os.path.join(work, "{}-{}".format(execution, i)))
+            save(done)
+        records += done
+    result = save([])
+    for cell in result["cells"]:
+        if "error" in cell and "contenders" not in cell:
+            print(cell["model"], cell["precision"], cell["execution"], "FAILED", cell["error"])
+        else:
+            print(format_row((cell["model"], cell["precision"], cell["execution"]), cell))
+    return 0
+
+
+def _drop(argv, flags):
+    """``argv`` without ``flags`` and their values."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in flags:
+            skip = True
+        elif not any(a.startswith(f + "=") for f in flags):
+            out.append(a)
+    return out
+
+
+def _replace(argv, flag, value):
+    return _drop(argv, (flag,)) + [flag, value]
