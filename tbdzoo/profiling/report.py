@@ -41,7 +41,8 @@ class Entry:
     def key(self):
         r = self.record
         return (r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
-                r.get("precision"), (r.get("distributed") or {}).get("world_size", 1),
+                r.get("precision"), r.get("execution") or "default",
+                (r.get("distributed") or {}).get("world_size", 1),
                 (r.get("asynchronous") or {}).get("learners"))
 
 
@@ -156,9 +157,9 @@ def select(entries):
 
 
 def describe(key):
-    model, backend, config, batch, precision, processes, learners = key
-    return "{} on {}, config {}, batch {}, {}{}{}".format(
-        model, backend, config, batch, precision,
+    model, backend, config, batch, precision, execution, processes, learners = key
+    return "{} on {}, config {}, batch {}, {}, {} execution{}{}".format(
+        model, backend, config, batch, precision, execution,
         ", {} processes".format(processes) if processes != 1 else "",
         ", {} asynchronous learners".format(learners) if learners is not None else "")
 
@@ -166,7 +167,8 @@ def describe(key):
 def sort_key(entry):
     r = entry.record
     return (str(r.get("model")), str(r.get("backend")), str(r.get("config")),
-            str(r.get("precision")), r.get("batch_size") or 0,
+            str(r.get("precision")), str(r.get("execution") or "default"),
+            plots.world_size(r), r.get("batch_size") or 0,
             (r.get("asynchronous") or {}).get("learners") or 0)
 
 
@@ -235,19 +237,29 @@ def step_range(r):
     return "{:.1f}–{:.1f} ms".format(1000 * low, 1000 * high)
 
 
+def batch_cell(r):
+    """The batch, and for a data-parallel run its split over the processes: '64 (2 x 32)'."""
+    d = r.get("distributed")
+    if not isinstance(d, dict) or plots.world_size(r) == 1:
+        return text(r.get("batch_size"))
+    return "{} ({} x {})".format(text(r.get("batch_size")), plots.world_size(r),
+                                 text(d.get("per_replica_batch")))
+
+
 def results_table(records):
-    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Device", "Throughput",
-               "Step time (median)", "Step min–max", "Step cv", "First step", "FLOP/s achieved",
-               "FLOP utilisation", "Peak memory"]
+    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Execution", "Device",
+               "Throughput", "Step time (median)", "Step min–max", "Step cv", "First step",
+               "FLOP/s achieved", "FLOP utilisation", "Peak memory"]
     rows = [[text(r.get("model")), text(r.get("backend")), text(r.get("config")),
-             text(r.get("batch_size")), text(r.get("precision")), text(r.get("device")),
+             batch_cell(r), text(r.get("precision")), text(r.get("execution") or "default"),
+             text(r.get("device")),
              throughput_cell(r), fmt_ms(number(dig(r, "step_time", "median"))), step_range(r),
              fmt_percent(number(dig(r, "step_time", "cv"))),
              fmt_seconds(number(r.get("first_step_s"))),
              fmt_flops(number(dig(r, "flops", "achieved_per_s"))),
              fmt_percent(number(dig(r, "flops", "utilization"))),
              fmt_bytes(memory_entry(r, "peak")[0])] for r in records]
-    return Table(headers, rows, numeric=headers[3:4] + headers[6:])
+    return Table(headers, rows, numeric=headers[3:4] + headers[7:])
 
 
 DATA_NOTE = ("Runs with --data trained the same model again, each step on the next batch of "
