@@ -179,3 +179,23 @@ def test_transformer_throughput_counts_the_tokens_that_are_not_padding():
     assert model_def.items(hp, batch) == sentence_tokens
     model = tbdzoo.build("transformer", "torch", config="tiny", device="cpu", pad_id=1, bos_id=0)
     assert model.prepare_batch(batch).items == sentence_tokens
+
+
+# -- repeats of a minimum duration ------------------------------------------------------------------
+def test_a_minimum_repeat_time_adds_steps_to_fast_repeats_only():
+    """`tbd bench`'s protocol: the first repeat runs until min_repeat_s has passed and fixes the
+    steps of every repeat, so a millisecond step is timed over a window of that length; a step
+    longer than the window still runs once per repeat."""
+    model = tbdzoo.build("a3c", "torch", config="cartpole", device="cpu")
+    seen = []
+    record = tbdzoo.profile(model, steps=1, warmup=2, repeats=3, min_repeat_s=0.3,
+                            samplers=False, progress=lambda done, total: seen.append((done, total)))
+    protocol = record["protocol"]
+    assert protocol["min_repeat_s"] == 0.3 and protocol["repeats"] == 3
+    assert protocol["steps"] > 10  # a CartPole step takes milliseconds
+    assert record["step_time"]["n"] == 3
+    # the first repeat lasted at least the minimum; the others ran as many steps
+    assert seen[-1] == (2 + 3 * protocol["steps"],) * 2
+    assert protocol["steps"] * record["step_time"]["max"] >= 0.3
+    slow = tbdzoo.profile(model, steps=1, warmup=1, repeats=2, min_repeat_s=1e-6, samplers=False)
+    assert slow["protocol"]["steps"] == 1
