@@ -488,9 +488,20 @@ def test_runs_of_other_world_sizes_precisions_or_executions_are_separate_lines(t
     plots.draw_lines(ax, one, plots.backend_colors({"torch"}))
     assert [line.get_label() for line in ax.get_lines()] == ["torch"]
 
+    two[1]["step_time"] = dict(two[1]["step_time"], cv=0.354)  # a busy machine's repeats
     write_report([write_jsonl(tmp_path / "w.jsonl", one + two)], str(tmp_path / "out"))
     md = (tmp_path / "out" / "report.md").read_text()
     rows = markdown_rows(md, "Results")
     assert [r[3] for r in rows] == ["8", "16", "8 (2 x 4)", "16 (2 x 8)"]
     assert "superseded" not in md  # a two-process run is not a rerun of the one-process run
     assert (tmp_path / "out" / "throughput_vs_batch.png").exists()
+    # the spread sits beside every figure, and a run that varied over 10% is named under them
+    assert [r[10] for r in rows] == ["2.1%", "2.1%", "2.1%", "35.4%"]
+    unsteady = [l for l in md.splitlines() if l.startswith("- resnet50 on torch, batch")]
+    assert unsteady == ["- resnet50 on torch, batch 16 (2 x 8): cv 35.4% over 3 repeats "
+                        "(step {})".format(rows[3][9])]
+    assert "varied by more than 10%" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_a_report_of_steady_runs_names_no_unsteady_run(report):
+    assert "varied by more than 10%" not in (report[0] / "report.md").read_text()

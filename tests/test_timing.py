@@ -183,9 +183,9 @@ def test_transformer_throughput_counts_the_tokens_that_are_not_padding():
 
 # -- repeats of a minimum duration ------------------------------------------------------------------
 def test_a_minimum_repeat_time_adds_steps_to_fast_repeats_only():
-    """`tbd bench`'s protocol: the first repeat runs until min_repeat_s has passed and fixes the
-    steps of every repeat, so a millisecond step is timed over a window of that length; a step
-    longer than the window still runs once per repeat."""
+    """`tbd bench`'s protocol: the warm-up runs on (untimed) until min_repeat_s has passed after
+    its first step, and as many steps as that took make each repeat, so a millisecond step is
+    timed over a window of about that length; a step longer than the window runs once."""
     model = tbdzoo.build("a3c", "torch", config="cartpole", device="cpu")
     seen = []
     record = tbdzoo.profile(model, steps=1, warmup=2, repeats=3, min_repeat_s=0.3,
@@ -193,9 +193,13 @@ def test_a_minimum_repeat_time_adds_steps_to_fast_repeats_only():
     protocol = record["protocol"]
     assert protocol["min_repeat_s"] == 0.3 and protocol["repeats"] == 3
     assert protocol["steps"] > 10  # a CartPole step takes milliseconds
+    assert protocol["warmup"] == 1 + protocol["steps"]  # the first step, then those measured
     assert record["step_time"]["n"] == 3
-    # the first repeat lasted at least the minimum; the others ran as many steps
-    assert seen[-1] == (2 + 3 * protocol["steps"],) * 2
-    assert protocol["steps"] * record["step_time"]["max"] >= 0.3
-    slow = tbdzoo.profile(model, steps=1, warmup=1, repeats=2, min_repeat_s=1e-6, samplers=False)
-    assert slow["protocol"]["steps"] == 1
+    assert seen[-1] == (protocol["warmup"] + 3 * protocol["steps"],) * 2
+    assert [done for done, _ in seen] == list(range(1, seen[-1][0] + 1))
+    assert protocol["steps"] * record["step_time"]["median"] >= 0.1  # about 0.3 s a repeat
+    plain = tbdzoo.profile(model, steps=2, warmup=2, repeats=2, samplers=False)["protocol"]
+    assert (plain["warmup"], plain["steps"], plain["min_repeat_s"]) == (2, 2, 0.0)
+    slow = tbdzoo.profile(model, steps=1, warmup=2, repeats=2, min_repeat_s=1e-9,
+                          samplers=False)["protocol"]
+    assert (slow["warmup"], slow["steps"]) == (2, 1)  # one step already lasted the minimum

@@ -262,6 +262,26 @@ def results_table(records):
     return Table(headers, rows, numeric=headers[3:4] + headers[7:])
 
 
+# A step time whose coefficient of variation over repeats passes this is listed under the
+# results: the median of such a run moved with the machine's load or with too short repeats.
+UNSTEADY_CV = 0.10
+UNSTEADY_NOTE = ("Runs whose step time varied by more than 10% (cv) over their repeats: the "
+                 "machine was busy or the repeats were short; rerun with more --repeats or a "
+                 "longer --min-repeat-seconds before quoting them.")
+
+
+def unsteady_runs(records):
+    """One line per run whose step time's cv passes UNSTEADY_CV."""
+    lines = []
+    for r in records:
+        cv = number(dig(r, "step_time", "cv"))
+        if cv is not None and cv > UNSTEADY_CV:
+            lines.append("{} on {}, batch {}: cv {} over {} repeats (step {})".format(
+                r.get("model"), r.get("backend"), batch_cell(r), fmt_percent(cv),
+                text(dig(r, "step_time", "n")), step_range(r)))
+    return lines
+
+
 DATA_NOTE = ("Runs with --data trained the same model again, each step on the next batch of "
              "the backend's own input pipeline reading real images (docs/pipelines.md). "
              "\u201cInput wait\u201d is the share of step time spent waiting for that batch; "
@@ -439,6 +459,8 @@ def build_context(entries, sources):
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
         "results": results_table([e.record for e in synchronous]),
+        "unsteady": unsteady_runs([e.record for e in synchronous]),
+        "unsteady_note": UNSTEADY_NOTE,
         "data": data_table([e.record for e in synchronous]),
         "memory": memory_table([e.record for e in synchronous]),
         "memory_findings": memory_findings([e.record for e in synchronous]),
@@ -492,6 +514,9 @@ def render_markdown(ctx, figures):
                 "precision); the newest was used:".format(len(ctx["notes"])), ""]
         out += ["- " + md_escape(n) for n in ctx["notes"]] + [""]
     out += ["## Results", "", md_table(ctx["results"])]
+    if ctx["unsteady"]:
+        out += [md_escape(UNSTEADY_NOTE), ""] + ["- " + md_escape(l) for l in ctx["unsteady"]]
+        out += [""]
     if ctx["data"].rows:
         out += ["## Data-fed training", "", md_escape(DATA_NOTE), "", md_table(ctx["data"])]
     if ctx["asynchronous"].rows:
@@ -551,6 +576,8 @@ config, batch, precision); the newest was used:</p>
 {% endif %}
 <h2 id="results">Results</h2>
 {{ table(results) }}
+{% if unsteady %}<p class="note">{{ unsteady_note }}</p>
+<ul>{% for line in unsteady %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 {% if data.rows %}
 <h2 id="data-fed">Data-fed training</h2>
 <p class="note">{{ data_note }}</p>

@@ -2,10 +2,11 @@
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
 on its own), then ``repeats`` runs of ``steps`` timed steps. With ``min_repeat_s`` a repeat
-takes at least that long: the first repeat runs ``steps`` steps and then more until that much
-time has passed, and every later repeat runs as many steps as it did, so fast steps are timed
-over a window the clock and the machine's noise do not dominate while a slow step still runs
-once per repeat. Within a repeat, steps are queued
+lasts about that long: the warm-up steps after the first (each synchronous) are counted, and
+continued past ``warmup`` where they have not yet taken ``min_repeat_s``, and the steps that
+did become the steps of every repeat (at least ``steps``). Fast steps are then timed over a
+window the clock and the machine's noise do not dominate, while a slow step still runs once
+per repeat, and a slow model pays for nothing beyond its warm-up. Within a repeat, steps are queued
 without waiting where the backend allows; the last one is a synchronous step, and the model is
 synchronised again before the clock is read, so a timed window never closes on work that is
 still queued (the first step's time is read the same way).
@@ -33,9 +34,9 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     ``progress(done, total)`` is called after every step, warm-up included. Each of ``meters``
     (objects with start() and stop()) is started after the warm-up and stopped after the last
     timed step, so samplers see exactly the timed region; their stop() results are returned
-    under "meters" in the same order. ``min_repeat_s``: the first repeat runs at least
-    ``steps`` steps and at least this many seconds (read from the host's clock after each
-    step), and fixes the steps of every repeat.
+    under "meters" in the same order. ``min_repeat_s``: each repeat runs at least ``steps``
+    steps and as many as the warm-up ran in this many seconds (after its first step); the
+    protocol's "warmup" counts the untimed steps that ran, "steps" the steps of a repeat.
     """
     if warmup < 1 or steps < 1 or repeats < 1:
         raise ValueError("warmup, steps and repeats must each be at least 1")
@@ -51,12 +52,19 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     done += 1
     if progress:
         progress(done, total)
-    for _ in range(warmup - 1):
+    start, ran = time.perf_counter(), 0  # the synchronous steps after the first, and their time
+    while ran < warmup - 1 or (min_repeat_s and (
+            ran < steps or time.perf_counter() - start < min_repeat_s)):
         losses.append(model.train_step(prepared))
+        ran += 1
         done += 1
+        if ran >= warmup - 1 and min_repeat_s:  # measuring a repeat's length: more to come
+            total = max(total, done + 1 + steps * repeats)
         if progress:
             progress(done, total)
-    calibrating = bool(min_repeat_s)
+    if min_repeat_s:
+        steps, warmup = max(steps, ran), 1 + ran
+        total = warmup + steps * repeats
     per_step = []
     model.synchronize()  # samplers start on an idle device: no warm-up work inside their region
     for meter in meters:
@@ -64,25 +72,14 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     for _ in range(repeats):
         model.synchronize()
         start = time.perf_counter()
-        ran = 0
-        while True:
-            last = not calibrating and ran == steps - 1
-            loss = model.train_step(prepared, sync=last)
+        for i in range(steps):
+            loss = model.train_step(prepared, sync=(i == steps - 1))
             if loss is not None:
                 losses.append(loss)
-            ran += 1
             done += 1
-            if calibrating:  # every repeat runs at least as many steps as this one so far
-                total = max(total, warmup + ran * repeats)
             if progress:
                 progress(done, total)
-            if last or (calibrating and ran >= steps and
-                        time.perf_counter() - start >= min_repeat_s):
-                break
         model.synchronize()
-        if calibrating:  # the first repeat sets the steps of every repeat
-            steps, calibrating = ran, False
-            total = warmup + steps * repeats
         per_step.append((time.perf_counter() - start) / steps)
     readings = [meter.stop() for meter in meters]
     step_time = summarize(per_step)
