@@ -93,7 +93,6 @@ def cmd_data(args):
     return {"list": cmd_data_list, "make": cmd_data_make}[args.data_command](args)
 
 
-
 def cmd_data_make(args):
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from .datasets.makers import make
@@ -341,7 +340,7 @@ def protocol_text(args):
     """The measuring protocol in a few words, for the results table's title."""
     steps = "{} step{}".format(args.steps, "" if args.steps == 1 else "s")
     if getattr(args, "min_repeat_seconds", 0):
-        steps = "at least {} and {:g} s".format(steps, args.min_repeat_seconds)
+        steps = "at least {}, about {:g} s".format(steps, args.min_repeat_seconds)
     return "warm-up {}, {} repeats of {}; median, min-max and cv over repeats".format(
         args.warmup, args.repeats, steps)
 

@@ -2,11 +2,11 @@
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
 on its own), then ``repeats`` runs of ``steps`` timed steps. With ``min_repeat_s`` a repeat
-lasts about that long: the warm-up steps after the first (each synchronous) are counted, and
-continued past ``warmup`` where they have not yet taken ``min_repeat_s``, and the steps that
-did become the steps of every repeat (at least ``steps``). Fast steps are then timed over a
-window the clock and the machine's noise do not dominate, while a slow step still runs once
-per repeat, and a slow model pays for nothing beyond its warm-up. Within a repeat, steps are queued
+lasts about that long: where the last warm-up step was shorter, synchronous untimed steps
+follow the warm-up until ``min_repeat_s`` has passed, and as many as ran (at least ``steps``)
+make every repeat. Fast steps are then timed over a window that the clock and the machine's
+noise do not dominate, while a step of ``min_repeat_s`` or more runs ``steps`` times a repeat
+and costs nothing beyond the warm-up. Within a repeat, steps are queued
 without waiting where the backend allows; the last one is a synchronous step, and the model is
 synchronised again before the clock is read, so a timed window never closes on work that is
 still queued (the first step's time is read the same way).
@@ -35,8 +35,9 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     (objects with start() and stop()) is started after the warm-up and stopped after the last
     timed step, so samplers see exactly the timed region; their stop() results are returned
     under "meters" in the same order. ``min_repeat_s``: each repeat runs at least ``steps``
-    steps and as many as the warm-up ran in this many seconds (after its first step); the
-    protocol's "warmup" counts the untimed steps that ran, "steps" the steps of a repeat.
+    steps, and as many as ran in this many seconds after the warm-up where its last step was
+    shorter; the protocol's "warmup" counts the untimed steps that ran, "steps" the steps of a
+    repeat.
     """
     if warmup < 1 or steps < 1 or repeats < 1:
         raise ValueError("warmup, steps and repeats must each be at least 1")
@@ -52,18 +53,24 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     done += 1
     if progress:
         progress(done, total)
-    start, ran = time.perf_counter(), 0  # the synchronous steps after the first, and their time
-    while ran < warmup - 1 or (min_repeat_s and (
-            ran < steps or time.perf_counter() - start < min_repeat_s)):
-        losses.append(model.train_step(prepared))
-        ran += 1
+    last_step = first_step
+    for _ in range(warmup - 1):
+        start = time.perf_counter()
+        losses.append(model.train_step(prepared))  # synchronous: the loss is read back
+        last_step = time.perf_counter() - start
         done += 1
-        if ran >= warmup - 1 and min_repeat_s:  # measuring a repeat's length: more to come
-            total = max(total, done + 1 + steps * repeats)
         if progress:
             progress(done, total)
-    if min_repeat_s:
-        steps, warmup = max(steps, ran), 1 + ran
+    if min_repeat_s and (warmup == 1 or last_step < min_repeat_s):
+        # untimed steps after the warm-up until min_repeat_s has passed: their count makes a repeat
+        start, ran = time.perf_counter(), 0
+        while ran < steps or time.perf_counter() - start < min_repeat_s:
+            losses.append(model.train_step(prepared))
+            ran += 1
+            done += 1
+            if progress:
+                progress(done, max(total, done + 1 + ran * repeats))
+        steps, warmup = ran, warmup + ran
         total = warmup + steps * repeats
     per_step = []
     model.synchronize()  # samplers start on an idle device: no warm-up work inside their region
