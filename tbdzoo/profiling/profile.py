@@ -39,7 +39,7 @@ def _batch_size(batch, spec=None):
 def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
             progress=None, command=None, min_repeat_s=0.0):
     """Time ``model`` by the protocol and return a run record (docs/records.md);
-    ``min_repeat_s``: each repeat runs at least this long (tbdzoo.profiling.timing)."""
+    ``min_repeat_s``: each repeat runs about this long or more (tbdzoo.profiling.timing)."""
     if hasattr(model, "profile_in_worker"):
         extra = {"min_repeat_s": min_repeat_s} if min_repeat_s else {}
         return model.profile_in_worker(steps=steps, warmup=warmup, repeats=repeats, batch=batch,
