@@ -354,13 +354,13 @@ def results_table(records, args):
     from rich.table import Table
     table = Table(title="training throughput ({} config; {})".format(args.config,
                                                                      protocol_text(args)))
-    for column in ("model", "backend", "batch", "throughput", "step (ms)", "min-max (ms)", "cv",
-                   "steps", "first step (s)", "peak memory"):
+    for column in ("model", "backend", "batch", "throughput", "step ms (min-max)", "cv",
+                   "rounds", "first step (s)", "peak memory"):
         table.add_column(column, justify="left" if column in ("model", "backend") else "right")
     for r in records:
         if r["status"] != "ok":
             table.add_row(r["model"], r["backend"], str(r.get("batch_size") or ""),
-                          "[red]{}[/red]".format(r["status"]), "", "", "", "", "", "")
+                          "[red]{}[/red]".format(r["status"]), "", "", "", "", "")
             continue
         peak = r["memory"]["peak"]["bytes"]
         step, protocol = r["step_time"], r.get("protocol") or {}
@@ -368,13 +368,19 @@ def results_table(records, args):
         table.add_row(r["model"], r["backend"], batch_cell(r),
                       "{} {}".format(throughput_number(r["throughput"]["value"]),
                                      r["throughput"]["unit"]),
-                      "{:.0f}".format(1000 * step["median"]),
-                      "{:.0f}-{:.0f}".format(1000 * step["min"], 1000 * step["max"]),
+                      "{} ({}-{})".format(*(milliseconds(step[k]) for k in ("median", "min",
+                                                                               "max"))),
                       "[yellow]{}[/yellow]".format(cv) if step["cv"] > UNSTEADY_CV else cv,
                       "{} x {}".format(protocol.get("repeats", ""), protocol.get("steps", "")),
                       "{:.1f}".format(r["first_step_s"]),
                       "{:.2f} GiB".format(peak / 2 ** 30) if peak else "")
     return table
+
+
+def milliseconds(seconds):
+    """A step time in ms: whole ms from 100 up, three significant digits below (4.27)."""
+    ms = 1000 * seconds
+    return "{:.0f}".format(ms) if ms >= 100 else "{:.3g}".format(ms)
 
 
 def throughput_number(value):
