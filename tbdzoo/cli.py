@@ -17,13 +17,27 @@
                                      a proxy config trained to a target (docs/training.md);
                                      --nproc N and the placement flags: data-parallel
 
+Every command takes --verbose: the frameworks' start-up banners and warnings are left on. Where
+output is not a terminal, progress is a plain line every 10 s (TBDZOO_PROGRESS_SECONDS).
+
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
 """
 import argparse
+import os
 import sys
 from collections import OrderedDict
 
+from .argtypes import assignment as _assignment
+from .argtypes import byte_size as _bytes
+from .argtypes import integer as _integer
+from .argtypes import learners as _learners
+from .argtypes import names as _names
+from .argtypes import non_negative as _non_negative
+from .argtypes import non_negative_number as _non_negative_number
+from .argtypes import positive as _positive
+from .argtypes import positive_number as _positive_number
+from .argtypes import sizes as _sizes
 from .errors import TbdError, UnknownNameError
 from .models import get_model
 
@@ -32,7 +46,7 @@ def _console():
     """Rich's console; wide enough for the tables when output is not a terminal."""
     from rich.console import Console
     console = Console()
-    return console if console.is_terminal else Console(width=120)
+    return console if console.is_terminal else Console(width=160)
 
 
 # -- list ----------------------------------------------------------------------------------
@@ -79,24 +93,15 @@ def cmd_data(args):
     return {"list": cmd_data_list, "make": cmd_data_make}[args.data_command](args)
 
 
-def _non_negative(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError("a non-negative integer, not {!r}".format(text))
-    return value
-
-
 def cmd_data_make(args):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
     from .datasets.makers import make
+    from .progress import progress_display
 
     console = _console()
     tasks = {}
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
+    with progress_display(console, TextColumn("{task.description:<28}"), BarColumn(),
+                          MofNCompleteColumn(), TimeElapsedColumn()) as progress:
         def report(what, done=None, total=None):
             if what not in tasks:
                 tasks[what] = progress.add_task(what, total=total)
@@ -107,7 +112,7 @@ def cmd_data_make(args):
     files = manifest["files"]
     console.print("{} (seed {}) written to {}: {:,} files, {:,} bytes; manifest {}".format(
         args.name, args.seed, args.out, files["count"], files["bytes"],
-        "tbdzoo-dataset.json"))
+        "tbdzoo-dataset.json"), soft_wrap=True)
     return 0
 
 
@@ -116,7 +121,8 @@ class Runner(object):
     """Shows progress, appends each record as it arrives and emits MLPerf lines if asked."""
 
     def __init__(self, args, total_runs):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+        from .progress import progress_display
         self.args = args
         self.console = _console()
         self.records = []
@@ -124,9 +130,9 @@ class Runner(object):
         if getattr(args, "mllog", None):
             from .profiling.mlperf import MlperfLog
             self.mllog = MlperfLog(args.mllog)
-        self.progress = Progress(TextColumn("{task.description:<36}"), BarColumn(),
-                                 TextColumn("{task.fields[stage]}"), TimeElapsedColumn(),
-                                 console=self.console, transient=False)
+        self.progress = progress_display(self.console, TextColumn("{task.description:<36}"),
+                                         BarColumn(), TextColumn("{task.fields[stage]}"),
+                                         TimeElapsedColumn(), transient=False)
         self.overall = None
         self.total_runs = total_runs
 
@@ -153,7 +159,8 @@ class Runner(object):
             model, backend, config=a.config, batch_size=batch_size, overrides=overrides,
             warmup=a.warmup, steps=a.steps, repeats=a.repeats, device=a.device, samplers=not a.no_samplers,
             peak_flops=a.peak_tflops * 1e12 if a.peak_tflops else None,
-            memory_cap=getattr(a, "memory_cap", None), progress=on_step,
+            memory_cap=getattr(a, "memory_cap", None), min_repeat_s=a.min_repeat_seconds,
+            progress=on_step,
             status=lambda s: self.progress.update(task, stage=s), command=" ".join(["tbd"] + sys.argv[1:]),
             data=data_options(a))
         return self._finished(record, task)
@@ -202,8 +209,16 @@ class Runner(object):
         return 0 if all(r["status"] == "ok" for r in self.records) else 1
 
 
+def check_protocol(args):
+    """--min-repeat-seconds times one process's steps; a data-parallel run times its ranks'."""
+    if _distributed(args) and args.min_repeat_seconds:
+        raise UsageError("--min-repeat-seconds applies to runs of one process; with --nproc or "
+                         "--nnodes give the steps per repeat with --steps")
+
+
 def cmd_run(args):
     from . import suite
+    check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
     if args.data:
@@ -215,6 +230,7 @@ def cmd_run(args):
 
 def cmd_sweep(args):
     from . import suite
+    check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
     if args.learners is not None or args.batch_sizes is None:
@@ -320,26 +336,51 @@ def cmd_report(args):
     return 0
 
 
+def protocol_text(args):
+    """The measuring protocol in a few words, for the results table's title."""
+    steps = "{} step{}".format(args.steps, "" if args.steps == 1 else "s")
+    if getattr(args, "min_repeat_seconds", 0):
+        steps = "at least {}, about {:g} s".format(steps, args.min_repeat_seconds)
+    return "warm-up {}, {} repeats of {}; median, min-max and cv over repeats".format(
+        args.warmup, args.repeats, steps)
+
+
+# A step time whose coefficient of variation over repeats passes this is shown in yellow: the
+# machine was busy or the repeats too short for the figure to be quoted.
+UNSTEADY_CV = 0.10
+
+
 def results_table(records, args):
     from rich.table import Table
-    table = Table(title="training throughput ({} config; warm-up {}, {} steps x {} repeats; median)"
-                  .format(args.config, args.warmup, args.steps, args.repeats))
-    for column in ("model", "backend", "batch", "throughput", "step (ms)", "cv", "first step (s)",
-                   "peak memory"):
+    table = Table(title="training throughput ({} config; {})".format(args.config,
+                                                                     protocol_text(args)))
+    for column in ("model", "backend", "batch", "throughput", "step ms (min-max)", "cv",
+                   "rounds", "first step (s)", "peak memory"):
         table.add_column(column, justify="left" if column in ("model", "backend") else "right")
     for r in records:
         if r["status"] != "ok":
             table.add_row(r["model"], r["backend"], str(r.get("batch_size") or ""),
-                          "[red]{}[/red]".format(r["status"]), "", "", "", "")
+                          "[red]{}[/red]".format(r["status"]), "", "", "", "", "")
             continue
         peak = r["memory"]["peak"]["bytes"]
+        step, protocol = r["step_time"], r.get("protocol") or {}
+        cv = "{:.1%}".format(step["cv"])
         table.add_row(r["model"], r["backend"], batch_cell(r),
                       "{} {}".format(throughput_number(r["throughput"]["value"]),
                                      r["throughput"]["unit"]),
-                      "{:.0f}".format(1000 * r["step_time"]["median"]),
-                      "{:.1%}".format(r["step_time"]["cv"]), "{:.1f}".format(r["first_step_s"]),
+                      "{} ({}-{})".format(*(milliseconds(step[k]) for k in ("median", "min",
+                                                                               "max"))),
+                      "[yellow]{}[/yellow]".format(cv) if step["cv"] > UNSTEADY_CV else cv,
+                      "{} x {}".format(protocol.get("repeats", ""), protocol.get("steps", "")),
+                      "{:.1f}".format(r["first_step_s"]),
                       "{:.2f} GiB".format(peak / 2 ** 30) if peak else "")
     return table
+
+
+def milliseconds(seconds):
+    """A step time in ms: whole ms from 100 up, three significant digits below (4.27)."""
+    ms = 1000 * seconds
+    return "{:.0f}".format(ms) if ms >= 100 else "{:.3g}".format(ms)
 
 
 def throughput_number(value):
@@ -394,7 +435,7 @@ def _data_flags(p):
                         "through the backend's own input pipeline, after the synthetic run")
     g.add_argument("--data-split", choices=("train", "val"), default="train",
                    help="the split to read (default train)")
-    g.add_argument("--data-workers", type=int, default=2,
+    g.add_argument("--data-workers", type=_non_negative, default=2,
                    help="worker processes or threads of the input pipeline (default 2)")
     g.add_argument("--data-prefetch", type=_positive, default=2,
                    help="batches prefetched (per worker where the loader counts so; default 2)")
@@ -431,7 +472,7 @@ def _distributed_flags(p, baseline=True):
     g = p.add_argument_group("data-parallel training (docs/distributed.md)")
     g.add_argument("--nproc", type=_positive, default=1, help="processes on this host (default 1)")
     g.add_argument("--nnodes", type=_positive, default=1, help="hosts (default 1)")
-    g.add_argument("--node-rank", type=int, default=0, help="this host's place, 0..nnodes-1")
+    g.add_argument("--node-rank", type=_non_negative, default=0, help="this host's place, 0..nnodes-1")
     g.add_argument("--master", metavar="HOST:PORT", help="node 0's address (several hosts)")
     g.add_argument("--hosts", type=_names, help="every host in node-rank order (TensorFlow, CNTK)")
     g.add_argument("--interface", help="network interface of the collectives (default: lo on one host)")
@@ -442,9 +483,9 @@ def _distributed_flags(p, baseline=True):
     if baseline:
         g.add_argument("--baseline", action="store_true",
                        help="also run one process first, for speedup and scaling efficiency")
-    g.add_argument("--rank-timeout", type=float, default=RANK_TIMEOUT,
+    g.add_argument("--rank-timeout", type=_positive_number, default=RANK_TIMEOUT,
                    help="seconds without a rank's heartbeat before it counts as hung (default %(default)s)")
-    g.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT,
+    g.add_argument("--step-timeout", type=_positive_number, default=STEP_TIMEOUT,
                    help="seconds without any rank finishing a step (default %(default)s)")
 
 
@@ -504,52 +545,10 @@ def bench_overrides(models, args):
 
 
 # -- arguments -----------------------------------------------------------------------------
-def _names(text):
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _sizes(text):
-    try:
-        sizes = [int(t) for t in _names(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError("batch sizes are comma-separated integers, e.g. 8,16,32")
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError("batch sizes must be positive integers")
-    return sizes
 
 
-def _bytes(text):
-    units = {"k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
-    t = text.strip().lower().rstrip("ib").rstrip("b")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError("a size like 8G, 512M or a number of bytes, not {!r}".format(text))
-
-
-def _learners(text):
-    """Comma-separated integers; the values are checked with a message naming the fix."""
-    try:
-        return [int(t) for t in _names(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError("learners are comma-separated integers, e.g. 1,2,4,8,16")
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _assignment(text):
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError("NAME=VALUE, e.g. lr=0.05 or blocks=3,4,6,3, not {!r}"
-                                         .format(text))
-    return name.strip(), value
 
 
 def _choices(option):
@@ -557,7 +556,12 @@ def _choices(option):
     return COMMON[option].choices
 
 
-def _measuring(p, warmup, steps, repeats):
+# tbd bench's protocol: 2 warm-up steps (the first compiles, the second still allocates on some
+# frameworks), then 5 repeats of at least 1 step and 1 second each (docs/benchmarks.md).
+BENCH_PROTOCOL = (2, 1, 5, 1.0)
+
+
+def _measuring(p, warmup, steps, repeats, min_repeat=0.0):
     p.add_argument("--config", default="paper", help="model config (default: paper)")
     p.add_argument("--precision", choices=_choices("precision"),
                    help="fp32, tf32 (GPU matmuls) or bf16 mixed precision (default: the config's)")
@@ -570,8 +574,11 @@ def _measuring(p, warmup, steps, repeats):
     p.add_argument("--warmup", type=_positive, default=warmup, help="untimed steps first (default %(default)s)")
     p.add_argument("--steps", type=_positive, default=steps, help="timed steps per repeat (default %(default)s)")
     p.add_argument("--repeats", type=_positive, default=repeats, help="timed repeats (default %(default)s)")
+    p.add_argument("--min-repeat-seconds", type=_non_negative_number, default=min_repeat,
+                   help="each repeat runs at least this long: more steps than --steps where they "
+                        "are fast (default %(default)s)")
     p.add_argument("--device", help="cpu or cuda:N (default: the backend's best)")
-    p.add_argument("--peak-tflops", type=float, help="peak TFLOP/s to report utilisation against")
+    p.add_argument("--peak-tflops", type=_positive_number, help="peak TFLOP/s to report utilisation against")
     p.add_argument("--no-samplers", action="store_true", help="time only; no CPU/GPU samplers")
     p.add_argument("--mllog", metavar="FILE", help="also write MLPerf-style :::MLLOG lines here")
     p.add_argument("-o", "--output", help="append one JSON record per run to this JSONL file")
@@ -580,6 +587,7 @@ def _measuring(p, warmup, steps, repeats):
 def parser():
     p = argparse.ArgumentParser(prog="tbd", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="models and backends, and whether each backend is ready")
 
@@ -600,9 +608,9 @@ def parser():
                        help="a3c only: asynchronous actor-learners to sweep, e.g. 1,2,4,8,16")
     sweep.add_argument("--frames", type=_positive,
                        help="with --learners: stop each run after this many frames")
-    sweep.add_argument("--seconds", type=float,
+    sweep.add_argument("--seconds", type=_positive_number,
                        help="with --learners: stop each run after this long (default 30)")
-    sweep.add_argument("--seed", type=int, default=0, help="with --learners: environment seed")
+    sweep.add_argument("--seed", type=_integer, default=0, help="with --learners: environment seed")
     sweep.add_argument("--memory-cap", type=_bytes, help="stop a run whose resident memory passes this (e.g. 8G)")
     _measuring(sweep, 5, 20, 3)
     _distributed_flags(sweep)
@@ -614,7 +622,7 @@ def parser():
     bench.add_argument("--paper-batches", dest="cpu_batches", action="store_false",
                        help="on the CPU too, each config's batch size (and lengths) instead of CPU-sized ones "
                             "(a GPU always runs the config's)")
-    _measuring(bench, 1, 1, 3)
+    _measuring(bench, *BENCH_PROTOCOL)
 
     report = sub.add_parser("report", help="HTML and Markdown report from JSONL records")
     report.add_argument("files", nargs="+")
@@ -633,7 +641,15 @@ def parser():
                                 "e.g. --set size=299")
     from .training.command import add_parser as add_train_parser
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
+    for command in list(sub.choices.values()) + list(data_sub.choices.values()):
+        # after the command too (tbd run ... --verbose); SUPPRESS keeps one given before it
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help=VERBOSE_HELP)
     return p
+
+
+VERBOSE_HELP = ("leave the frameworks' start-up banners and warnings on (TensorFlow, MXNet, "
+                "CNTK), in this process and in the workers")
 
 
 def cmd_train(args):
@@ -643,6 +659,9 @@ def cmd_train(args):
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    if args.verbose:  # read by each backend as it imports its framework, here and in workers
+        from .backends.common.quiet import VERBOSE_VARIABLE
+        os.environ[VERBOSE_VARIABLE] = "1"
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
                 "report": cmd_report, "data": cmd_data, "train": cmd_train}
     try:

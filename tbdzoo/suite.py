@@ -211,7 +211,7 @@ def _with_options(record, model_name, config, overrides):
 
 def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats=3, seed=0,
              device=None, samplers=True, peak_flops=None, memory_cap=None, progress=None,
-             status=None, command=None, data=None):
+             status=None, command=None, data=None, min_repeat_s=0.0):
     model, cap = None, None
     try:
         if status:
@@ -222,6 +222,8 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
             status("training")
         options = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
                        peak_flops=peak_flops, progress=progress, command=command)
+        if min_repeat_s:
+            options["min_repeat_s"] = min_repeat_s
         timing = dict(steps=steps, warmup=warmup, repeats=repeats, samplers=samplers,
                       progress=progress)
         if not memory_cap:

@@ -1,14 +1,18 @@
 """The `tbd` command line: the documented commands, their output files and their errors."""
 import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 
-def tbd(*args, timeout=600):
+def tbd(*args, timeout=600, env=None):
+    """`tbd ARGS` in a new process, its output piped (not a terminal); ``env``: variables added."""
     return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout)
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
 
 
 def test_list_shows_models_and_backends():
@@ -107,8 +111,14 @@ def test_options_and_hyperparameters_travel_to_the_worker_and_into_the_record(tm
     proc = tbd("run", "transformer", "--backend", "torch", "--config", "tiny", "--steps", "1",
                "--warmup", "1", "--repeats", "1", "--no-samplers", "--precision", "bf16",
                "--execution", "eager", "--set", "d_model=32", "--set", "heads=4",
-               "--set", "dropout=0", "--set", "lr=0.5", "-o", str(out))
+               "--set", "dropout=0", "--set", "lr=0.5", "-o", str(out),
+               env={"TBDZOO_PROGRESS_SECONDS": "0.25"})
     assert proc.returncode == 0, proc.stderr
+    # output piped, not a terminal: plain lines as the run starts, while it runs, as it ends
+    lines = [l for l in proc.stdout.splitlines() if re.match(r"\[ *\d+ s\] ", l)]
+    assert any("transformer on torch: started" in l for l in lines), proc.stdout
+    assert any("transformer on torch: finished, ok" in l for l in lines), proc.stdout
+    assert any(re.search(r"transformer on torch: (building|training)", l) for l in lines), lines
     record = json.loads(out.read_text())
     assert record["status"] == "ok"
     # the worker built d_model=32 (the spec hashes agree, or the run fails) and ran bf16
@@ -186,3 +196,112 @@ def test_consistency_check_without_a_backend_is_a_usage_error(tmp_path, capsys):
         consistency.main(["check", "--dir", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "check needs --backend" in capsys.readouterr().err
+
+
+def test_plain_progress_prints_a_line_per_running_task_every_interval():
+    """Where output is not a terminal, progress is plain lines: one as a task starts, one per
+    running task each interval (here on a fake clock), one as it ends with its frozen time."""
+    from tbdzoo.progress import PlainProgress
+    now, lines = [100.0], []
+    progress = PlainProgress(lines.append, interval=10, clock=lambda: now[0])
+    overall = progress.add_task("all runs", total=2, stage="")
+    task = progress.add_task("resnet50 on torch (batch 8)", total=None, stage="building")
+    assert lines == ["[        0 s] all runs: started, 0/2",
+                     "[        0 s] resnet50 on torch (batch 8): started, building"]
+    now[0] = 109.0
+    assert progress.tick() == 0  # not yet 10 s since the last lines
+    progress.update(task, completed=3, total=7, stage="step 3/7")
+    now[0] = 172.5
+    assert progress.tick() == 2
+    assert lines[-2:] == ["[ 1 min 12 s] all runs: 0/2",
+                          "[ 1 min 12 s] resnet50 on torch (batch 8): step 3/7"]
+    progress.stop_task(task)
+    progress.advance(overall)
+    now[0] = 200.0
+    assert progress.tick() == 1 and lines[-2:] == [
+        "[ 1 min 12 s] resnet50 on torch (batch 8): finished, step 3/7",
+        "[ 1 min 40 s] all runs: 1/2"]
+
+
+def test_plain_progress_keeps_printing_while_a_step_is_silent():
+    """The context's thread prints on its own: a run whose step takes minutes still shows."""
+    import time
+    from tbdzoo.progress import PlainProgress
+    lines = []
+    with PlainProgress(lines.append, interval=0.05) as progress:
+        progress.add_task("deepspeech2 on mxnet", stage="training")
+        time.sleep(0.4)
+    beats = [l for l in lines if l.endswith("deepspeech2 on mxnet: training")]
+    assert len(beats) >= 3, lines
+
+
+# -- the frameworks' banners ------------------------------------------------------------------
+def test_native_stderr_keeps_every_line_but_the_banners(capfd, monkeypatch):
+    """What C++ libraries write to file descriptor 2 while a framework loads is held; the
+    banners are dropped, anything else (a real error) is written back; TBDZOO_VERBOSE keeps all."""
+    from tbdzoo.backends.common.quiet import filtered_native_stderr
+    banners = (r"^I0000 .*\] oneDNN custom operations are on",)
+    monkeypatch.delenv("TBDZOO_VERBOSE", raising=False)
+    with filtered_native_stderr(banners):
+        os.write(2, b"I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on. ...\n")
+        os.write(2, b"libfoo.so: cannot open shared object file\n")
+    assert capfd.readouterr().err == "libfoo.so: cannot open shared object file\n"
+    monkeypatch.setenv("TBDZOO_VERBOSE", "1")
+    with filtered_native_stderr(banners):
+        os.write(2, b"I0000 00:00:1.0 1 port.cc:153] oneDNN custom operations are on.\n")
+    assert "oneDNN" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("python,backend", [(sys.executable, "tensorflow"),
+                                            (sys.executable, "mxnet"), ("cntk", "cntk")])
+def test_importing_a_backend_prints_nothing_unless_verbose(python, backend):
+    """TensorFlow's absl and oneDNN lines, MXNet's deprecation warnings and CNTK's Linux and GPU
+    warnings stay out of a session (Python warnings shown as `python -W default` would)."""
+    from tbdzoo.backends import environments
+    if python == "cntk":
+        if "cntk" not in [b["name"] for b in __import__("tbdzoo").list_backends() if b["ready"]]:
+            pytest.skip("no CNTK environment")
+        python = environments.python_of("cntk")
+    code = "import tbdzoo.backends.{}".format(backend)
+    env = dict(environments.worker_environment(), TBDZOO_VERBOSE="")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    quiet = subprocess.run([python, "-W", "default", "-c", code], stderr=subprocess.PIPE,
+                           universal_newlines=True, env=env, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    env["TBDZOO_VERBOSE"] = "1"
+    loud = subprocess.run([python, "-W", "default", "-c", code], stderr=subprocess.PIPE,
+                          universal_newlines=True, env=env, timeout=300)
+    assert loud.returncode == 0 and loud.stderr != ""  # the same import, its banners left on
+
+
+def test_bad_numbers_name_the_option_and_what_it_takes(capsys):
+    for args, message in [
+            (["run", "resnet50", "--backend", "torch", "--batch-size", "x"],
+             "argument --batch-size: 'x' is not a positive integer (1 or more)"),
+            (["run", "resnet50", "--backend", "torch", "--steps", "0"],
+             "argument --steps: '0' is not a positive integer (1 or more)"),
+            (["bench", "--min-repeat-seconds", "-1"],
+             "argument --min-repeat-seconds: '-1' is not a number of 0 or more"),
+            (["run", "resnet50", "--backend", "torch", "--rank-timeout", "soon"],
+             "argument --rank-timeout: 'soon' is not a positive number"),
+            (["run", "resnet50", "--backend", "torch", "--peak-tflops", "nan"],
+             "argument --peak-tflops: 'nan' is not a positive number"),
+            (["run", "resnet50", "--backend", "torch", "--data-workers", "-2"],
+             "argument --data-workers: '-2' is not a non-negative integer (0 or more)"),
+            (["sweep", "a3c", "--backend", "torch", "--learners", "1,two"],
+             "argument --learners: '1,two': learners are comma-separated integers"),
+            (["data", "make", "voc-composed", "--out", "x", "--seed", "s"],
+             "argument --seed: 's' is not a non-negative integer (0 or more)"),
+            (["train", "resnet50", "--backend", "torch", "--max-minutes", "0"],
+             "argument --max-minutes: '0' is not a positive number"),
+            (["train", "resnet50", "--backend", "torch", "--seed", "1.5"],
+             "argument --seed: '1.5' is not an integer")]:
+        code, err = main(capsys, *args)
+        assert code == 2 and message in err, (args, err)
+        assert "invalid" not in err, err  # never argparse's "invalid _positive value"
+
+
+def test_min_repeat_seconds_is_refused_for_a_data_parallel_run(capsys):
+    code, err = main(capsys, "run", "resnet50", "--backend", "torch", "--nproc", "2",
+                     "--min-repeat-seconds", "1")
+    assert code == 2 and "--min-repeat-seconds applies to runs of one process" in err

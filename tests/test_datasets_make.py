@@ -159,7 +159,7 @@ def test_an_existing_folder_is_refused_and_a_failed_make_leaves_nothing(tmp_path
         data = open(os.path.join(make_images.FASHION_MNIST_DIR, name), "rb").read()
         (source / name).write_bytes(data[:len(data) // 2] if name.startswith("train-labels")
                                     else data)
-    target = tmp_path / "new"
+    target = tmp_path / "data" / "new"  # its parent is made for it, and removed on failure
     with pytest.raises(DatasetError, match="train-labels-idx1-ubyte.gz: the gzip stream ends"):
         makers.make("fashion-mnist-64", str(target), options={"source": str(source)})
     assert sorted(os.listdir(str(tmp_path))) == ["source", "taken"]   # no partial folder
@@ -170,7 +170,12 @@ def test_an_existing_folder_is_refused_and_a_failed_make_leaves_nothing(tmp_path
     with pytest.raises(KeyboardInterrupt):
         makers.make("fashion-mnist-64", str(target), options=TINY_64, progress=interrupt)
     assert sorted(os.listdir(str(tmp_path))) == ["source", "taken"]
+    # a path through a file is refused before anything is made
+    with pytest.raises(DatasetError, match="keep.txt is not a folder"):
+        makers.make("fashion-mnist-64", str(out / "keep.txt" / "new"), options=TINY_64)
+    assert sorted(os.listdir(str(tmp_path))) == ["source", "taken"]
     # an empty folder is taken
+    target.parent.mkdir()
     target.mkdir()
     makers.make("fashion-mnist-64", str(target), options=TINY_64)
     assert sorted(os.listdir(str(target)))[0] == "Imagenet64_train_npz"
@@ -305,7 +310,7 @@ def test_tbd_data_list_and_make(tmp_path):
     assert listed.returncode == 0
     for word in ("fashion-mnist-imagenet", "fashion-mnist-64", "voc-composed", "size=64"):
         assert word in listed.stdout
-    out = str(tmp_path / "made")
+    out = str(tmp_path / "data" / "made")  # data/ does not exist yet: it is made
     made = tbd("data", "make", "fashion-mnist-imagenet", "--out", out, "--seed", "2",
                "--set", "train_per_class=1", "--set", "val_per_class=1", "--set", "size=28")
     assert made.returncode == 0, made.stderr

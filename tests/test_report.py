@@ -161,17 +161,17 @@ def test_results_table_numbers(report):
     rows = markdown_rows(md, "Results")
     assert len(rows) == 8  # 9 ok records, one of them superseded by a rerun
     torch = row_for(rows, "resnet50", "torch", "paper", "256")
-    assert torch[4:7] == ["fp32", "cuda:0", "3,170 images/s"]  # the newer rerun, not 2,999
+    assert torch[4:8] == ["fp32", "default", "cuda:0", "3,170 images/s"]  # newer rerun, not 2,999
     step = 256 / 3170.4
-    assert torch[7:11] == ["{:.1f} ms".format(1000 * step),
+    assert torch[8:12] == ["{:.1f} ms".format(1000 * step),
                            "{:.1f}–{:.1f} ms".format(980 * step, 1050 * step), "2.1%", "4.32 s"]
-    assert torch[11:] == ["{:.2f} TFLOP/s".format(3 * 4.1e9 * 3170.4 / 1e12), "7.9%", "11.0 GiB"]
+    assert torch[12:] == ["{:.2f} TFLOP/s".format(3 * 4.1e9 * 3170.4 / 1e12), "7.9%", "11.0 GiB"]
     tf = row_for(rows, "resnet50", "tensorflow", "paper", "8")
-    assert tf[5:8] == ["cpu", "12.34 images/s", "648.3 ms"]  # 8 images / 12.34 images/s
-    assert tf[12:] == ["—", "—"]  # no FLOP utilisation and no measurable peak on this CPU run
+    assert tf[6:9] == ["cpu", "12.34 images/s", "648.3 ms"]  # 8 images / 12.34 images/s
+    assert tf[13:] == ["—", "—"]  # no FLOP utilisation and no measurable peak on this CPU run
     transformer = row_for(rows, "transformer", "torch", "paper", "16")
-    assert transformer[6:8] == ["4,567 tokens/s", "896.8 ms"]  # 16 x 256 tokens a step
-    assert transformer[11] == "{:.2f} TFLOP/s".format(3 * 1.3e8 * 4567.4 / 1e12)  # per token
+    assert transformer[7:9] == ["4,567 tokens/s", "896.8 ms"]  # 16 x 256 tokens a step
+    assert transformer[12] == "{:.2f} TFLOP/s".format(3 * 1.3e8 * 4567.4 / 1e12)  # per token
     assert "newest was used" in md and "a.jsonl line 5" in md and "b.jsonl line 1" in md
 
 
@@ -376,7 +376,7 @@ def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
     rows = markdown_rows((tmp_path / "report" / "report.md").read_text(), "Results")
     for r in records:
         row = row_for(rows, r["model"], "torch", "tiny", str(r["batch_size"]))
-        assert row[6].endswith(" " + r["throughput"]["unit"])
+        assert row[7].endswith(" " + r["throughput"]["unit"])
     assert (tmp_path / "report" / "throughput_vs_batch.png").exists()
     chromium = chromium_or_skip()
     lines = image_status(chromium, tmp_path / "report" / "index.html", tmp_path)
@@ -456,3 +456,52 @@ def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp
                                                 max(a["cpu_utilisation_per_learner"]))
     assert (tmp_path / "report" / "asynchronous.png").exists()
     assert not (tmp_path / "report" / "throughput.png").exists()
+
+
+def distributed(r, world, per_replica):
+    """The record of a data-parallel run of ``world`` processes (docs/records.md)."""
+    r = dict(r)
+    r["distributed"] = {"world_size": world, "per_replica_batch": per_replica, "nproc": world,
+                        "nnodes": 1}
+    return r
+
+
+def test_runs_of_other_world_sizes_precisions_or_executions_are_separate_lines(tmp_path):
+    """One process and two processes at the same batch sizes are two lines (and two kept rows),
+    as are bf16 against fp32 and compiled against eager; labels name only what differs."""
+    from matplotlib.figure import Figure
+    from tbdzoo.profiling import plots
+    one = [record("resnet50", "torch", b, v) for b, v in ((8, 10.0), (16, 12.0))]
+    two = [distributed(record("resnet50", "torch", b, v), 2, b // 2)
+           for b, v in ((8, 17.0), (16, 21.0))]
+    ax = Figure().add_subplot()
+    plots.draw_lines(ax, one + two, plots.backend_colors({"torch"}))
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines == {"torch (paper · fp32 · 1 process)": [10.0, 12.0],
+                     "torch (paper · fp32 · 2 processes)": [17.0, 21.0]}
+    bf16 = [dict(r, precision="bf16", execution="compiled") for r in one]
+    ax = Figure().add_subplot()
+    plots.draw_lines(ax, one + bf16, plots.backend_colors({"torch"}))
+    assert sorted(line.get_label() for line in ax.get_lines()) == [
+        "torch (paper · bf16 · compiled)", "torch (paper · fp32 · default)"]
+    ax = Figure().add_subplot()
+    plots.draw_lines(ax, one, plots.backend_colors({"torch"}))
+    assert [line.get_label() for line in ax.get_lines()] == ["torch"]
+
+    two[1]["step_time"] = dict(two[1]["step_time"], cv=0.354)  # a busy machine's repeats
+    write_report([write_jsonl(tmp_path / "w.jsonl", one + two)], str(tmp_path / "out"))
+    md = (tmp_path / "out" / "report.md").read_text()
+    rows = markdown_rows(md, "Results")
+    assert [r[3] for r in rows] == ["8", "16", "8 (2 x 4)", "16 (2 x 8)"]
+    assert "superseded" not in md  # a two-process run is not a rerun of the one-process run
+    assert (tmp_path / "out" / "throughput_vs_batch.png").exists()
+    # the spread sits beside every figure, and a run that varied over 10% is named under them
+    assert [r[10] for r in rows] == ["2.1%", "2.1%", "2.1%", "35.4%"]
+    unsteady = [l for l in md.splitlines() if l.startswith("- resnet50 on torch, batch")]
+    assert unsteady == ["- resnet50 on torch, batch 16 (2 x 8): cv 35.4% over 3 repeats "
+                        "(step {})".format(rows[3][9])]
+    assert "varied by more than 10%" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_a_report_of_steady_runs_names_no_unsteady_run(report):
+    assert "varied by more than 10%" not in (report[0] / "report.md").read_text()

@@ -179,3 +179,32 @@ def test_transformer_throughput_counts_the_tokens_that_are_not_padding():
     assert model_def.items(hp, batch) == sentence_tokens
     model = tbdzoo.build("transformer", "torch", config="tiny", device="cpu", pad_id=1, bos_id=0)
     assert model.prepare_batch(batch).items == sentence_tokens
+
+
+# -- repeats of a minimum duration ------------------------------------------------------------------
+def test_a_minimum_repeat_time_adds_steps_to_fast_repeats_only():
+    """`tbd bench`'s protocol: after the warm-up, untimed steps run until min_repeat_s has
+    passed, and as many as ran make each repeat, so a millisecond step is timed over a window of
+    about that length; a step as long as the window runs once a repeat, after the warm-up only."""
+    model = tbdzoo.build("a3c", "torch", config="cartpole", device="cpu")
+    seen = []
+    record = tbdzoo.profile(model, steps=1, warmup=2, repeats=3, min_repeat_s=0.3,
+                            samplers=False, progress=lambda done, total: seen.append((done, total)))
+    protocol = record["protocol"]
+    assert protocol["min_repeat_s"] == 0.3 and protocol["repeats"] == 3
+    assert protocol["steps"] > 10  # a CartPole step takes milliseconds
+    assert protocol["warmup"] == 2 + protocol["steps"]  # those asked for, then those counted
+    assert record["step_time"]["n"] == 3
+    assert seen[-1] == (protocol["warmup"] + 3 * protocol["steps"],) * 2
+    assert [done for done, _ in seen] == list(range(1, seen[-1][0] + 1))
+    assert protocol["steps"] * record["step_time"]["median"] >= 0.1  # about 0.3 s a repeat
+    seen.clear()
+    long = tbdzoo.profile(model, steps=1, warmup=1, repeats=2, min_repeat_s=0.2, samplers=False,
+                          progress=lambda done, total: seen.append((done, total)))["protocol"]
+    assert long["warmup"] == 1 + long["steps"] and long["steps"] > 5  # no warm-up step to go by
+    assert seen[-1] == (long["warmup"] + 2 * long["steps"],) * 2
+    plain = tbdzoo.profile(model, steps=2, warmup=2, repeats=2, samplers=False)["protocol"]
+    assert (plain["warmup"], plain["steps"], plain["min_repeat_s"]) == (2, 2, 0.0)
+    slow = tbdzoo.profile(model, steps=1, warmup=2, repeats=2, min_repeat_s=1e-9,
+                          samplers=False)["protocol"]
+    assert (slow["warmup"], slow["steps"]) == (2, 1)  # one step already lasted the minimum

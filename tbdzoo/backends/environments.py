@@ -54,9 +54,13 @@ def how_to_create(backend):
 
 
 def worker_environment():
-    """os.environ for a worker: tbdzoo importable from the source tree, unbuffered output."""
+    """os.environ for a worker: tbdzoo importable from the source tree, unbuffered output,
+    TensorFlow's C++ logging quietened unless TBDZOO_VERBOSE asks for the frameworks' messages
+    (it travels to the worker, whose backend then leaves its banners on too)."""
+    from .common.quiet import verbose
     env = dict(os.environ)
     env["PYTHONPATH"] = SOURCE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not verbose():
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env

@@ -140,10 +140,31 @@ def _check_out(out):
     if os.path.isdir(out) and os.listdir(out):
         raise DatasetError("{}: exists and is not empty; give --out a new or empty folder (tbdzoo "
                            "never writes into or over an existing data set)".format(out))
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise DatasetError("{}: its parent folder {} does not exist; create it first".format(
-            out, parent))
+    folder = os.path.dirname(os.path.abspath(out))
+    while not os.path.isdir(folder):
+        if os.path.exists(folder):
+            raise DatasetError("{}: {} is not a folder; give --out a path through folders".format(
+                out, folder))
+        folder = os.path.dirname(folder)
+
+
+def _make_parents(out):
+    """Create the missing folders above ``out``; returns them, deepest first, for removal."""
+    made, folder = [], os.path.dirname(out)
+    while not os.path.isdir(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(made):
+        os.mkdir(folder)
+    return made
+
+
+def _remove_empty(folders):
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:  # something else was written there meanwhile: keep it
+            break
 
 
 def _no_progress(what, done=None, total=None):
@@ -151,7 +172,8 @@ def _no_progress(what, done=None, total=None):
 
 
 def make(name, out, seed=0, options=None, progress=None):
-    """Make data set ``name`` in the new folder ``out`` and return its manifest.
+    """Make data set ``name`` in the new folder ``out`` and return its manifest; missing
+    folders above ``out`` are created (and removed again if the make fails).
 
     ``options`` is a dict of the maker's options (or ``[(name, text)]`` pairs, converted to the
     types of their defaults). The data set is written into a temporary sibling folder and
@@ -165,8 +187,13 @@ def make(name, out, seed=0, options=None, progress=None):
         raise DatasetError("seed {!r}: give a non-negative integer".format(seed))
     _check_out(out)
     out = os.path.abspath(out)
-    work = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".partial-",
-                            dir=os.path.dirname(out))
+    parents = _make_parents(out)
+    try:
+        work = tempfile.mkdtemp(prefix="." + os.path.basename(out) + ".partial-",
+                                dir=os.path.dirname(out))
+    except BaseException:
+        _remove_empty(parents)
+        raise
     try:
         facts = maker.function(work, seed, progress or _no_progress, **options)
         from .. import __version__
@@ -182,6 +209,7 @@ def make(name, out, seed=0, options=None, progress=None):
         os.rename(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
+        _remove_empty(parents)
         raise
     return manifest
 

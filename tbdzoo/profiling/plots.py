@@ -74,14 +74,36 @@ def plain(text):
     return str(text).replace("$", r"\$")
 
 
+def world_size(record):
+    """Processes of a data-parallel run; 1 for a run of one process."""
+    return dig(record, "distributed", "world_size") or 1
+
+
 def variant(record):
-    """What distinguishes runs of one model and backend apart from the batch size."""
-    return (str(record.get("config")), str(record.get("precision")))
+    """What distinguishes runs of one model and backend apart from the batch size: config,
+    precision, execution and the number of processes (a one-process and a two-process run of
+    the same batch are two different measurements, never one line)."""
+    return (str(record.get("config")), str(record.get("precision")),
+            str(record.get("execution") or "default"),
+            "{} processes".format(world_size(record)) if world_size(record) > 1 else "1 process")
+
+
+# variant()'s parts always named in a label; the others only where the runs differ in them.
+ALWAYS_NAMED = 2
+
+
+def variant_labels(variants):
+    """{variant: label}: config and precision always, execution and processes only where the
+    given variants differ in them, so a plain report keeps its short labels."""
+    variants = sorted(set(variants))
+    shown = [i for i in range(len(variants[0]) if variants else 0)
+             if i < ALWAYS_NAMED or len({v[i] for v in variants}) > 1]
+    return OrderedDict((v, " · ".join(v[i] for i in shown)) for v in variants)
 
 
 def largest_batches(records):
-    """Per (model, backend, config, precision), the record with the largest batch: the one
-    closest to the paper's setting where a sweep gave several."""
+    """Per (model, backend) and variant (config, precision, execution, processes), the record
+    with the largest batch: the one closest to the paper's setting where a sweep gave several."""
     best = OrderedDict()
     for r in records:
         key = (r.get("model"), r.get("backend")) + variant(r)
@@ -196,7 +218,8 @@ def plot_throughput(records, colors, out_dir, name):
 
 
 def draw_throughput_bars(ax, runs, colors):
-    variants = sorted({variant(r) for r in runs})
+    labels = variant_labels(variant(r) for r in runs)
+    variants = list(labels)
     backends = sorted({r["backend"] for r in runs})
     width = 0.8 / len(backends)
     for r in runs:
@@ -204,16 +227,39 @@ def draw_throughput_bars(ax, runs, colors):
         x = variants.index(variant(r)) + offset * width
         value = number(dig(r, "throughput", "value"))
         ax.bar(x, value, width * 0.92, color=colors[r["backend"]])
-        label = "{}\nb={} · {}".format(compact(value), r.get("batch_size"), plain(r.get("device")))
-        ax.annotate(label, (x, value), xytext=(0, 2), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=8)
-    ax.set_xticks(range(len(variants)), [plain(" · ".join(v)) for v in variants])
+        low, high = throughput_range(r)
+        if low is not None:
+            ax.errorbar(x, value, yerr=[[max(0.0, value - low)], [max(0.0, high - value)]],
+                        color="black", capsize=2, linewidth=0.8)
+        label = "{}{}\nb={} · {}".format(compact(value), spread_text(r), r.get("batch_size"),
+                                         plain(r.get("device")))
+        ax.annotate(label, (x, high if low is not None else value), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(variants)), [plain(labels[v]) for v in variants])
     ax.margins(y=0.22)
     ax.grid(axis="y", alpha=0.3)
 
 
+def throughput_range(record):
+    """(lowest, highest) throughput of a run's repeats, from its slowest and fastest repeat's
+    step time; (None, None) where the record has no spread."""
+    items = number(dig(record, "throughput", "items_per_step"))
+    slow, fast = number(dig(record, "step_time", "max")), number(dig(record, "step_time", "min"))
+    if not items or not slow or not fast:
+        return None, None
+    return items / slow, items / fast
+
+
+def spread_text(record):
+    """' ±2.1%': the step time's coefficient of variation over repeats, or '' without one."""
+    cv = number(dig(record, "step_time", "cv"))
+    return "" if cv is None else " ±{:.1%}".format(cv)
+
+
 def plot_throughput_vs_batch(records, colors, out_dir, name):
-    """One line per (model, backend) over batch size; models with one batch size are skipped."""
+    """One line per (model, backend) and variant over batch size (config, precision, execution
+    and processes: runs that differ in any of them are separate lines); models with one batch
+    size are skipped."""
     records = [r for r in records if number(dig(r, "throughput", "value")) and r.get("batch_size")]
     groups = OrderedDict((m, runs) for m, runs in by_model(records).items()
                          if len({r["batch_size"] for r in runs}) > 1)
@@ -237,9 +283,10 @@ def draw_lines(ax, runs, colors):
         lines.setdefault((r["backend"],) + variant(r), []).append(r)
     styles = ("-", "--", ":", "-.")
     variants = sorted({key[1:] for key in lines})
+    names = variant_labels(variants)
     for (backend, *rest), points in sorted(lines.items()):
         style = styles[variants.index(tuple(rest)) % len(styles)]
-        label = backend if len(variants) == 1 else "{} ({})".format(backend, " · ".join(rest))
+        label = backend if len(variants) == 1 else "{} ({})".format(backend, names[tuple(rest)])
         ax.plot([p["batch_size"] for p in points], [dig(p, "throughput", "value") for p in points],
                 style, marker="o", color=colors[backend], label=plain(label))
     batches = sorted({r["batch_size"] for r in runs})
@@ -303,8 +350,9 @@ def plot_memory(records, colors, out_dir, name):
     for ax, (model, runs) in zip(axes_grid(fig, len(groups)), groups.items()):
         runs = sorted(runs, key=lambda r: (r["backend"],) + variant(r))
         multi = len({variant(r) for r in runs}) > 1
-        labels = ["{}{}\nb={}".format(plain(r["backend"]), "\n" + plain(r.get("config")) if multi
-                                      else "", r.get("batch_size")) for r in runs]
+        names = variant_labels(variant(r) for r in runs)
+        labels = ["{}{}\nb={}".format(plain(r["backend"]), "\n" + plain(names[variant(r)])
+                                      if multi else "", r.get("batch_size")) for r in runs]
         draw_stacks(ax, runs, labels, colors)
         ax.set_title(plain(model), fontsize=12, fontweight="bold")
     memory_legend(fig)
@@ -323,12 +371,13 @@ def plot_memory_vs_batch(records, colors, out_dir, name):
         return None
     rows, columns = grid(len(series))
     fig = new_figure(max(7.0, 4.2 * columns + 2.8), 3.9 * rows)
-    for ax, ((model, backend, config, precision), runs) in zip(axes_grid(fig, len(series)),
-                                                               series.items()):
+    names = variant_labels(key[2:] for key in series)
+    for ax, (key, runs) in zip(axes_grid(fig, len(series)), series.items()):
+        model, backend, kind = key[0], key[1], key[2:]
         runs = sorted(runs, key=lambda r: r["batch_size"])
         draw_stacks(ax, runs, [str(r["batch_size"]) for r in runs], colors)
         ax.set_xlabel("batch size (examples per step)")
-        ax.set_title("{} on {} ({})".format(plain(model), plain(backend), plain(config)),
+        ax.set_title("{} on {} ({})".format(plain(model), plain(backend), plain(names[kind])),
                      fontsize=11, fontweight="bold", color=colors.get(backend, "black"))
     memory_legend(fig)
     fig.suptitle("Training memory by category against batch size", fontsize=13)
@@ -396,11 +445,6 @@ def draw_percent_bars(ax, points, colors):
     ax.set_ylim(0, 110)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "{:.0f}".format(v)))
     ax.grid(axis="y", alpha=0.3)
-
-
-def world_size(record):
-    """Processes of a data-parallel run (docs/distributed.md); 1 for any other run."""
-    return dig(record, "distributed", "world_size") or 1
 
 
 def plot_scaling(records, colors, out_dir, name):

@@ -37,12 +37,14 @@ def _batch_size(batch, spec=None):
 
 
 def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
-            progress=None, command=None):
-    """Time ``model`` by the protocol and return a run record (docs/records.md)."""
+            progress=None, command=None, min_repeat_s=0.0):
+    """Time ``model`` by the protocol and return a run record (docs/records.md);
+    ``min_repeat_s``: each repeat runs about this long or more (tbdzoo.profiling.timing)."""
     if hasattr(model, "profile_in_worker"):
+        extra = {"min_repeat_s": min_repeat_s} if min_repeat_s else {}
         return model.profile_in_worker(steps=steps, warmup=warmup, repeats=repeats, batch=batch,
                                        samplers=samplers, peak_flops=peak_flops,
-                                       progress=progress, command=command)
+                                       progress=progress, command=command, **extra)
     batch = model.synthetic_batch() if batch is None else batch
     prepared = model.prepare_batch(batch)
     device = model.device
@@ -53,7 +55,9 @@ def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, pea
     gpu = GpuSampler(gpu_index) if samplers and cuda else None
     meters = [m for m in (cpu, gpu) if m is not None]
     window = PeakWindow().start()  # the peak is this profile's, not the process's so far
-    timing = time_training(model, prepared, warmup, steps, repeats, progress, meters)
+    timing = time_training(model, prepared, warmup, steps, repeats, progress, meters,
+                           min_repeat_s)
+    steps = timing["protocol"]["steps"]  # min_repeat_s may have asked for more
     readings = dict(zip([type(m).__name__ for m in meters], timing.pop("meters")))
     gpu_reading = readings.get("GpuSampler")
     if gpu_reading is not None and gpu_reading.get("energy_j") is not None:

@@ -41,7 +41,8 @@ class Entry:
     def key(self):
         r = self.record
         return (r.get("model"), r.get("backend"), r.get("config"), r.get("batch_size"),
-                r.get("precision"), (r.get("distributed") or {}).get("world_size", 1),
+                r.get("precision"), r.get("execution") or "default",
+                (r.get("distributed") or {}).get("world_size", 1),
                 (r.get("asynchronous") or {}).get("learners"))
 
 
@@ -156,9 +157,9 @@ def select(entries):
 
 
 def describe(key):
-    model, backend, config, batch, precision, processes, learners = key
-    return "{} on {}, config {}, batch {}, {}{}{}".format(
-        model, backend, config, batch, precision,
+    model, backend, config, batch, precision, execution, processes, learners = key
+    return "{} on {}, config {}, batch {}, {}, {} execution{}{}".format(
+        model, backend, config, batch, precision, execution,
         ", {} processes".format(processes) if processes != 1 else "",
         ", {} asynchronous learners".format(learners) if learners is not None else "")
 
@@ -166,7 +167,8 @@ def describe(key):
 def sort_key(entry):
     r = entry.record
     return (str(r.get("model")), str(r.get("backend")), str(r.get("config")),
-            str(r.get("precision")), r.get("batch_size") or 0,
+            str(r.get("precision")), str(r.get("execution") or "default"),
+            plots.world_size(r), r.get("batch_size") or 0,
             (r.get("asynchronous") or {}).get("learners") or 0)
 
 
@@ -235,19 +237,49 @@ def step_range(r):
     return "{:.1f}–{:.1f} ms".format(1000 * low, 1000 * high)
 
 
+def batch_cell(r):
+    """The batch, and for a data-parallel run its split over the processes: '64 (2 x 32)'."""
+    d = r.get("distributed")
+    if not isinstance(d, dict) or plots.world_size(r) == 1:
+        return text(r.get("batch_size"))
+    return "{} ({} x {})".format(text(r.get("batch_size")), plots.world_size(r),
+                                 text(d.get("per_replica_batch")))
+
+
 def results_table(records):
-    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Device", "Throughput",
-               "Step time (median)", "Step min–max", "Step cv", "First step", "FLOP/s achieved",
-               "FLOP utilisation", "Peak memory"]
+    headers = ["Model", "Backend", "Config", "Batch", "Precision", "Execution", "Device",
+               "Throughput", "Step time (median)", "Step min–max", "Step cv", "First step",
+               "FLOP/s achieved", "FLOP utilisation", "Peak memory"]
     rows = [[text(r.get("model")), text(r.get("backend")), text(r.get("config")),
-             text(r.get("batch_size")), text(r.get("precision")), text(r.get("device")),
+             batch_cell(r), text(r.get("precision")), text(r.get("execution") or "default"),
+             text(r.get("device")),
              throughput_cell(r), fmt_ms(number(dig(r, "step_time", "median"))), step_range(r),
              fmt_percent(number(dig(r, "step_time", "cv"))),
              fmt_seconds(number(r.get("first_step_s"))),
              fmt_flops(number(dig(r, "flops", "achieved_per_s"))),
              fmt_percent(number(dig(r, "flops", "utilization"))),
              fmt_bytes(memory_entry(r, "peak")[0])] for r in records]
-    return Table(headers, rows, numeric=headers[3:4] + headers[6:])
+    return Table(headers, rows, numeric=headers[3:4] + headers[7:])
+
+
+# A step time whose coefficient of variation over repeats passes this is listed under the
+# results: the median of such a run moved with the machine's load or with too short repeats.
+UNSTEADY_CV = 0.10
+UNSTEADY_NOTE = ("Runs whose step time varied by more than 10% (cv) over their repeats: the "
+                 "machine was busy or the repeats were short; rerun with more --repeats or a "
+                 "longer --min-repeat-seconds before quoting them.")
+
+
+def unsteady_runs(records):
+    """One line per run whose step time's cv passes UNSTEADY_CV."""
+    lines = []
+    for r in records:
+        cv = number(dig(r, "step_time", "cv"))
+        if cv is not None and cv > UNSTEADY_CV:
+            lines.append("{} on {}, batch {}: cv {} over {} repeats (step {})".format(
+                r.get("model"), r.get("backend"), batch_cell(r), fmt_percent(cv),
+                text(dig(r, "step_time", "n")), step_range(r)))
+    return lines
 
 
 DATA_NOTE = ("Runs with --data trained the same model again, each step on the next batch of "
@@ -427,6 +459,8 @@ def build_context(entries, sources):
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
         "results": results_table([e.record for e in synchronous]),
+        "unsteady": unsteady_runs([e.record for e in synchronous]),
+        "unsteady_note": UNSTEADY_NOTE,
         "data": data_table([e.record for e in synchronous]),
         "memory": memory_table([e.record for e in synchronous]),
         "memory_findings": memory_findings([e.record for e in synchronous]),
@@ -480,6 +514,9 @@ def render_markdown(ctx, figures):
                 "precision); the newest was used:".format(len(ctx["notes"])), ""]
         out += ["- " + md_escape(n) for n in ctx["notes"]] + [""]
     out += ["## Results", "", md_table(ctx["results"])]
+    if ctx["unsteady"]:
+        out += [md_escape(UNSTEADY_NOTE), ""] + ["- " + md_escape(l) for l in ctx["unsteady"]]
+        out += [""]
     if ctx["data"].rows:
         out += ["## Data-fed training", "", md_escape(DATA_NOTE), "", md_table(ctx["data"])]
     if ctx["asynchronous"].rows:
@@ -539,6 +576,8 @@ config, batch, precision); the newest was used:</p>
 {% endif %}
 <h2 id="results">Results</h2>
 {{ table(results) }}
+{% if unsteady %}<p class="note">{{ unsteady_note }}</p>
+<ul>{% for line in unsteady %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 {% if data.rows %}
 <h2 id="data-fed">Data-fed training</h2>
 <p class="note">{{ data_note }}</p>

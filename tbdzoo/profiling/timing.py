@@ -1,7 +1,12 @@
 """Step timing by the measuring protocol (docs/profiling.md).
 
 Warm-up steps are excluded (compilation and autotuning happen there; the first one is reported
-on its own), then ``repeats`` runs of ``steps`` timed steps. Within a repeat, steps are queued
+on its own), then ``repeats`` runs of ``steps`` timed steps. With ``min_repeat_s`` a repeat
+lasts about that long: where the last warm-up step was shorter, synchronous untimed steps
+follow the warm-up until ``min_repeat_s`` has passed, and as many as ran (at least ``steps``)
+make every repeat. Fast steps are then timed over a window that the clock and the machine's
+noise do not dominate, while a step of ``min_repeat_s`` or more runs ``steps`` times a repeat
+and costs nothing beyond the warm-up. Within a repeat, steps are queued
 without waiting where the backend allows; the last one is a synchronous step, and the model is
 synchronised again before the clock is read, so a timed window never closes on work that is
 still queued (the first step's time is read the same way).
@@ -22,16 +27,22 @@ def summarize(values):
             "cv": math.sqrt(var) / mean if mean else 0.0, "n": n}
 
 
-def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, meters=()):
+def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, meters=(),
+                  min_repeat_s=0.0):
     """Time ``model.train_step`` on one prepared batch; returns a JSON-able dict.
 
     ``progress(done, total)`` is called after every step, warm-up included. Each of ``meters``
     (objects with start() and stop()) is started after the warm-up and stopped after the last
     timed step, so samplers see exactly the timed region; their stop() results are returned
-    under "meters" in the same order.
+    under "meters" in the same order. ``min_repeat_s``: each repeat runs at least ``steps``
+    steps, and as many as ran in this many seconds after the warm-up where its last step was
+    shorter; the protocol's "warmup" counts the untimed steps that ran, "steps" the steps of a
+    repeat.
     """
     if warmup < 1 or steps < 1 or repeats < 1:
         raise ValueError("warmup, steps and repeats must each be at least 1")
+    if min_repeat_s < 0:
+        raise ValueError("min_repeat_s must be 0 or more, not {}".format(min_repeat_s))
     prepared = model.prepare_batch(batch)
     total, done = warmup + steps * repeats, 0
     model.synchronize()
@@ -42,11 +53,25 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     done += 1
     if progress:
         progress(done, total)
+    last_step = first_step
     for _ in range(warmup - 1):
-        losses.append(model.train_step(prepared))
+        start = time.perf_counter()
+        losses.append(model.train_step(prepared))  # synchronous: the loss is read back
+        last_step = time.perf_counter() - start
         done += 1
         if progress:
             progress(done, total)
+    if min_repeat_s and (warmup == 1 or last_step < min_repeat_s):
+        # untimed steps after the warm-up until min_repeat_s has passed: their count makes a repeat
+        start, ran = time.perf_counter(), 0
+        while ran < steps or time.perf_counter() - start < min_repeat_s:
+            losses.append(model.train_step(prepared))
+            ran += 1
+            done += 1
+            if progress:
+                progress(done, max(total, done + 1 + ran * repeats))
+        steps, warmup = ran, warmup + ran
+        total = warmup + steps * repeats
     per_step = []
     model.synchronize()  # samplers start on an idle device: no warm-up work inside their region
     for meter in meters:
@@ -67,7 +92,8 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
     step_time = summarize(per_step)
     items = prepared.items
     return {
-        "protocol": {"warmup": warmup, "steps": steps, "repeats": repeats},
+        "protocol": {"warmup": warmup, "steps": steps, "repeats": repeats,
+                     "min_repeat_s": min_repeat_s},
         "first_step_s": first_step,
         "step_time": step_time,
         "repeat_step_times": per_step,

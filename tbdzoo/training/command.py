@@ -3,6 +3,7 @@ rich progress bar, its record appended to a JSONL file and, if asked, MLPerf-sty
 import sys
 from collections import OrderedDict
 
+from ..argtypes import integer, non_negative, positive_number
 from .errors import TrainingError
 from .proxies import DEFAULTS, proxy_overrides
 from .targets import metrics_of, parse_target
@@ -26,14 +27,14 @@ def add_parser(sub, assignment, positive):
                         "transformer), cer=0.7 (deepspeech2), map=0.1 (faster_rcnn), "
                         "frechet=30 (wgan), return=475 (a3c); default: the model's in "
                         "docs/training.md")
-    p.add_argument("--seed", type=int, default=0, help="weights, data order and environments")
-    p.add_argument("--max-minutes", type=float, default=10.0,
+    p.add_argument("--seed", type=integer, default=0, help="weights, data order and environments")
+    p.add_argument("--max-minutes", type=positive_number, default=10.0,
                    help="stop unreached after this long, training and evaluation together "
                         "(default %(default)s)")
     p.add_argument("--max-steps", type=positive, help="stop unreached after this many steps")
     p.add_argument("--eval-every", type=positive,
                    help="steps between evaluations (default: the model's, docs/training.md)")
-    p.add_argument("--data-workers", type=int, default=0,
+    p.add_argument("--data-workers", type=non_negative, default=0,
                    help="input pipeline workers (default %(default)s: a background thread)")
     p.add_argument("--set", type=assignment, action="append", metavar="NAME=VALUE",
                    help="a hyperparameter on top of the proxy config (repeatable)")
@@ -70,7 +71,9 @@ def world_options(args, command):
 
 
 def cmd_train(args, console):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from ..progress import progress_display
 
     from .. import suite
     from .loop import task_check, train_to_target
@@ -83,8 +86,8 @@ def cmd_train(args, console):
     task_check(args.model, args.data)
     mllog = TrainingMllog(args.mllog) if args.mllog else None
     label = "{} on {} to {}".format(args.model, args.backend, target)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[stage]}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with progress_display(console, TextColumn("{task.description}"), BarColumn(),
+                          TextColumn("{task.fields[stage]}"), TimeElapsedColumn()) as progress:
         task = progress.add_task(label, total=args.max_minutes * 60.0, stage="building")
 
         def on_eval(event):
