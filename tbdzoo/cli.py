@@ -16,6 +16,10 @@
   tbd train MODEL --backend B [--data DIR] [--target METRIC=VALUE] [--seed S] [--max-minutes M]
                                      a proxy config trained to a target (docs/training.md);
                                      --nproc N and the placement flags: data-parallel
+  tbd consistency record [--cases C,...] [--dir D]    the PyTorch reference, one file a case
+  tbd consistency check [--cases C,...] [--backends B,...] [--dir D]
+                                     each backend against it: a table per case, exit 1 on a
+                                     failure (docs/consistency.md)
 
 run, sweep and bench also take --precision, --execution, --memory-format and any
 hyperparameter of the config as --set NAME=VALUE (repeatable; tuples as comma lists).
@@ -633,6 +637,8 @@ def parser():
                                 "e.g. --set size=299")
     from .training.command import add_parser as add_train_parser
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
+    from .consistency import add_parser as add_consistency_parser
+    add_consistency_parser(sub)
     return p
 
 
@@ -641,10 +647,16 @@ def cmd_train(args):
     return run_train(args, _console())
 
 
+def cmd_consistency(args):
+    from .consistency import command
+    return command(args, _console())
+
+
 def main(argv=None):
     args = parser().parse_args(argv)
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
-                "report": cmd_report, "data": cmd_data, "train": cmd_train}
+                "report": cmd_report, "data": cmd_data, "train": cmd_train,
+                "consistency": cmd_consistency}
     try:
         return commands[args.command](args)
     except TbdError as e:

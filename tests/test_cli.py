@@ -178,11 +178,3 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     assert suite.bench_overrides("faster_rcnn", "mxnet") == {"canvas": (600, 600), "rois_per_image": 32}
     assert _bench_sizes(monkeypatch, "--set", "batch_size=4")[0] == ("resnet50", "torch", None)
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
-
-
-def test_consistency_check_without_a_backend_is_a_usage_error(tmp_path, capsys):
-    from tbdzoo import consistency
-    with pytest.raises(SystemExit) as exit_info:
-        consistency.main(["check", "--dir", str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert "check needs --backend" in capsys.readouterr().err
