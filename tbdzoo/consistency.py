@@ -34,8 +34,9 @@ STEPS = 3
 # all keys) holds only rounding noise (~1e-8 of the largest), which has no direction to compare.
 # ``loss`` holds each objective's value from loss_and_gradients and the first-step loss (the
 # first train_step's, from the same weights and batch): one training-mode forward pass, which
-# float32 backends reproduce to a few float32 roundings of the loss; ``atol`` covers losses
-# near zero (a WGAN critic's), whose rounding is relative to the terms they sum, not to the sum.
+# float32 backends reproduce to a few float32 roundings of the loss (every case within 4.5e-7
+# relative on every backend, Inception-v3 aside); ``atol`` covers losses that sum terms of
+# opposite sign (A3C's, 7e-3 from terms of about 1), whose rounding is relative to the terms.
 TOLERANCES = {
     "forward": {"rtol": 1e-4, "atol": 1e-5},
     "loss": {"rtol": 1e-6, "atol": 1e-7},
@@ -69,6 +70,14 @@ INCEPTION_TOLERANCES = {
 }
 
 
+# WGAN (both configs): the critic's loss is mean D(fake) - mean D(real), about -0.53 from terms
+# of about 1.05 and 1.6, and every backend's critic output is a few float32 roundings off
+# (6.4e-7 to 7.1e-7 of its largest on CNTK and TensorFlow, layer by layer as PyTorch's): the
+# difference keeps their absolute error, about 1e-6 (CNTK: 2e-6 relative on the original
+# WGAN's critic). atol 3e-6 holds that and still fails any of its losses 2e-5 off.
+WGAN_TOLERANCES = {"loss": {"rtol": 1e-6, "atol": 3e-6}}
+
+
 def cases():
     """Case name -> Case. Consistency runs use the tiny configs without dropout, whose masks no
     two frameworks draw alike."""
@@ -87,7 +96,7 @@ def cases():
     # WGAN-GP: the generator's and the critic's objectives, the gradient penalty included.
     # Seed 1: at seed 0 inputs of the generator's ReLUs sit within float32 rounding of zero
     # (docs/consistency.md), so which side they land on follows the order of float32 sums.
-    out["wgan"] = _case("wgan", seed=1)
+    out["wgan"] = _case("wgan", seed=1, tolerances=WGAN_TOLERANCES)
     # the targets step runs once, on the reference, and every backend trains on its targets
     out["faster_rcnn"] = _case("faster_rcnn", replays_targets=True)
     return out
