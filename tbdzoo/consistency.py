@@ -256,7 +256,8 @@ def _gradient_rows(record, other, tol):
             continue
         g, r = other[key], record[key]
         if g.shape != r.shape:
-            elementwise_failures.append("{}: shape {} vs reference {}".format(key, g.shape, r.shape))
+            elementwise_failures.append("{}: shape {} vs reference {}".format(
+                key, g.shape, r.shape))
             worst_ratio = (float("inf"), name)
             continue
         cos = cosine(g, r) if _largest(r) > floor else 1.0

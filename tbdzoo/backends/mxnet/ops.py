@@ -124,7 +124,7 @@ def batchnorm(F, inputs, p, a, ctx):
     # Training: MXNet's BatchNorm in float64. In float32 its kernels (oneDNN's and MXNet's own)
     # sum each channel in one float32 pass, ~1e-5 relative on a 2 x 149 x 149 channel: over
     # tiny Inception-v3's 94 batch norms that moved the first training loss by 1.4e-5 relative
-    # from float64 PyTorch's (PyTorch and TensorFlow in float32: within 5e-6) and its gradients
+    # from float64 PyTorch's (PyTorch and TensorFlow in float32: within 5.4e-6) and its gradients
     # more. In float64 the sums are exact to float32 rounding, at the cost of two casts of the
     # activations each way. The running-statistics slots are float64 constants that momentum 1
     # leaves as they are; the caller updates the float32 ones from the moments returned.
