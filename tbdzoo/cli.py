@@ -16,6 +16,10 @@
   tbd train MODEL --backend B [--data DIR] [--target METRIC=VALUE] [--seed S] [--max-minutes M]
                                      a proxy config trained to a target (docs/training.md);
                                      --nproc N and the placement flags: data-parallel
+  tbd consistency record [--cases C,...] [--dir D]    the PyTorch reference, one file a case
+  tbd consistency check [--cases C,...] [--backends B,...] [--dir D]
+                                     each backend against it: a table per case, exit 1 on a
+                                     failure (docs/consistency.md)
 
 Every command takes --verbose: the frameworks' start-up banners and warnings are left on. Where
 output is not a terminal, progress is a plain line every 10 s (TBDZOO_PROGRESS_SECONDS).
@@ -641,7 +645,9 @@ def parser():
                                 "e.g. --set size=299")
     from .training.command import add_parser as add_train_parser
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
-    for command in list(sub.choices.values()) + list(data_sub.choices.values()):
+    from .consistency import add_parser as add_consistency_parser
+    add_consistency_parser(sub)
+    for command in _leaf_parsers(sub):
         # after the command too (tbd run ... --verbose); SUPPRESS keeps one given before it
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                              help=VERBOSE_HELP)
@@ -657,13 +663,31 @@ def cmd_train(args):
     return run_train(args, _console())
 
 
+def _leaf_parsers(sub):
+    """Every parser under the subparsers action ``sub`` that takes arguments: each command,
+    and each command of a command that has its own (tbd data make, tbd consistency check)."""
+    leaves = []
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves.append(command)
+        for action in nested:
+            leaves.extend(_leaf_parsers(action))
+    return leaves
+
+
+def cmd_consistency(args):
+    from .consistency import command
+    return command(args, _console())
+
+
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.verbose:  # read by each backend as it imports its framework, here and in workers
         from .backends.common.quiet import VERBOSE_VARIABLE
         os.environ[VERBOSE_VARIABLE] = "1"
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
-                "report": cmd_report, "data": cmd_data, "train": cmd_train}
+                "report": cmd_report, "data": cmd_data, "train": cmd_train,
+                "consistency": cmd_consistency}
     try:
         return commands[args.command](args)
     except TbdError as e:

@@ -68,3 +68,7 @@ class NonFiniteStepError(TbdError, FloatingPointError):
     def __init__(self, message, objective=None, step=None):
         super().__init__(message)
         self.objective, self.step = objective, step
+
+
+class ConsistencyReferenceError(TbdError, FileNotFoundError):
+    """A consistency check asked for reference files that were never recorded."""

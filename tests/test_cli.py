@@ -190,14 +190,6 @@ def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     assert _bench_sizes(monkeypatch, "--batch-size", "4")[0] == ("resnet50", "torch", 4)
 
 
-def test_consistency_check_without_a_backend_is_a_usage_error(tmp_path, capsys):
-    from tbdzoo import consistency
-    with pytest.raises(SystemExit) as exit_info:
-        consistency.main(["check", "--dir", str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert "check needs --backend" in capsys.readouterr().err
-
-
 def test_plain_progress_prints_a_line_per_running_task_every_interval():
     """Where output is not a terminal, progress is plain lines: one as a task starts, one per
     running task each interval (here on a fake clock), one as it ends with its frozen time."""

@@ -1,60 +1,70 @@
-"""Every backend against the PyTorch reference (docs/consistency.md).
+"""Every backend against the PyTorch reference (docs/consistency.md), through `tbd consistency`.
 
-One process writes the reference files; each backend then runs every case in ONE process in
-its own environment (CNTK: CPython 3.6), and each case becomes a test here.
+The reference files are written once by ``tbd consistency record``; each backend then runs
+every case from this process (CNTK through its worker), and each (backend, case) pair becomes
+a test. The command itself is checked too: its tables, its exit status on a perturbed reference
+and its refusal when no reference was recorded.
 """
-import json
 import os
 
+import numpy as np
 import pytest
 
-from tbdzoo import consistency
-from tbdzoo.backends import environments
+from tbdzoo import cli, consistency
+from tbdzoo.weights import load_arrays, save_arrays
 
-from conftest import require_backend, run_in_env
+from conftest import require_backend
 
 CASES = list(consistency.cases())
 OTHER_BACKENDS = ["tensorflow", "mxnet", "cntk"]
 
 
 @pytest.fixture(scope="session")
-def reference_dir(tmp_path_factory, main_python):
+def reference_dir(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("reference"))
-    proc = run_in_env(main_python, ["-m", "tbdzoo.consistency", "record", "--dir", directory])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert cli.main(["consistency", "record", "--dir", directory]) == 0
+    assert sorted(os.listdir(directory)) == sorted(
+        c.replace("/", "__") + ".npz" for c in CASES)
     return directory
 
 
 _results = {}
 
 
-def backend_results(backend, reference_dir, tmp_path_factory):
-    """Run the backend's whole check once, in its environment; cache the per-case failures."""
+def backend_rows(backend, case, reference_dir):
+    """The backend's rows for every case, run once per backend and cached."""
     if backend not in _results:
         require_backend(backend)
-        out = str(tmp_path_factory.mktemp("check") / "{}.json".format(backend))
-        proc = run_in_env(environments.python_for(backend),
-                          ["-m", "tbdzoo.consistency", "check", "--backend", backend,
-                           "--dir", reference_dir, "--out", out])
-        if not os.path.exists(out):
-            pytest.fail("the {} check crashed (exit {}):\n{}".format(
-                backend, proc.returncode, proc.stderr[-3000:]))
-        with open(out) as f:
-            _results[backend] = json.load(f)
-    return _results[backend]
+        rows = {}
+        for name, spec in consistency.cases().items():
+            try:
+                rows[name] = consistency.check_case(name, spec, backend, reference_dir)
+            except Exception as e:  # one broken case must not hide the others
+                rows[name] = [consistency.Row("run", str(e), "", False,
+                                              ["{}: {}".format(type(e).__name__, e)])]
+        _results[backend] = rows
+    return _results[backend][case]
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_backend_matches_reference(backend, case, reference_dir, tmp_path_factory):
-    failures = backend_results(backend, reference_dir, tmp_path_factory)[case]
+def test_backend_matches_reference(backend, case, reference_dir):
+    rows = backend_rows(backend, case, reference_dir)
+    failures = [f for row in rows for f in row.failures]
     assert failures == [], "\n".join(failures)
+    quantities = [row.quantity for row in rows]
+    assert any(q.startswith("forward") for q in quantities)
+    assert any(q.startswith("first-step loss") for q in quantities)
+
+
+def test_every_model_is_a_case():
+    from tbdzoo.models import list_models
+    assert [m for m in list_models() if m not in CASES] == []
 
 
 def test_the_comparison_catches_a_wrong_backend(reference_dir):
-    """The harness itself: a perturbed result must fail every tier it touches."""
-    import numpy as np
-    from tbdzoo.weights import load_arrays
+    """The harness itself: a perturbed result must fail every tier it touches, and a first-step
+    loss 2e-5 off (relative) must fail on every case, whatever its own tolerance."""
     arrays = load_arrays(os.path.join(reference_dir, "resnet50.npz"))
     record = {k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")}
     assert consistency.compare(record, dict(record)) == []
@@ -63,4 +73,67 @@ def test_the_comparison_catches_a_wrong_backend(reference_dir):
     bad["grad/fc.weight"] = record["grad/fc.weight"][::-1].copy()
     bad["trajectory"] = record["trajectory"] + np.array([0, 0, 2e-3])
     failures = consistency.compare(record, bad)
-    assert [f.split(":")[0] for f in failures] == ["forward", "grad/fc.weight", "trajectory"]
+    assert [f.split(":")[0] for f in failures] == ["forward", "grad/fc.weight", "later losses"]
+    for name, case in consistency.cases().items():
+        tolerances = consistency.tolerances_of(case)
+        arrays = load_arrays(os.path.join(reference_dir, name.replace("/", "__") + ".npz"))
+        record = {k[len("record/"):]: v for k, v in arrays.items() if k.startswith("record/")}
+        for key in [k for k in record if k.startswith("trajectory")]:
+            off = dict(record)
+            off[key] = record[key] * np.array([1 + 2e-5] + [1] * (len(record[key]) - 1))
+            assert [f.split(":")[0] for f in consistency.compare(record, off, tolerances)] == [
+                "first-step loss" + key[len("trajectory"):]], name
+
+
+def test_check_prints_a_table_per_case_and_a_summary(reference_dir, capsys):
+    code = cli.main(["consistency", "check", "--dir", reference_dir,
+                     "--cases", "probe/conv2d,probe/max*", "--backends", "mxnet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for case in ("probe/conv2d", "probe/maxpool2d"):
+        assert "{} on mxnet".format(case) in out
+    for quantity in ("forward", "loss", "gradients (", "gradient cosine", "first-step loss",
+                     "later losses", "PASS"):
+        assert quantity in out
+    assert "FAIL" not in out
+    assert "PASS: 2 of 2 (case, backend) pairs passed" in out
+
+
+def test_check_fails_on_a_perturbed_reference(reference_dir, tmp_path, capsys):
+    """An edited reference (its first-step loss 2e-5 higher, relative) fails the check:
+    exit status 1, the row and the case marked FAIL."""
+    directory = str(tmp_path)
+    name = "probe__conv2d.npz"
+    arrays = load_arrays(os.path.join(reference_dir, name))
+    arrays["record/trajectory"] = arrays["record/trajectory"] * np.array([1 + 2e-5, 1, 1])
+    save_arrays(os.path.join(directory, name), arrays)
+    code = cli.main(["consistency", "check", "--dir", directory, "--cases", "probe/conv2d",
+                     "--backends", "mxnet"])
+    out = capsys.readouterr().out
+    assert code == 1
+    line = next(l for l in out.splitlines() if "first-step loss" in l)
+    assert "FAIL" in line and "2e-05 relative" in line
+    assert "FAIL: 0 of 1 (case, backend) pairs passed" in out
+    assert "failed: probe/conv2d on mxnet" in out
+
+
+def test_check_without_a_reference_says_to_record_one(tmp_path, capsys):
+    code = cli.main(["consistency", "check", "--dir", str(tmp_path), "--cases", "resnet50",
+                     "--backends", "mxnet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no reference files in {}".format(tmp_path) in err
+    assert "run `tbd consistency record --dir {} --cases resnet50` first".format(tmp_path) in err
+
+
+def test_unknown_cases_and_backends_are_refused_by_name(tmp_path, capsys):
+    assert cli.main(["consistency", "record", "--dir", str(tmp_path), "--cases", "resnet"]) == 2
+    assert "unknown consistency case 'resnet'" in capsys.readouterr().err
+    assert os.listdir(str(tmp_path)) == []
+    assert cli.main(["consistency", "check", "--dir", str(tmp_path), "--backends", "jax"]) == 2
+    assert "unknown backend 'jax'" in capsys.readouterr().err
+
+
+def test_python_m_tbdzoo_consistency_is_the_tbd_command(capsys):
+    assert consistency.main(["check", "--list", "--cases", "probe/conv2d*"]) == 0
+    assert capsys.readouterr().out.split() == [c for c in CASES if c.startswith("probe/conv2d")]

@@ -38,12 +38,12 @@ def _sigmoid_cross_entropy(F, inputs, attrs, shapes):
 
 def _policy_gradient(F, inputs, attrs, shapes):
     """-mean_n log softmax(logits_n)[a_n] * A_n; the actions arrive as float32 ids."""
-    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    log_p = ops.log_softmax(F, inputs["logits"])
     return -F.mean(F.pick(log_p, inputs["actions"], axis=-1) * inputs["advantages"])
 
 
 def _entropy(F, inputs, attrs, shapes):
-    log_p = F.log_softmax(inputs["logits"], axis=-1)
+    log_p = ops.log_softmax(F, inputs["logits"])
     return F.mean(-F.sum(F.exp(log_p) * log_p, axis=-1))
 
 

@@ -11,7 +11,7 @@ Every block reads one set of Gluon Parameters, created once by the model:
 * :class:`ObjectiveBlock` does the same for one phase of a training program: the weighted sum
   of its objective's losses, from only the inputs that objective reads.
 
-Batch norm in both runs MXNet's fused operator (oneDNN on the CPU, as Gluon's own models do);
+Batch norm in both runs MXNet's BatchNorm operator in float64 (ops.batchnorm says why);
 ``Model.EXACT_BATCH_STATISTICS`` builds a program's batch moments from MXNet reductions
 instead (see there).
 
@@ -98,9 +98,9 @@ def make_parameters(graph, weights, ctx):
     ``__constant__.``) every constant table a node reads; one Parameter per shared name."""
     parameters = OrderedDict()
 
-    def make(name, value, trainable):
-        value = np.asarray(value, np.float32)
-        param = gluon.Parameter(name, shape=value.shape, dtype="float32",
+    def make(name, value, trainable, dtype="float32"):
+        value = np.asarray(value, dtype)
+        param = gluon.Parameter(name, shape=value.shape, dtype=dtype,
                                 grad_req="write" if trainable else "null",
                                 differentiable=trainable, init=_FromArray(value))
         param.initialize(ctx=ctx)
@@ -109,7 +109,8 @@ def make_parameters(graph, weights, ctx):
     for name, spec in graph.params().items():
         make(name, weights[name], spec.trainable)
     for key, table in _Plan(graph).constants.items():
-        make(_CONSTANT_PREFIX + key, table, False)
+        make(_CONSTANT_PREFIX + key, table, False,
+             "float64" if key.startswith(ops.FLOAT64_PREFIX) else "float32")
     return parameters
 
 
@@ -241,14 +242,11 @@ class _Pending(object):
 class Model(BackendModel):
     backend = "mxnet"
     RUNS_PROGRAMS = True
-    # Batch norm inside a training program. False: MXNet's fused BatchNorm, whose batch mean
-    # and variance then update the running statistics exactly, as in single-loss models.
-    # True: moments from MXNet's reductions, in two passes with compensated sums. The fused
-    # CPU kernel sums each channel in one float32 pass; over Inception-v3's 94 batch norms
-    # that takes the tiny config's worst gradient cosine against a float64 reference to 0.989
-    # (two-pass: 0.99998). The two-pass moments cost what they buy: broadcasts and
-    # reductions that index every element, 14 s against 2.7 s for a paper-config step at
-    # batch 4 on two CPU cores. A subclass sets True where a check needs those digits.
+    # Batch norm inside a training program. False: MXNet's BatchNorm operator in float64
+    # (ops.batchnorm), whose batch mean and variance then update the running statistics
+    # exactly, as in single-loss models. True: moments from MXNet's reductions, in two passes
+    # with compensated sums, as exact and slower: broadcasts and reductions that index every
+    # element, 14 s against 2.7 s for a paper-config step at batch 4 on two CPU cores.
     EXACT_BATCH_STATISTICS = False
 
     def _build(self, weights):

@@ -9,6 +9,7 @@ tables and whether batch-norm should hand back its batch statistics (the train s
 the running statistics itself, because MXNet's update uses the biased variance).
 """
 import math
+import warnings
 
 import numpy as np
 
@@ -43,6 +44,10 @@ def constants_for(node, in_shapes):
         return {"causal_{}".format(t): attention.causal_table(t, t)}
     if node.op == "sequence_batchnorm" and a["track_running_stats"]:
         return {_MODE_MEAN: np.zeros(1, np.float32), _MODE_VAR: np.ones(1, np.float32)}
+    if node.op == "batchnorm" and a["track_running_stats"]:
+        channels = in_shapes[0][0]
+        return {_moments_key("mean", channels): np.zeros(channels, np.float64),
+                _moments_key("var", channels): np.ones(channels, np.float64)}
     if node.op == "avgpool2d" and pooling.needs_explicit_padding(a) and not a["count_include_pad"]:
         _, h, w = in_shapes[0]
         table = pooling.divisors((h, w), a["kernel"], a["stride"], a["padding"], False)
@@ -52,6 +57,19 @@ def constants_for(node, in_shapes):
 
 def _count_key(node_name):
     return "count_" + node_name
+
+
+# Constant tables whose key starts with this are float64 (the others float32): the float64
+# batch norm's running-statistics slots (see batchnorm). Every block binds the graph's
+# constant tables, and an inference block reads none of these: Gluon's warning that they are
+# unused says nothing (it still shows when any other parameter is unused).
+FLOAT64_PREFIX = "float64_"
+warnings.filterwarnings("ignore", message=r"Parameter (__constant__\.{}\w+(, )?)+ is not used "
+                        r"by any computation".format(FLOAT64_PREFIX))
+
+
+def _moments_key(which, channels):
+    return "{}batchnorm_{}_{}".format(FLOAT64_PREFIX, which, channels)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -103,12 +121,24 @@ def batchnorm(F, inputs, p, a, ctx):
     if not ctx.exact_bn_stats:
         return F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
                            momentum=1.0 - a["momentum"], **common)
-    out = F.BatchNorm(x, p["gamma"], p["beta"], p["running_mean"], p["running_var"],
+    # Training: MXNet's BatchNorm in float64. In float32 its kernels (oneDNN's and MXNet's own)
+    # sum each channel in one float32 pass, ~1e-5 relative on a 2 x 149 x 149 channel: over
+    # tiny Inception-v3's 94 batch norms that moved the first training loss by 1.4e-5 relative
+    # from float64 PyTorch's (PyTorch and TensorFlow in float32: within 5.4e-6) and its gradients
+    # more. In float64 the sums are exact to float32 rounding, at the cost of two casts of the
+    # activations each way. The running-statistics slots are float64 constants that momentum 1
+    # leaves as they are; the caller updates the float32 ones from the moments returned.
+    channels = ctx.in_shapes[0][0]
+    out = F.BatchNorm(F.cast(x, "float64"), F.cast(p["gamma"], "float64"),
+                      F.cast(p["beta"], "float64"),
+                      ctx.constants[_moments_key("mean", channels)],
+                      ctx.constants[_moments_key("var", channels)],
                       momentum=1.0, output_mean_var=True, **common)
     y, mean, invstd = out[0], out[1], out[2]  # MXNet's third output is 1 / sqrt(var + eps)
     variance = F.reciprocal(F.square(invstd)) - a["eps"]
-    ctx.bn_stats.append((F.BlockGrad(mean), F.BlockGrad(variance)))
-    return y
+    ctx.bn_stats.append((F.BlockGrad(F.cast(mean, "float32")),
+                         F.BlockGrad(F.cast(variance, "float32"))))
+    return F.cast(y, "float32")
 
 
 def relu(F, inputs, p, a, ctx):
@@ -208,11 +238,20 @@ def multi_head_attention(F, inputs, p, a, ctx):
     return _linear(F, context, p["W_o"], p["b_o"], d)
 
 
+def log_softmax(F, x):
+    """log softmax over the last axis, x - m - log(sum(exp(x - m))) with m the row's largest
+    (outside the gradient: the value does not depend on it). MXNet's own ``log_softmax`` is up
+    to 3.5e-6 off a float64 reference on unit-normal logits (these four operators: 2.4e-7),
+    which moved every cross-entropy loss by about 1.2e-6 relative."""
+    shifted = F.broadcast_sub(x, F.BlockGrad(F.max(x, axis=-1, keepdims=True)))
+    return F.broadcast_sub(shifted, F.log(F.sum(F.exp(shifted), axis=-1, keepdims=True)))
+
+
 def softmax_cross_entropy(F, logits, labels, loss):
     """Mean over counted positions of -sum_k q_k log p_k, q = (1-eps) onehot + eps/K.
     ``labels`` arrive as float32 (exact for any vocabulary below 2^24)."""
     eps = loss["label_smoothing"]
-    log_p = F.log_softmax(logits, axis=-1)
+    log_p = log_softmax(F, logits)
     per_position = -F.pick(log_p, labels, axis=-1)
     if eps:
         per_position = (1.0 - eps) * per_position - eps * F.mean(log_p, axis=-1)
