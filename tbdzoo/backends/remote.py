@@ -282,10 +282,12 @@ class RemoteModel(BackendModel):
     def predict(self, batch):
         out = self._path("predict")
         inference = getattr(self.model_def, "inference", None) is not None
-        if inference or (self.program is not None and not isinstance(batch, Prepared)):
-            # a step's batch of a program is split by update; the output reads its own inputs
+        if inference or not isinstance(batch, Prepared):
+            # the output reads only its own inputs (no labels), checked here and sent alone
             if not inference:  # an inference hook checks its batch in the worker
-                self._check_batch(batch, self._output_inputs())
+                names = self._predict_inputs(batch)
+                self._check_batch(batch, names)
+                batch = OrderedDict((n, batch[n]) for n in names)
             path = self._path("batch")
             save_arrays(path, batch)
             try:
@@ -341,4 +343,5 @@ class RemoteModel(BackendModel):
         self._call("save_weights", path=os.path.abspath(os.fspath(path)))
 
     def load_weights(self, path):
-        self._call("load_weights", path=os.path.abspath(os.fspath(path)))
+        from ..weights import path_of
+        self._call("load_weights", path=os.path.abspath(path_of(path)))
