@@ -319,7 +319,9 @@ class BackendModel(object):
     def _predict_inputs(self, batch):
         """The inputs ``predict(batch)`` reads from ``batch``: those the output reads (no
         labels), with a targets step's own inputs in place of the inputs it writes unless the
-        batch replays them."""
+        batch replays them; for a model with an inference hook, its ``inference_inputs``."""
+        if getattr(self.model_def, "inference_inputs", None) is not None:
+            return list(self.model_def.inference_inputs)
         names = self._output_inputs()
         written = [n for n in self.program.written_inputs() if n in names] \
             if self.program is not None else []

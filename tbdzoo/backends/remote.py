@@ -283,11 +283,10 @@ class RemoteModel(BackendModel):
         out = self._path("predict")
         inference = getattr(self.model_def, "inference", None) is not None
         if inference or not isinstance(batch, Prepared):
-            # the output reads only its own inputs (no labels), checked here and sent alone
-            if not inference:  # an inference hook checks its batch in the worker
-                names = self._predict_inputs(batch)
-                self._check_batch(batch, names)
-                batch = OrderedDict((n, batch[n]) for n in names)
+            # inference reads only its own inputs (no labels), checked here and sent alone
+            names = self._predict_inputs(batch)
+            self._check_batch(batch, names)
+            batch = OrderedDict((n, batch[n]) for n in names)
             path = self._path("batch")
             save_arrays(path, batch)
             try:

@@ -128,25 +128,29 @@ def _batch(hp, batch_size, seed):
 
 
 def check_batch(hp, batch):
-    """Raise BatchError when an utterance is shorter than the frames the convolutions read for
-    one output step, or a transcript holds anything but 0 (CTC's blank, which pads) past its
-    length. The rest (lengths inside the padded sizes, character ids in [1, num_classes),
+    """Raise BatchError when an utterance's length leaves [the frames the convolutions read for
+    one output step, the padded length], or a transcript holds anything but 0 (CTC's blank, which pads) past its
+    length. The rest (transcript lengths, character ids in [1, num_classes),
     transcripts CTC can align with their output steps) is the shared check's
     (common/batches.py), from the graph."""
     if "spectrogram_lengths" in batch:
         lengths = np.asarray(batch["spectrogram_lengths"])
-        low = min_frames(hp)
-        bad = lengths < low
+        low, padded = min_frames(hp), hp["max_frames"]
+        bad = (lengths < low) | (lengths > padded)
         if bad.any():
             row = int(np.argwhere(bad)[0][0])
-            raise BatchError("batch['spectrogram_lengths'][{}] = {} is below {}, the frames "
-                             "the convolutions read for one output step".format(
-                                 row, int(lengths[row]), low), input="spectrogram_lengths",
-                             position=(row,), value=int(lengths[row]), allowed=(low, None))
+            raise BatchError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at "
+                             "most the padded length, and at least the {} frames the "
+                             "convolutions read for one output step".format(
+                                 row, int(lengths[row]), low, padded, low),
+                             input="spectrogram_lengths", position=(row,),
+                             value=int(lengths[row]), allowed=(low, padded))
     if "labels" not in batch or "label_lengths" not in batch:
         return
     labels, label_lengths = np.asarray(batch["labels"]), np.asarray(batch["label_lengths"])
-    past = (np.arange(labels.shape[1])[None, :] >= label_lengths[:, None]) & (labels != 0)
+    valid = (label_lengths >= 0) & (label_lengths <= labels.shape[1])  # else the shared check's
+    past = (np.arange(labels.shape[1])[None, :] >= label_lengths[:, None]) & (labels != 0) \
+        & valid[:, None]
     if past.any():
         row, col = (int(v) for v in np.argwhere(past)[0])
         raise BatchError("batch['labels'][{}, {}] = {} lies past label_lengths[{}] = {}: a "

@@ -222,10 +222,8 @@ def detect(model, batch):
     "scores" (N, D), "labels" (N, D) int32, "counts" (N,) int32}, D = detections_per_image,
     each image's detections best first and zero past its count."""
     hp = model.hparams
-    if not hasattr(batch, "keys") or "images" not in batch or "image_hw" not in batch:
-        model._check_batch(batch, ["images", "image_hw"])  # names what is missing
+    model._check_batch(batch, ["images", "image_hw"])
     images, image_hw = np.asarray(batch["images"]), np.asarray(batch["image_hw"])
-    model._check_batch({"images": images, "image_hw": image_hw}, ["images", "image_hw"])
     values = model.values({"images": images}, [RPN_LOGITS, RPN_DELTAS])
     grid = _anchors(model.spec, hp)
     rows = hp["rois_per_image"]
@@ -269,7 +267,8 @@ def detect(model, batch):
 @register_model("faster_rcnn", domain="object detection",
                 configs={"paper": PAPER, "tiny": TINY}, unit="images/s",
                 items=lambda hp, batch: len(batch["images"]), synthetic_batch=_batch,
-                rules=RULES, checks=_checks(), check_batch=check_batch, inference=detect)
+                rules=RULES, checks=_checks(), check_batch=check_batch, inference=detect,
+                inference_inputs=("images", "image_hw"))
 def build(hp):
     g = Graph("faster_rcnn")
     height, width = hp["canvas"]

@@ -95,7 +95,9 @@ def check_batch(hp, batch):
     if "labels" not in batch or "tgt_lengths" not in batch:
         return
     labels, n = np.asarray(batch["labels"]), np.asarray(batch["tgt_lengths"])
-    beyond = (np.arange(labels.shape[1])[None, :] >= n[:, None]) & (labels != hp["pad_id"])
+    valid = (n >= 1) & (n <= labels.shape[1])  # a length outside is the shared check's
+    beyond = (np.arange(labels.shape[1])[None, :] >= n[:, None]) & (labels != hp["pad_id"]) \
+        & valid[:, None]
     if beyond.any():
         row, col = (int(v) for v in np.argwhere(beyond)[0])
         raise BatchError("batch['labels'][{}, {}] = {} lies past tgt_lengths[{}] = {}; labels "

@@ -135,10 +135,11 @@ def _check_shapes(graph, batch, arrays, names, uses):
         shape = tuple(np.shape(batch[name]) if arrays[name] is None else arrays[name].shape)
         if len(shape) != len(declared.shape) + 1 or shape[1:] != declared.shape:
             raise BatchError(
-                "{} has shape {}, but the model takes a batch of examples of shape {}: "
-                "(batch size{})".format(where(name), shape, declared.shape, "".join(
-                    ", {}".format(d) for d in declared.shape)), input=name,
-                value=shape, allowed=(None,) + tuple(declared.shape))
+                "{} has shape {}: examples of shape {}, expected {} (an array of shape "
+                "(batch size{}))".format(where(name), shape, shape[1:] if shape else "()",
+                                         declared.shape, "".join(", {}".format(d) for d in
+                                                                 declared.shape)),
+                input=name, value=shape, allowed=(None,) + tuple(declared.shape))
         if name in names:
             sizes[name] = shape[0]
     for name, rows in sizes.items():
