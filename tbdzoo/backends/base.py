@@ -323,6 +323,9 @@ class BackendModel(object):
         if getattr(self.model_def, "inference_inputs", None) is not None:
             return list(self.model_def.inference_inputs)
         names = self._output_inputs()
+        if self.program is None:  # a graph of one loss is fed all its features when it predicts
+            names = [n for n, inp in self.spec.inputs.items()
+                     if n in names or inp.role == "feature"]
         written = [n for n in self.program.written_inputs() if n in names] \
             if self.program is not None else []
         if written and hasattr(batch, "keys") and \

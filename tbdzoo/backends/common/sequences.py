@@ -48,12 +48,13 @@ def _check_range(graph, batch, name, lengths, t, what):
     source = source_input(graph, name)
     given = int(np.asarray(batch[source])[row])
     if source == name:
-        message = "batch[{!r}][{}] = {} is outside [1, {}]: {}".format(
+        message = "batch[{!r}][{}] = {} is outside [1, {}], the padded length of {}".format(
             source, row, given, t, what)
     else:
-        message = "batch[{!r}][{}] = {} gives length {} at {} (lengths {!r}), outside [1, {}]" \
-            .format(source, row, given, int(lengths[row]), what, name, t)
-    raise BatchError(message + "; a sequence needs at least one valid step and at most its "
+        message = "batch[{!r}][{}] = {} gives length {} (lengths {!r}), outside [1, {}], the " \
+                  "padded length of {}".format(source, row, given, int(lengths[row]), name, t,
+                                               what)
+    raise BatchError(message + ": a sequence needs at least one valid step and at most its "
                      "padded length", input=source, position=(row,), value=given,
                      allowed=(1, t))
 
@@ -75,7 +76,7 @@ def check_batch(graph, batch):
                 and inp.dtype == "int32" and inp.shape == () and graph.inputs[source].shape:
             _check_range(graph, batch, inp.name, np.asarray(batch[inp.name]),
                          graph.inputs[source].shape[0],
-                         "the length of each example of input {!r}".format(source))
+                         "input {!r}".format(source))
     for node in graph.nodes.values():
         if node.op not in LENGTHS_SLOTS:
             continue
@@ -85,7 +86,7 @@ def check_batch(graph, batch):
             continue
         _check_range(graph, batch, node.inputs[slot], lengths,
                      graph.shape_of(node.inputs[sequence])[0],
-                     "node {!r} ({})".format(node.name, node.op))
+                     "the sequence node {!r} ({}) reads".format(node.name, node.op))
     for name, loss in (program.losses.items() if program is not None else ()):
         if loss["kind"] != "ctc":
             continue
