@@ -172,11 +172,10 @@ def _check_values(graph, facts, name, value):
             allowed=declared.dtype)
     if not value.size:
         return
-    if kind == "f" and not np.isfinite(value.sum(dtype=np.float64)):
-        # a finite float64 sum of float32-range values means every value is finite
-        bad = ~np.isfinite(value)
-        if bad.any():
-            at = first(bad)
+    if kind == "f":
+        finite = np.isfinite(value)
+        if not finite.all():
+            at = first(~finite)
             raise refuse(name, at, value[at], "finite numbers",
                          "is not finite: input {!r} takes finite numbers".format(name))
     if declared.dtype != "int32":
