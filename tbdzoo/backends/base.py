@@ -140,7 +140,7 @@ class BackendModel(object):
                 raise ValueError("batch was prepared for {}, not {}".format(batch.backend,
                                                                            self.backend))
             return batch
-        self._check_batch(batch)
+        batch = self._check_batch(batch)  # its inputs as the NumPy arrays checked
         if self.program is not None:
             parts, _ = programs.split_step_batch(self.spec, self.program, batch)
             items = self.model_def.items(self.hparams, batch)
@@ -161,7 +161,8 @@ class BackendModel(object):
         input's per-example shape and values as the spec declares (class and token ids in
         range, lengths within the padded size, CTC labels that fit, floats finite), and the
         model's own rules (ModelDef.check_batch). Raises BatchError naming the input, the
-        first offending position and value, and what is allowed."""
+        first offending position and value, and what is allowed. Returns the batch with its
+        inputs as the NumPy arrays checked."""
         uses = None
         if names is None and self.program is not None:
             if not hasattr(batch, "keys"):
@@ -175,8 +176,8 @@ class BackendModel(object):
         facts = getattr(self, "_batch_facts", None)
         if facts is None:
             facts = self._batch_facts = batches.Facts(self.spec)
-        batches.check(self.spec, facts, batch, names, uses,
-                      getattr(self.model_def, "check_batch", None), self.hparams)
+        return batches.check(self.spec, facts, batch, names, uses,
+                             getattr(self.model_def, "check_batch", None), self.hparams)
 
     # -- training and inference ------------------------------------------------------
     def learning_rate(self):
@@ -299,7 +300,7 @@ class BackendModel(object):
         names = self._predict_inputs(batch)
         written = [n for n in self.program.written_inputs() if n in self._output_inputs()] \
             if self.program is not None else []
-        self._check_batch(batch, names)
+        batch = self._check_batch(batch, names)
         part = OrderedDict((n, batch[n]) for n in names)  # one batch size: checked
         size = len(part[names[0]])
         if written and not all(n in part for n in written):
@@ -310,7 +311,7 @@ class BackendModel(object):
         """{node name: NumPy value} of graph nodes ``names`` in inference mode, from a NumPy
         ``batch`` holding the inputs they read (a model's inference hook reads these)."""
         needed = [n for n in self.spec.inputs if n in programs.values_read(self.spec, names)]
-        self._check_batch(batch, needed)
+        batch = self._check_batch(batch, needed)
         part = OrderedDict((n, batch[n]) for n in needed)  # one batch size: checked
         size = len(part[needed[0]])
         out = self._values(Prepared(self.backend, self._prepare(part), size), list(names))

@@ -103,7 +103,9 @@ def host(value):
 def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None):
     """Raise BatchError for the first thing in ``batch`` the model cannot take; inputs
     ``names`` must be present. ``uses``: input -> how many batches of it are stacked in a
-    step's batch (a training program's updates; 1 when not given)."""
+    step's batch (a training program's updates; 1 when not given). Returns the batch with its
+    inputs as the NumPy arrays checked (a value left on a device as it was), so that they are
+    converted once."""
     if not hasattr(batch, "keys") or not hasattr(batch, "__getitem__"):
         raise BatchError("a batch is a dict of arrays keyed by input name ({}); got {}".format(
             ", ".join(graph.inputs), type(batch).__name__), allowed=list(graph.inputs))
@@ -126,6 +128,7 @@ def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None)
         model_check(hparams, given)
     sequences.check_batch(graph, given)
     regions.check_batch(graph, given)
+    return OrderedDict((k, given[k] if k in given else batch[k]) for k in batch.keys())
 
 
 def _check_shapes(graph, batch, arrays, names, uses):
