@@ -127,9 +127,12 @@ def bad_batches(model, batch):
 
 
 def _optimizer_state(model):
-    """The optimizer's numbers, as bytes, for a model in this process (None in a worker)."""
+    """The optimizers' numbers (state and the parameters they hold), as bytes, for a model in
+    this process: ``optimizer`` (one loss) or ``_optimizers`` (a program's groups). None for a
+    model in a worker, which exposes no optimizer."""
     import sys
-    if not hasattr(model, "optimizer") and not hasattr(model, "optimizers"):
+    holders = [getattr(model, a) for a in ("optimizer", "_optimizers") if hasattr(model, a)]
+    if not holders:
         return None
     found, seen = [], set()
 
@@ -156,7 +159,8 @@ def _optimizer_state(model):
             for v in vars(value).values():
                 walk(v, depth + 1)
 
-    walk(getattr(model, "optimizer", None) or getattr(model, "optimizers", None), 0)
+    walk(holders, 0)
+    assert found, "no optimizer state found on {!r}".format(model)
     return found
 
 
