@@ -102,7 +102,7 @@ def host(value):
 
 def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None):
     """Raise BatchError for the first thing in ``batch`` the model cannot take; inputs
-    ``names`` must be present. ``uses``: input -> how many batches of it are stacked in a
+    ``names`` must be present, and only they are checked. ``uses``: input -> how many batches of it are stacked in a
     step's batch (a training program's updates; 1 when not given). Returns the batch with its
     inputs as the NumPy arrays checked (a value left on a device as it was), so that they are
     converted once."""
@@ -115,9 +115,9 @@ def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None)
                 name, ", ".join(graph.inputs), "" if len(names) == len(graph.inputs) else
                 " and this call reads {}".format(", ".join(names))), input=name,
                 allowed=list(names))
-    arrays = OrderedDict()
+    arrays = OrderedDict()  # the inputs the call reads; any others in the batch play no part
     for name in graph.inputs:
-        if name in batch:
+        if name in names:
             arrays[name] = host(batch[name])
     _check_shapes(graph, batch, arrays, names, uses or {})
     for name, value in arrays.items():
