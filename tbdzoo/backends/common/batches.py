@@ -101,11 +101,11 @@ def host(value):
 
 
 def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None):
-    """Raise BatchError for the first thing in ``batch`` the model cannot take; inputs
-    ``names`` must be present, and only they are checked. ``uses``: input -> how many batches of it are stacked in a
-    step's batch (a training program's updates; 1 when not given). Returns the batch with its
-    inputs as the NumPy arrays checked (a value left on a device as it was), so that they are
-    converted once."""
+    """Raise BatchError for the first thing in ``batch`` the model cannot take; the inputs
+    ``names`` must be present, and only they are checked. ``uses``: input -> how many batches
+    of it a step's batch stacks (a training program's updates; 1 when not given). Returns the
+    batch with those inputs as the NumPy arrays checked (a value left on a device as it was),
+    so that they are converted once."""
     if not hasattr(batch, "keys") or not hasattr(batch, "__getitem__"):
         raise BatchError("a batch is a dict of arrays keyed by input name ({}); got {}".format(
             ", ".join(graph.inputs), type(batch).__name__), allowed=list(graph.inputs))
@@ -119,7 +119,7 @@ def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None)
     for name in graph.inputs:
         if name in names:
             arrays[name] = host(batch[name])
-    _check_shapes(graph, batch, arrays, names, uses or {})
+    _check_shapes(graph, batch, arrays, uses or {})
     for name, value in arrays.items():
         if value is not None:
             _check_values(graph, facts, name, value)
@@ -131,7 +131,7 @@ def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None)
     return OrderedDict((k, given[k] if k in given else batch[k]) for k in batch.keys())
 
 
-def _check_shapes(graph, batch, arrays, names, uses):
+def _check_shapes(graph, batch, arrays, uses):
     sizes = OrderedDict()
     for name in arrays:
         declared = graph.inputs[name]
@@ -143,8 +143,7 @@ def _check_shapes(graph, batch, arrays, names, uses):
                                          declared.shape, "".join(", {}".format(d) for d in
                                                                  declared.shape)),
                 input=name, value=shape, allowed=(None,) + tuple(declared.shape))
-        if name in names:
-            sizes[name] = shape[0]
+        sizes[name] = shape[0]
     for name, rows in sizes.items():
         if rows == 0:
             raise BatchError("{} is empty: a batch holds at least one example".format(
@@ -190,12 +189,12 @@ def _check_values(graph, facts, name, value):
             raise refuse(name, at, value[at], "integers",
                          "is not a whole number: input {!r} holds int32 ids, counts or "
                          "lengths".format(name))
-    if kind in "uif" and value.dtype.itemsize > 4 or kind == "u":
+    if kind == "f" or value.dtype.itemsize > 4 or (kind == "u" and value.dtype.itemsize == 4):
         bad = (value < _INT32[0]) | (value > _INT32[1])
         if bad.any():
             at = first(bad)
             raise refuse(name, at, value[at], "int32",
-                         "does not fit input {!r}'s int32".format(name))
+                         "does not fit input {!r}, which holds int32 values".format(name))
     if name in facts.ids:
         high, also, words = facts.ids[name]
         bad = (value < 0) | (value >= high)
