@@ -24,9 +24,10 @@ class ModelDef(object):
     ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
     NumPy arrays keyed by the graph's input names; ``items(hp, batch)`` counts the throughput
     unit in a batch (by the hyperparameters: the Transformer's padding id, for one).
-    ``check_batch(hp, batch)``, if given, raises ValueError for a batch the model cannot take
-    (a token outside the vocabulary, say) beyond what the spec alone can tell; every backend
-    runs it on every batch (BackendModel._check_batch), on the inputs the batch holds.
+    ``check_batch(hp, batch)``, if given, raises BatchError for a batch the model cannot take
+    beyond what the graph alone tells (Seq2Seq's labels past a target's length, say); every
+    backend runs it on every batch, on the inputs the call reads, as part of the one batch
+    check (tbdzoo/backends/common/batches.py).
     ``inference(model, batch)``, if given, is what ``model.predict(batch)`` returns, for a model
     whose inference is more than its graph's output (Faster R-CNN: proposals, the head on
     them and NMS around the graph); it reads graph values with ``model.values(batch, names)``

@@ -8,6 +8,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..errors import BatchError
+
 _REGISTRY = OrderedDict()
 
 
@@ -244,7 +246,6 @@ def check_ctc_batch(labels, input_lengths, label_lengths, num_frames, num_classe
     [1, T] or [0, L], a label id outside [1, C), or more labels than its frames can align.
     Arguments are per-batch sequences (NumPy arrays or lists); ``inputs`` names the batch's
     (labels, input lengths, label lengths) inputs for the error."""
-    from ..errors import BatchError
     labels_name, frames_name, lengths_name = inputs or ("labels", "input_lengths", "label_lengths")
     labels = np.asarray(labels, dtype=np.int64)
     input_lengths = np.asarray(input_lengths, dtype=np.int64).reshape(-1)
