@@ -21,7 +21,7 @@ BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
 # ResNet-50 last: the tests after the matrix use it, and one CNTK worker is alive at a time
 MODELS = [m for m in list_models() if m != "resnet50"] + ["resnet50"]
 _BUILT = OrderedDict()
-_MESSAGES = {}  # (model, kind) -> {backend: message}, for the cross-backend comparison
+_MESSAGES = {}  # (model, kind, input) -> {backend: message}, compared across backends
 
 
 @pytest.fixture(scope="module", autouse=True)
