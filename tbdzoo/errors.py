@@ -55,6 +55,8 @@ class BatchError(TbdError, ValueError):
     changed. ``input``, ``position`` (an index tuple into that input, or None) and ``value`` name
     the first offence; ``allowed`` says what the input may hold."""
 
+    input = position = value = allowed = None  # as they read on an error a worker raised
+
     def __init__(self, message, input=None, position=None, value=None, allowed=None):
         super().__init__(message)
         self.input, self.position, self.value, self.allowed = input, position, value, allowed

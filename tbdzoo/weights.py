@@ -20,7 +20,18 @@ _MANIFEST_KEY = "__manifest__"
 
 
 def check(graph, weights):
-    """Raise WeightsError naming every missing, extra or mis-shaped tensor; return float32 copies."""
+    """Raise WeightsError naming every missing, extra or mis-shaped tensor; return float32 copies.
+    ``weights`` is a dict of canonical name -> array, as get_weights returns."""
+    if isinstance(weights, (str, bytes)) or hasattr(weights, "__fspath__"):
+        raise WeightsError("set_weights takes a dict of canonical name -> array, not the path "
+                           "{!r}; read a weights file with load_weights(path)".format(
+                               os.fspath(weights) if hasattr(weights, "__fspath__") else weights))
+    if not (hasattr(weights, "keys") and hasattr(weights, "__getitem__")):
+        raise WeightsError("weights must be a dict of canonical name -> array (as get_weights "
+                           "returns) for model {!r}, with {} tensors such as {!r}; got {}; "
+                           "nothing was loaded".format(graph.name, len(graph.params()),
+                                                       next(iter(graph.params())),
+                                                       _described(weights)))
     expected = graph.params()
     missing = [n for n in expected if n not in weights]
     extra = [n for n in weights if n not in expected]
@@ -39,12 +50,28 @@ def check(graph, weights):
             graph.name, ". ".join(problems)))
     out = OrderedDict()
     for n in expected:
-        value = np.asarray(weights[n])
+        try:
+            value = np.asarray(weights[n])
+        except Exception as e:  # a framework's device tensor, say
+            raise WeightsError("tensor {} is a {}, which NumPy cannot read ({}); give NumPy "
+                               "arrays; nothing was loaded".format(n, type(weights[n]).__name__,
+                                                                  e))
         if not np.issubdtype(value.dtype, np.floating):
             raise WeightsError("tensor {} has dtype {}, expected a float; nothing was loaded".format(
                 n, value.dtype))
         out[n] = np.ascontiguousarray(value, dtype=np.float32)
     return out
+
+
+def _described(value):
+    """A short description of a value given where weights were expected."""
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return "a {} of {} item(s)".format(type(value).__name__, len(value))
+    if isinstance(value, np.ndarray):
+        return "an array of shape {}".format(value.shape)
+    return "a {}".format(type(value).__name__)
 
 
 def save(path, graph, weights):
@@ -65,9 +92,19 @@ def save(path, graph, weights):
     os.replace(tmp, path)
 
 
+def path_of(path):
+    """``path`` as a string, or WeightsError when it is not a path at all."""
+    if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
+        raise WeightsError("load_weights takes the path of a .npz weights file, not {}{}".format(
+            _described(path), "; assign a dict of arrays with set_weights" if
+            hasattr(path, "keys") else ""))
+    path = os.fspath(path)
+    return path.decode() if isinstance(path, bytes) else path
+
+
 def read(path):
     """Return (manifest, weights) from a file written by :func:`save`."""
-    path = os.fspath(path)
+    path = path_of(path)
     if not os.path.exists(path):
         raise WeightsError("no weights file at {}".format(path))
     try:

@@ -15,7 +15,7 @@ import pytest
 import tbdzoo
 from tbdzoo.backends import environments, remote
 from tbdzoo.backends.common import attention, kernels, op_support, pooling
-from tbdzoo.errors import UnsupportedOpError, UnsupportedOptionError
+from tbdzoo.errors import BatchError, UnsupportedOpError, UnsupportedOptionError
 from tbdzoo.models import get_model
 from tbdzoo.spec import Graph, ops as spec_ops
 
@@ -172,8 +172,8 @@ def test_a_batch_the_model_cannot_take_is_refused_the_same_way_everywhere(backen
         unknown = dict(batch, src=batch["src"].copy())
         unknown["src"][0, 1] = 19
         for step in (model.predict, model.train_step, model.loss_and_gradients):
-            with pytest.raises(ValueError, match=r"batch\['src'\]\[0, 1\] = 19 is outside the "
-                                                 r"vocabulary of 19 ids"):
+            with pytest.raises(BatchError, match=r"batch\['src'\]\[0, 1\] = 19 is outside "
+                                                 r"\[0, 19\): the vocabulary of 19 ids"):
                 step(unknown)
         long = dict(batch, tgt_lengths=batch["tgt_lengths"].copy())
         long["tgt_lengths"][1] = 7

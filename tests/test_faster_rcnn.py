@@ -13,7 +13,7 @@ from tbdzoo import consistency
 from tbdzoo.backends.registry import build, build_native
 from tbdzoo.detection import anchors as anchor_grid
 from tbdzoo.detection.targets import anchor_targets
-from tbdzoo.errors import DetectionInputError, HyperparameterError
+from tbdzoo.errors import BatchError, HyperparameterError
 from tbdzoo.models import faster_rcnn
 from tbdzoo.spec.targets import seeded_rng
 
@@ -297,7 +297,7 @@ def test_gather_points_a_lent_kernel_leaves_on_the_device_reach_roi_align_withou
 def test_a_bad_batch_is_refused_by_example_and_box(torch_model, edit, message):
     batch = {k: np.array(v) for k, v in torch_model.synthetic_batch(seed=0).items()}
     edit(batch)
-    with pytest.raises(DetectionInputError, match=message):
+    with pytest.raises(BatchError, match=message):
         torch_model.train_step(batch)
 
 
@@ -336,11 +336,11 @@ def test_predict_needs_images_and_their_sizes_only(torch_model):
         boxes = out["boxes"][i][:n]
         assert (boxes[:, 0] >= 0).all() and (boxes[:, 2] <= w).all() and (boxes[:, 3] <= h).all()
         assert not out["boxes"][i][n:].any() and not out["labels"][i][n:].any()
-    with pytest.raises(DetectionInputError, match="predict needs 'image_hw'"):
+    with pytest.raises(BatchError, match="batch lacks .image_hw."):
         torch_model.predict({"images": batch["images"]})
     empty = dict(batch, gt_count=np.zeros(2, np.int32))   # ground truth plays no part
     np.testing.assert_array_equal(torch_model.predict(empty)["labels"], out["labels"])
-    with pytest.raises(DetectionInputError, match="outside the 64 x 64 canvas"):
+    with pytest.raises(BatchError, match="outside the 64 x 64 canvas"):
         torch_model.predict(dict(batch, image_hw=np.array([[64, 64], [64, 80]], np.int32)))
 
 

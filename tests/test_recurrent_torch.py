@@ -18,6 +18,7 @@ import torch  # noqa: E402
 import numpy_reference as ref  # noqa: E402
 import tbdzoo  # noqa: E402
 from tbdzoo.backends.torch import ops  # noqa: E402
+from tbdzoo.errors import BatchError  # noqa: E402
 from tbdzoo.spec import Graph  # noqa: E402
 
 
@@ -192,16 +193,17 @@ def test_bad_lengths_and_labels_fail_before_the_framework_sees_them():
     model = tbdzoo.build("probe/ctc", backend="torch", config="tiny", device="cpu")
     batch = model.synthetic_batch(seed=0)
     too_long = dict(batch, x_lengths=np.array([10, 3, 3], np.int32))
-    with pytest.raises(ValueError, match=r"input 'x_lengths': example 0 has length 10 of input "
-                                         r"'x', outside \[1, 9\]"):
+    with pytest.raises(BatchError, match=r"batch\['x_lengths'\]\[0\] = 10 is outside \[1, 9\], "
+                                         r"the padded length of input 'x'"):
         model.loss_and_gradients(too_long)
     zero = dict(batch, x_lengths=np.array([9, 0, 3], np.int32))
-    with pytest.raises(ValueError, match="example 1 has length 0"):
+    with pytest.raises(BatchError, match=r"batch\['x_lengths'\]\[1\] = 0 is outside"):
         model.predict(zero)
     graph_lengths = dict(batch, x_lengths=np.array([9, 3, 3], np.int32))
     model.spec.nodes["frame_lengths"].attrs["stride"] = 1  # 9 frames into a 5-step GRU
-    with pytest.raises(ValueError, match=r"node 'rnn' \(gru\): example 0 has length 9 "
-                                         r"\(lengths 'frame_lengths'\), outside \[1, 5\]"):
+    with pytest.raises(BatchError, match=r"batch\['x_lengths'\]\[0\] = 9 gives length 9 \(lengths "
+                                         r"'frame_lengths'\), outside \[1, 5\], the padded "
+                                         r"length of the sequence node 'rnn' \(gru\) reads"):
         model.predict(graph_lengths)
     model.spec.nodes["frame_lengths"].attrs["stride"] = 2
     crowded = dict(batch, labels=np.array([[1, 1, 1]] * 3, np.int32),

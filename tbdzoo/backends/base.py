@@ -33,7 +33,7 @@ import numpy as np
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
 from ..spec.targets import StepRandomState
-from .common import op_support, optimizers, sequences
+from .common import batches, op_support, optimizers
 from . import programs
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
@@ -50,6 +50,15 @@ def check_buildable(model_def, hparams, backend):
         programs.check_schedules(spec.program)
     op_support.check(spec, backend)
     return spec
+
+
+def _checked_argument(name, value, low, model):
+    """``value`` of synthetic_batch's argument ``name`` as an int >= ``low`` (the rule build
+    applies to batch_size), or HyperparameterError naming it."""
+    from ..models.constraints import integer
+    if isinstance(value, np.integer):
+        value = int(value)
+    return integer(low).check(name, value, model)
 
 
 class Prepared(object):
@@ -114,8 +123,11 @@ class BackendModel(object):
 
     def synthetic_batch(self, seed=0, batch_size=None):
         """NumPy arrays keyed by the spec's input names, canonical layouts; for a program of
-        several updates, every update's examples (tbdzoo/backends/programs.py)."""
-        size = batch_size or self.hparams["batch_size"]
+        several updates, every update's examples (tbdzoo/backends/programs.py). ``batch_size``
+        None keeps the config's; a bad ``seed`` or ``batch_size`` raises HyperparameterError."""
+        size = self.hparams["batch_size"] if batch_size is None else \
+            _checked_argument("batch_size", batch_size, 1, self.name)
+        seed = _checked_argument("seed", seed, 0, self.name)
         if self.program is not None and len(programs.updates(self.program)) > 1:
             return programs.stacked_synthetic(
                 lambda n, s: self.model_def.synthetic_batch(self.hparams, n, s),
@@ -128,7 +140,7 @@ class BackendModel(object):
                 raise ValueError("batch was prepared for {}, not {}".format(batch.backend,
                                                                            self.backend))
             return batch
-        self._check_batch(batch)
+        batch = self._check_batch(batch)  # its inputs as the NumPy arrays checked
         if self.program is not None:
             parts, _ = programs.split_step_batch(self.spec, self.program, batch)
             items = self.model_def.items(self.hparams, batch)
@@ -143,26 +155,29 @@ class BackendModel(object):
         return Prepared(self.backend, self._prepare(batch), self.model_def.items(self.hparams, batch))
 
     def _check_batch(self, batch, names=None):
-        """The one check of a NumPy batch, before any framework sees it: every input in
-        ``names`` (default: every input the step reads) is present with the spec's
-        per-example shape; the model's own rules hold (ModelDef.check_batch: token ids inside
-        the vocabulary, say); and the sequence lengths and CTC labels are ones every framework
-        treats alike (common/sequences.py). Raises ValueError naming the input and example."""
-        if names is None:
-            names = [n for n, uses in programs.rows_per_input(
-                self.spec, self.program, programs.replays_targets(self.program, batch)).items()
-                     if uses] if self.program is not None else list(self.spec.inputs)
-        for inp in (self.spec.inputs[n] for n in names):
-            if inp.name not in batch:
-                raise ValueError("batch lacks {!r}; the model takes {}".format(
-                    inp.name, ", ".join(self.spec.inputs)))
-            shape = tuple(np.shape(batch[inp.name])[1:])
-            if shape != inp.shape:
-                raise ValueError("batch[{!r}] has per-example shape {}, expected {}".format(
-                    inp.name, shape, inp.shape))
-        if getattr(self.model_def, "check_batch", None) is not None:
-            self.model_def.check_batch(self.hparams, batch)
-        sequences.check_batch(self.spec, batch)
+        """The one check of a batch, before any framework sees it (common/batches.py): every
+        input in ``names`` (default: every input a step reads, stacked as a program's updates
+        read them) is present, one batch size of at least one example across them, each
+        input's per-example shape and values as the spec declares (class and token ids in
+        range, lengths within the padded size, CTC labels that fit, floats finite), and the
+        model's own rules (ModelDef.check_batch). Raises BatchError naming the input, the
+        first offending position and value, and what is allowed. Returns the batch with its
+        inputs as the NumPy arrays checked."""
+        uses = None
+        if names is None and self.program is not None:
+            if not hasattr(batch, "keys"):
+                names = list(self.spec.inputs)  # batches.check refuses it by its type
+            else:
+                uses = programs.rows_per_input(
+                    self.spec, self.program, programs.replays_targets(self.program, batch))
+                names = [n for n, k in uses.items() if k]
+        elif names is None:
+            names = list(self.spec.inputs)
+        facts = getattr(self, "_batch_facts", None)
+        if facts is None:
+            facts = self._batch_facts = batches.Facts(self.spec)
+        return batches.check(self.spec, facts, batch, names, uses,
+                             getattr(self.model_def, "check_batch", None), self.hparams)
 
     # -- training and inference ------------------------------------------------------
     def learning_rate(self):
@@ -275,32 +290,51 @@ class BackendModel(object):
         return [self.train_step(prepared) for _ in range(steps)]
 
     def predict(self, batch):
+        """The graph's output in inference mode, NumPy (or what ModelDef.inference returns),
+        from a batch holding the inputs inference reads (no labels needed); a Prepared batch
+        as it is."""
         if getattr(self.model_def, "inference", None) is not None:  # ModelDef.inference
             return self.model_def.inference(self, batch)
-        if self.program is not None:  # only what the output reads; a step's batch may hold more
-            names = self._output_inputs()
-            written = [n for n in self.program.written_inputs() if n in names]
-            if written and not programs.replays_targets(self.program, batch):
-                names = [n for n in names if n not in written]
-                names += [n for n in programs.targets_inputs(self.spec, self.program)
-                          if n not in names]
-            self._check_batch(batch, names)
-            size = min(len(batch[n]) for n in names)
-            part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in names)
-            if written and not all(n in part for n in written):
-                part.update(self._run_targets(part, 0))
-            return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
-        return np.asarray(self._predict(self.prepare_batch(batch)))
+        if isinstance(batch, Prepared):
+            return np.asarray(self._predict(self.prepare_batch(batch)))
+        names = self._predict_inputs(batch)
+        written = [n for n in self.program.written_inputs() if n in self._output_inputs()] \
+            if self.program is not None else []
+        batch = self._check_batch(batch, names)
+        part = OrderedDict((n, batch[n]) for n in names)  # one batch size: checked
+        size = len(part[names[0]])
+        if written and not all(n in part for n in written):
+            part.update(self._run_targets(part, 0))
+        return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
 
     def values(self, batch, names):
         """{node name: NumPy value} of graph nodes ``names`` in inference mode, from a NumPy
         ``batch`` holding the inputs they read (a model's inference hook reads these)."""
         needed = [n for n in self.spec.inputs if n in programs.values_read(self.spec, names)]
-        self._check_batch(batch, needed)
-        size = min(len(batch[n]) for n in needed)
-        part = OrderedDict((n, np.asarray(batch[n])[:size]) for n in needed)
+        batch = self._check_batch(batch, needed)
+        part = OrderedDict((n, batch[n]) for n in needed)  # one batch size: checked
+        size = len(part[needed[0]])
         out = self._values(Prepared(self.backend, self._prepare(part), size), list(names))
         return OrderedDict((n, np.asarray(out[n])) for n in names)
+
+    def _predict_inputs(self, batch):
+        """The inputs ``predict(batch)`` reads from ``batch``: those the output reads (no
+        labels), with a targets step's own inputs in place of the inputs it writes unless the
+        batch replays them; for a model with an inference hook, its ``inference_inputs``."""
+        if getattr(self.model_def, "inference_inputs", None) is not None:
+            return list(self.model_def.inference_inputs)
+        names = self._output_inputs()
+        if self.program is None:  # a graph of one loss is fed all its features when it predicts
+            names = [n for n, inp in self.spec.inputs.items()
+                     if n in names or inp.role == "feature"]
+        written = [n for n in self.program.written_inputs() if n in names] \
+            if self.program is not None else []
+        if written and hasattr(batch, "keys") and \
+                not programs.replays_targets(self.program, batch):
+            names = [n for n in names if n not in written]
+            names += [n for n in programs.targets_inputs(self.spec, self.program)
+                      if n not in names]
+        return names
 
     def _output_inputs(self):
         """The inputs the graph's output reads (a prediction needs no labels)."""
@@ -329,6 +363,8 @@ class BackendModel(object):
         return self._get_weights()
 
     def set_weights(self, weights):
+        """Assign a dict of canonical name -> array (get_weights' form); anything else, or a
+        dict that does not match, raises WeightsError and leaves the model as it was."""
         self._set_weights(weights_io.check(self.spec, weights))
 
     def save_weights(self, path):

@@ -564,10 +564,11 @@ class RemoteModel(BackendModel):
     def predict(self, batch):
         out = self._path("predict")
         inference = getattr(self.model_def, "inference", None) is not None
-        if inference or (self.program is not None and not isinstance(batch, Prepared)):
-            # a step's batch of a program is split by update; the output reads its own inputs
-            if not inference:  # an inference hook checks its batch in the worker
-                self._check_batch(batch, self._output_inputs())
+        if inference or not isinstance(batch, Prepared):
+            # inference reads only its own inputs (no labels), checked here and sent alone
+            names = self._predict_inputs(batch)
+            self._check_batch(batch, names)
+            batch = OrderedDict((n, batch[n]) for n in names)
             arrays = self._arrays_in_worker("predict_arrays", batch, out=out)[1]
         else:
             self._on_batch("predict", batch, out=out)
@@ -619,7 +620,8 @@ class RemoteModel(BackendModel):
         self._keep_copy("the weights saved to " + path, counters, path)
 
     def load_weights(self, path):
-        path = os.path.abspath(os.fspath(path))
+        from ..weights import path_of
+        path = os.path.abspath(path_of(path))
         counters = self._call("load_weights", path=path, about="from " + path)
         self._keep_copy("the weights loaded from " + path, counters, path)
 

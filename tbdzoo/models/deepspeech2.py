@@ -23,8 +23,8 @@ import math
 import numpy as np
 
 from ..datasets import spectrogram, synthetic
+from ..errors import BatchError
 from ..spec import Graph
-from ..spec.losses import ctc_required_frames
 from ..spec.program import clip_of, single_objective
 from .constraints import integer, integers, number
 from .registry import register_model
@@ -128,51 +128,36 @@ def _batch(hp, batch_size, seed):
 
 
 def check_batch(hp, batch):
-    """Raise ValueError naming the input when a batch cannot be this model's: an utterance
-    length outside [receptive field, padded length], a transcript length outside [0, padded
-    length], a character id outside [1, num_classes) (0 is the blank, and pads), or a
-    transcript longer than CTC can align with the utterance's output steps. Checks the inputs
-    the batch holds (a prediction needs no transcripts); every backend runs it on every batch
-    (BackendModel._check_batch)."""
-    lengths = None
+    """Raise BatchError when an utterance's length leaves [the frames the convolutions read for
+    one output step, the padded length], or a transcript holds anything but 0 (CTC's blank, which pads) past its
+    length. The rest (transcript lengths, character ids in [1, num_classes),
+    transcripts CTC can align with their output steps) is the shared check's
+    (common/batches.py), from the graph."""
     if "spectrogram_lengths" in batch:
         lengths = np.asarray(batch["spectrogram_lengths"])
-        low = min_frames(hp)
-        padded = np.shape(batch["spectrogram"])[1] if "spectrogram" in batch else hp["max_frames"]
+        low, padded = min_frames(hp), hp["max_frames"]
         bad = (lengths < low) | (lengths > padded)
         if bad.any():
             row = int(np.argwhere(bad)[0][0])
-            raise ValueError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at most "
-                             "the padded length, and at least the {} frames the convolutions "
-                             "read for one output step".format(row, int(lengths[row]), low,
-                                                                padded, low))
+            raise BatchError("batch['spectrogram_lengths'][{}] = {} is outside [{}, {}]: at "
+                             "most the padded length, and at least the {} frames the "
+                             "convolutions read for one output step".format(
+                                 row, int(lengths[row]), low, padded, low),
+                             input="spectrogram_lengths", position=(row,),
+                             value=int(lengths[row]), allowed=(low, padded))
     if "labels" not in batch or "label_lengths" not in batch:
         return
     labels, label_lengths = np.asarray(batch["labels"]), np.asarray(batch["label_lengths"])
-    bad = (label_lengths < 0) | (label_lengths > labels.shape[1])
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError("batch['label_lengths'][{}] = {} is outside [0, {}], the padded "
-                         "transcript length".format(row, int(label_lengths[row]), labels.shape[1]))
-    inside = np.arange(labels.shape[1])[None, :] < label_lengths[:, None]
-    bad = (inside & ((labels < 1) | (labels >= hp["num_classes"]))) | (~inside & (labels != 0))
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise ValueError("batch['labels'][{}, {}] = {}: characters are ids in [1, {}) within "
-                         "label_lengths[{}] = {} and 0 after it (0 is CTC's blank)".format(
-                             row, col, labels[row, col], hp["num_classes"], row,
-                             label_lengths[row]))
-    if lengths is None:
-        return
-    steps = output_steps(hp, lengths)
-    for row in range(len(labels)):
-        need = ctc_required_frames(labels[row, :label_lengths[row]])
-        if need > steps[row]:
-            raise ValueError(
-                "batch['labels'][{}] has {} characters, which CTC needs {} output steps to "
-                "align (one more for each repeated neighbour), but its {} frames give {} after "
-                "the convolutions; shorten the transcript or lengthen the utterance".format(
-                    row, int(label_lengths[row]), need, int(lengths[row]), int(steps[row])))
+    valid = (label_lengths >= 0) & (label_lengths <= labels.shape[1])  # else the shared check's
+    past = (np.arange(labels.shape[1])[None, :] >= label_lengths[:, None]) & (labels != 0) \
+        & valid[:, None]
+    if past.any():
+        row, col = (int(v) for v in np.argwhere(past)[0])
+        raise BatchError("batch['labels'][{}, {}] = {} lies past label_lengths[{}] = {}: a "
+                         "transcript is padded with 0 (CTC's blank)".format(
+                             row, col, labels[row, col], row, label_lengths[row]),
+                         input="labels", position=(row, col), value=int(labels[row, col]),
+                         allowed=0)
 
 
 def _audio_seconds(hp, batch):

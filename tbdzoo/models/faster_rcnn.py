@@ -27,7 +27,7 @@ from ..detection.postprocess import detections
 from ..detection.proposals import proposals
 from ..detection.roi_align import roi_align_points
 from ..detection.targets import anchor_targets, check_labels, sample_rois
-from ..errors import DetectionInputError
+from ..errors import BatchError, DetectionInputError
 from ..spec import Graph
 from ..spec.program import Program, clip_of, optimizer_of, schedule_of
 from ..spec.targets import register_targets, stack_written, value_shape
@@ -169,34 +169,51 @@ def _batch(hp, batch_size, seed):
 def check_batch(hp, batch):
     """A detection batch the model can take, by example and box: a valid size within the
     canvas, a box count within the slots (and at least one box unless allow_empty_images),
-    boxes with a positive width and height inside their image, labels in 1 .. num_classes - 1."""
+    boxes with a positive width and height inside their image, labels in 1 .. num_classes - 1
+    (0 is the background). Raises BatchError naming the input and example."""
     canvas_h, canvas_w = hp["canvas"]
     if "image_hw" in batch:
-        for i, hw in enumerate(np.asarray(batch["image_hw"])):
-            h, w = (int(v) for v in hw)
-            if not (1 <= h <= canvas_h and 1 <= w <= canvas_w):
-                raise DetectionInputError(
-                    "example {}: image_hw {} x {} is outside the {} x {} canvas: an image's valid "
-                    "region must lie on the canvas (pad the image, do not crop it)".format(
-                        i, h, w, canvas_h, canvas_w))
+        image_hw = np.asarray(batch["image_hw"])
+        bad = (image_hw < 1) | (image_hw > np.array([canvas_h, canvas_w]))
+        if bad.any():
+            i = int(np.argwhere(bad)[0][0])
+            h, w = (int(v) for v in image_hw[i])
+            raise BatchError(
+                "batch['image_hw'][{}] = ({}, {}) is outside the {} x {} canvas: an image's "
+                "valid region must lie on the canvas (pad the image, do not crop it)".format(
+                    i, h, w, canvas_h, canvas_w), input="image_hw", position=(i,),
+                value=(h, w), allowed=((1, canvas_h), (1, canvas_w)))
     if "gt_count" not in batch:
         return
     counts = np.asarray(batch["gt_count"]).reshape(-1)
     for i, count in enumerate(counts):
         count = int(count)
         if not 0 <= count <= hp["max_boxes"]:
-            raise DetectionInputError("example {}: gt_count {} is outside [0, {}] (max_boxes)"
-                                      .format(i, count, hp["max_boxes"]))
+            raise BatchError("batch['gt_count'][{}]: example {}: gt_count {} is outside [0, {}] "
+                             "(max_boxes)".format(i, i, count, hp["max_boxes"]),
+                             input="gt_count", position=(i,), value=count,
+                             allowed=(0, hp["max_boxes"]))
         if count == 0 and not hp["allow_empty_images"]:
-            raise DetectionInputError(
-                "example {}: an image without boxes (gt_count 0); training needs at least one "
-                "object per image, as mx-rcnn's filter_roidb: drop the image or build with "
-                "allow_empty_images=True".format(i))
+            raise BatchError(
+                "batch['gt_count'][{}]: example {}: an image without boxes (gt_count 0); "
+                "training needs at least one object per image, as mx-rcnn's filter_roidb: drop "
+                "the image or build with allow_empty_images=True".format(i, i),
+                input="gt_count", position=(i,), value=0, allowed=(1, hp["max_boxes"]))
         hw = batch["image_hw"][i] if "image_hw" in batch else hp["canvas"]
-        check_boxes(np.asarray(batch["gt_boxes"][i])[:count], "example {} gt_boxes".format(i),
-                    image_hw=hw, positive=True)
-        check_labels(np.asarray(batch["gt_labels"][i])[:count], "example {} gt_labels".format(i),
-                     hp["num_classes"], count)
+        for name, check in (
+                ("gt_boxes", lambda: check_boxes(np.asarray(batch["gt_boxes"][i])[:count],
+                                                 "example {} gt_boxes".format(i),
+                                                 image_hw=hw, positive=True)),
+                ("gt_labels", lambda: check_labels(np.asarray(batch["gt_labels"][i])[:count],
+                                                   "example {} gt_labels".format(i),
+                                                   hp["num_classes"], count))):
+            try:
+                check()
+            except DetectionInputError as e:
+                raise BatchError("batch[{!r}][{}]: {}".format(name, i, e), input=name,
+                                 position=(i,), allowed="boxes inside the image with a positive "
+                                 "size" if name == "gt_boxes" else
+                                 (1, hp["num_classes"]))
 
 
 def detect(model, batch):
@@ -205,12 +222,8 @@ def detect(model, batch):
     "scores" (N, D), "labels" (N, D) int32, "counts" (N,) int32}, D = detections_per_image,
     each image's detections best first and zero past its count."""
     hp = model.hparams
-    for name in ("images", "image_hw"):
-        if name not in batch:
-            raise DetectionInputError("predict needs {!r}: {} takes images and image_hw".format(
-                name, model.name))
+    model._check_batch(batch, ["images", "image_hw"])
     images, image_hw = np.asarray(batch["images"]), np.asarray(batch["image_hw"])
-    model._check_batch({"images": images, "image_hw": image_hw}, ["images", "image_hw"])
     values = model.values({"images": images}, [RPN_LOGITS, RPN_DELTAS])
     grid = _anchors(model.spec, hp)
     rows = hp["rois_per_image"]
@@ -254,7 +267,8 @@ def detect(model, batch):
 @register_model("faster_rcnn", domain="object detection",
                 configs={"paper": PAPER, "tiny": TINY}, unit="images/s",
                 items=lambda hp, batch: len(batch["images"]), synthetic_batch=_batch,
-                rules=RULES, checks=_checks(), check_batch=check_batch, inference=detect)
+                rules=RULES, checks=_checks(), check_batch=check_batch, inference=detect,
+                inference_inputs=("images", "image_hw"))
 def build(hp):
     g = Graph("faster_rcnn")
     height, width = hp["canvas"]

@@ -24,24 +24,27 @@ class ModelDef(object):
     ``build_graph(hp)`` returns the spec; ``synthetic_batch(hp, batch_size, seed)`` returns
     NumPy arrays keyed by the graph's input names; ``items(hp, batch)`` counts the throughput
     unit in a batch (by the hyperparameters: the Transformer's padding id, for one).
-    ``check_batch(hp, batch)``, if given, raises ValueError for a batch the model cannot take
-    (a token outside the vocabulary, say) beyond what the spec alone can tell; every backend
-    runs it on every batch (BackendModel._check_batch), on the inputs the batch holds.
+    ``check_batch(hp, batch)``, if given, raises BatchError for a batch the model cannot take
+    beyond what the graph alone tells (Seq2Seq's labels past a target's length, say); every
+    backend runs it on every batch, on the inputs the call reads, as part of the one batch
+    check (tbdzoo/backends/common/batches.py).
     ``inference(model, batch)``, if given, is what ``model.predict(batch)`` returns, for a model
     whose inference is more than its graph's output (Faster R-CNN: proposals, the head on
-    them and NMS around the graph); it reads graph values with ``model.values(batch, names)``.
+    them and NMS around the graph); it reads graph values with ``model.values(batch, names)``
+    and the inputs ``inference_inputs`` names (without a hook: those the output reads).
     Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
     model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
     """
 
     def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items,
-                 check_batch=None, inference=None):
+                 check_batch=None, inference=None, inference_inputs=None):
         configs = {k: _with_steps_per_epoch(dict(EXECUTION_DEFAULTS, **v)) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
         self.unit, self.items = unit, items
         self.check_batch = check_batch
         self.inference = inference
+        self.inference_inputs = None if inference_inputs is None else tuple(inference_inputs)
         self.constrain()
 
     def constrain(self, rules=None, checks=()):
@@ -87,13 +90,14 @@ def _with_steps_per_epoch(hp, derive=False):
 
 
 def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=(),
-                   check_batch=None, inference=None):
+                   check_batch=None, inference=None, inference_inputs=None):
     """Decorator for a graph builder ``fn(hp) -> Graph``."""
     def wrap(build_graph):
         if name in _MODELS:
             raise ValueError("model {!r} is registered twice".format(name))
         _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit,
-                                 items, check_batch, inference).constrain(rules, checks)
+                                 items, check_batch, inference,
+                                 inference_inputs).constrain(rules, checks)
         return build_graph
     return wrap
 

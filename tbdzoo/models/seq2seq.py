@@ -24,6 +24,7 @@ tutorial gives them (recalled, not re-counted here: the files are not in this re
 import numpy as np
 
 from ..datasets import synthetic
+from ..errors import BatchError
 from ..spec import Graph
 from ..spec.program import clip_of, single_objective
 from .constraints import boolean, integer, number
@@ -88,42 +89,22 @@ def _batch(hp, batch_size, seed):
 
 
 def check_batch(hp, batch):
-    """Raise ValueError naming the input when a batch cannot be this model's: a length outside
-    [1, padded length], a token id outside its vocabulary, a label past the target's length.
-    Checks the inputs the batch holds (a prediction needs no labels); every backend runs it on
-    every batch (BackendModel._check_batch)."""
-    for tokens, lengths, vocab in (("src", "src_lengths", hp["src_vocab"]),
-                                   ("tgt_in", "tgt_lengths", hp["tgt_vocab"]),
-                                   ("labels", "tgt_lengths", hp["tgt_vocab"])):
-        if tokens not in batch:
-            continue
-        ids = np.asarray(batch[tokens])
-        if lengths in batch:
-            _check_lengths(lengths, np.asarray(batch[lengths]), ids.shape[1])
-        bad = (ids < 0) | (ids >= vocab)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            raise ValueError("batch[{!r}][{}, {}] = {} is outside the vocabulary of {} ids "
-                             "[0, {}); map unknown words to an id below {}".format(
-                                 tokens, row, col, ids[row, col], vocab, vocab, vocab))
+    """Raise BatchError when a label past its target's length is not ``pad_id`` (the loss
+    would count it). The rest of a batch (token ids inside their vocabularies, lengths inside
+    [1, padded length]) is the shared check's (common/batches.py), from the graph."""
     if "labels" not in batch or "tgt_lengths" not in batch:
         return
     labels, n = np.asarray(batch["labels"]), np.asarray(batch["tgt_lengths"])
-    beyond = (np.arange(labels.shape[1])[None, :] >= n[:, None]) & (labels != hp["pad_id"])
+    valid = (n >= 1) & (n <= labels.shape[1])  # a length outside is the shared check's
+    beyond = (np.arange(labels.shape[1])[None, :] >= n[:, None]) & (labels != hp["pad_id"]) \
+        & valid[:, None]
     if beyond.any():
-        row, col = np.argwhere(beyond)[0]
-        raise ValueError("batch['labels'][{}, {}] = {} lies past tgt_lengths[{}] = {}; labels "
+        row, col = (int(v) for v in np.argwhere(beyond)[0])
+        raise BatchError("batch['labels'][{}, {}] = {} lies past tgt_lengths[{}] = {}; labels "
                          "there must be pad_id {} (the loss would count them)".format(
-                             row, col, labels[row, col], row, n[row], hp["pad_id"]))
-
-
-def _check_lengths(name, lengths, padded):
-    bad = (lengths < 1) | (lengths > padded)
-    if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise ValueError("batch[{!r}][{}] = {} is outside [1, {}], the padded length; a length "
-                         "counts the example's tokens, at least one and at most the padded "
-                         "length".format(name, row, int(lengths[row]), padded))
+                             row, col, labels[row, col], row, n[row], hp["pad_id"]),
+                         input="labels", position=(row, col), value=int(labels[row, col]),
+                         allowed=hp["pad_id"])
 
 
 def _target_tokens(hp, batch):

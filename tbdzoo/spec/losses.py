@@ -6,6 +6,10 @@ nothing), and every backend implements the one written here. Valid Python 3.6.
 """
 from collections import OrderedDict
 
+import numpy as np
+
+from ..errors import BatchError
+
 _REGISTRY = OrderedDict()
 
 
@@ -236,27 +240,48 @@ def ctc_required_frames(labels):
     return len(labels) + sum(1 for a, b in zip(labels, labels[1:]) if a == b)
 
 
-def check_ctc_batch(labels, input_lengths, label_lengths, num_frames, num_classes, name="ctc"):
-    """Raise ValueError naming the first example a CTC loss cannot score: a length outside
+def check_ctc_batch(labels, input_lengths, label_lengths, num_frames, num_classes, name="ctc",
+                    inputs=None):
+    """Raise BatchError naming the first example a CTC loss cannot score: a length outside
     [1, T] or [0, L], a label id outside [1, C), or more labels than its frames can align.
-    Arguments are per-batch sequences (NumPy arrays or lists)."""
-    max_labels = len(labels[0]) if len(labels) else 0
-    for n, (row, t, l) in enumerate(zip(labels, input_lengths, label_lengths)):
-        t, l = int(t), int(l)
-        if not 1 <= t <= num_frames:
-            raise ValueError("loss {!r} (ctc): example {}: input_length {} is outside [1, {}]"
-                             .format(name, n, t, num_frames))
-        if not 0 <= l <= max_labels:
-            raise ValueError("loss {!r} (ctc): example {}: label_length {} is outside [0, {}]"
-                             .format(name, n, l, max_labels))
-        used = [int(v) for v in row[:l]]
-        bad = [v for v in used if not 1 <= v < num_classes]
-        if bad:
-            raise ValueError("loss {!r} (ctc): example {}: label id {} is outside [1, {}) "
-                             "(0 is the blank)".format(name, n, bad[0], num_classes))
-        need = ctc_required_frames(used)
-        if need > t:
-            raise ValueError("loss {!r} (ctc): example {}: {} labels need {} frames (one per "
-                             "label and a blank between repeats) but input_length is {}; "
-                             "shorten the labels or lengthen the input".format(
-                                 name, n, l, need, t))
+    Arguments are per-batch sequences (NumPy arrays or lists); ``inputs`` names the batch's
+    (labels, input lengths, label lengths) inputs for the error."""
+    labels_name, frames_name, lengths_name = inputs or ("labels", "input_lengths", "label_lengths")
+    labels = np.asarray(labels, dtype=np.int64)
+    input_lengths = np.asarray(input_lengths, dtype=np.int64).reshape(-1)
+    label_lengths = np.asarray(label_lengths, dtype=np.int64).reshape(-1)
+    if labels.ndim != 2:
+        labels = labels.reshape(len(input_lengths), -1)
+    max_labels = labels.shape[1]
+
+    def refuse(n, message, input, position, value, allowed):
+        raise BatchError("loss {!r} (ctc): example {}: {} (batch[{!r}][{}])".format(
+            name, n, message, input, ", ".join(str(p) for p in position)), input=input,
+            position=position, value=value, allowed=allowed)
+
+    bad = np.flatnonzero((input_lengths < 1) | (input_lengths > num_frames))
+    if len(bad):
+        n = int(bad[0])
+        refuse(n, "input_length {} is outside [1, {}]".format(input_lengths[n], num_frames),
+               frames_name, (n,), int(input_lengths[n]), (1, num_frames))
+    bad = np.flatnonzero((label_lengths < 0) | (label_lengths > max_labels))
+    if len(bad):
+        n = int(bad[0])
+        refuse(n, "label_length {} is outside [0, {}]".format(label_lengths[n], max_labels),
+               lengths_name, (n,), int(label_lengths[n]), (0, max_labels))
+    inside = np.arange(max_labels)[None, :] < label_lengths[:, None]
+    bad = inside & ((labels < 1) | (labels >= num_classes))
+    if bad.any():
+        n, k = (int(v) for v in np.argwhere(bad)[0])
+        refuse(n, "label id {} is outside [1, {}) (0 is the blank)".format(
+            labels[n, k], num_classes), labels_name, (n, k), int(labels[n, k]), (1, num_classes))
+    repeats = np.concatenate([np.zeros((len(labels), 1), bool),
+                              (labels[:, 1:] == labels[:, :-1]) & inside[:, 1:]], axis=1)
+    need = label_lengths + repeats.sum(axis=1)
+    bad = np.flatnonzero(need > input_lengths)
+    if len(bad):
+        n = int(bad[0])
+        refuse(n, "{} labels need {} frames (one per label and a blank between repeats) but "
+               "input_length is {}; shorten the labels or lengthen the input".format(
+                   label_lengths[n], need[n], input_lengths[n]), labels_name, (n,),
+               int(label_lengths[n]), "at most {} frames".format(input_lengths[n]))
