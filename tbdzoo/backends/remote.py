@@ -135,6 +135,7 @@ class RemoteModel(BackendModel):
                 reply["error"], self.backend, method, reply["message"], reply["traceback"]))
         error = cls.__new__(cls)  # same class as on the worker's side, same message
         Exception.__init__(error, reply["message"])
+        error.__dict__.update(reply.get("attributes") or {})
         raise error
 
     def _read_reply(self, method, timeout, progress=None):

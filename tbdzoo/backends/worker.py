@@ -144,9 +144,16 @@ def serve(requests, replies):
             reply = {"ok": True, "result": handler(**request.get("args", {}))}
         except Exception as e:  # every failure goes back to the caller, with its traceback
             reply = {"ok": False, "error": type(e).__name__, "message": str(e),
-                     "traceback": traceback.format_exc()}
+                     "traceback": traceback.format_exc(), "attributes": _attributes(e)}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+
+
+def _attributes(error):
+    """The plain attributes of an error (a NonFiniteStepError's objective and step), which
+    the client sets on its copy of it."""
+    return dict((k, v) for k, v in vars(error).items()
+                if isinstance(v, (str, int, float, bool, type(None))))
 
 
 def main():
