@@ -1,4 +1,4 @@
-"""Atomic training steps (docs/training.md): a step whose loss or gradients come out
+"""Atomic training steps (docs/backends.md): a step whose loss or gradients come out
 non-finite, or that fails part-way, leaves the weights (running statistics included), the
 optimizer state, the step counters and the predictions exactly as they were, on every backend,
 and says what happened.

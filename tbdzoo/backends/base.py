@@ -175,10 +175,10 @@ class BackendModel(object):
         ``sync=False`` lets a backend with an asynchronous device queue the step and return
         None without waiting (timed loops sync once per repeat; see :meth:`synchronize`).
 
-        Atomic (docs/training.md): a step that fails leaves weights, optimizer state, running
-        statistics and step counters as they were and re-raises; one whose loss or gradients
-        come out non-finite is skipped and raises NonFiniteStepError (with ``sync=False``, at
-        the next synchronisation).
+        Atomic (docs/backends.md, "Atomic steps"): a step that fails leaves weights, optimizer
+        state, running statistics and step counters as they were and re-raises; one whose
+        loss or gradients come out non-finite is skipped and raises NonFiniteStepError (with
+        ``sync=False``, at the next synchronisation).
         """
         if self.program is not None:
             return self._program_step(self.prepare_batch(batch), sync)
@@ -195,10 +195,10 @@ class BackendModel(object):
         """Every update of the program in order, each group at its own learning rate;
         ``around_update(index)``, if given, is a context each update runs in (measuring).
 
-        Atomic (docs/training.md): each update leaves the state as it was when it fails or
-        comes out non-finite, and a step of several updates keeps a copy of the state at its
-        start (``_save_state``), which a failure or a non-finite update restores, so a step
-        is applied whole or not at all."""
+        Atomic (docs/backends.md, "Atomic steps"): each update leaves the state as it was when
+        it fails or comes out non-finite, and a step of several updates keeps a copy of the
+        state at its start (``_save_state``), which a failure or a non-finite update
+        restores, so a step is applied whole or not at all."""
         losses = OrderedDict()
         prepared = self._with_targets(prepared)
         group_steps = OrderedDict(self.group_steps)

@@ -127,7 +127,7 @@ class Model(BackendModel):
             raise
         return value
 
-    # -- atomic steps (docs/training.md) -------------------------------------------------------
+    # -- atomic steps (docs/backends.md) -------------------------------------------------------
     def _check_finite(self, loss, optimizer, objective):
         """Raise NonFiniteStepError when the loss, or the gradients' global norm that the
         update's learner recorded (``optimizer.finite``), is not finite; the caller then puts

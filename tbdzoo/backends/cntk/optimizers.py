@@ -76,7 +76,7 @@ class _Optimizer(object):
         self.steps = 0
         self._lr = _scalar(hp.get("lr", 0.0))
         self._states = {}
-        # 1 after a step whose gradients' global norm was finite, else 0 (docs/training.md)
+        # 1 after a step whose gradients' global norm was finite, else 0 (docs/backends.md)
         self.finite = _scalar(1.0)
         self.learner = self.new_learner()
 

@@ -401,7 +401,7 @@ class Model(BackendModel):
 
     def _train_step_async(self, prepared, lr):
         """Queue one step on MXNet's engine; returns the loss NDArray. With the guard on
-        (docs/training.md) the step waits for its loss and gradient norm before updating."""
+        (docs/backends.md) the step waits for its loss and gradient norm before updating."""
         # MXNet's batch norm writes its running statistics in the forward pass (with weight 0
         # for the batch, which a NaN still reaches): they are copied before it
         saved = self._saved_before_update([self.optimizer], self._batchnorms)
@@ -418,7 +418,7 @@ class Model(BackendModel):
             raise
         return loss
 
-    # -- atomic steps (docs/training.md) -------------------------------------------------------
+    # -- atomic steps (docs/backends.md) -------------------------------------------------------
     def _check_finite(self, loss, params, objective):
         """Raise NonFiniteStepError, before anything changed, when the loss or the global norm
         of the gradients is not finite (read on the host: this backend runs on the CPU)."""

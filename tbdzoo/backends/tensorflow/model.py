@@ -426,7 +426,7 @@ class Model(BackendModel):
         grads = self._reduce_gradients(grads)
         return loss, self._guarded(loss, grads, saved, lambda: self.optimizer.apply(grads, lr))
 
-    # -- atomic steps (docs/training.md) -----------------------------------------------------
+    # -- atomic steps (docs/backends.md) -----------------------------------------------------
     def _read_statistics(self):
         """The statistics' values before a step (None with the guard off), inside its function."""
         if not self.guard_steps:

@@ -405,7 +405,8 @@ class Model(BackendModel):
                 _zero_unreached(params)
                 self._reduce_gradients(params)
                 norm = optimizers.clip_gradients(params, group["clip"], norm=self.guard_steps)
-                bad = self._apply(optimizer, params, loss, [phase["objective"]], norm, hooks)
+                bad = self._guarded_update(optimizer, params, loss, [phase["objective"]], norm,
+                                           hooks)
         except BaseException:
             self._put_statistics(statistics)
             optimizer.zero_grad(set_to_none=True)
@@ -483,7 +484,7 @@ class Model(BackendModel):
         return loss
 
     def _step(self, prepared, lr):
-        """One atomic step (docs/training.md): (loss tensor, device flag of a skipped step, or
+        """One atomic step (docs/backends.md): (loss tensor, device flag of a skipped step, or
         None when it was checked on the host). On the host a non-finite step raises here."""
         if not self.native.training:  # .train() walks every submodule: only when needed
             self.native.train()
@@ -496,7 +497,7 @@ class Model(BackendModel):
                     loss = self._loss_of(prepared)
                 loss.backward()
                 _zero_unreached(self._trainable)
-                bad = self._apply(self.optimizer, self._trainable, loss, ["loss"])
+                bad = self._guarded_update(self.optimizer, self._trainable, loss, ["loss"])
         except BaseException:
             self._put_statistics(statistics)
             self.optimizer.zero_grad(set_to_none=True)
@@ -521,8 +522,8 @@ class Model(BackendModel):
             torch.cuda.synchronize(self.device)
         self._raise_deferred()
 
-    # -- atomic steps (docs/training.md) ------------------------------------------------------
-    def _apply(self, optimizer, params, loss, objectives, norm=None, hooks=()):
+    # -- atomic steps (docs/backends.md) ------------------------------------------------------
+    def _guarded_update(self, optimizer, params, loss, objectives, norm=None, hooks=()):
         """The update of ``params`` by ``optimizer`` unless the loss or the gradients (their
         global norm: ``norm`` when clipping computed it) are non-finite; then each ``hook()``.
 
