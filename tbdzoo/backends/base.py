@@ -231,13 +231,17 @@ class BackendModel(object):
                 self._restore_state(saved, where=bad)
             if not sync:
                 self.step_count += 1
-                self._defer_nonfinite(self.step_count, bad, [o for o, _ in flags],
+                self._defer_nonfinite(self.step_count, bad, flags,
                                       [(g, self.group_steps[g] - group_steps[g])
                                        for g in group_steps])
                 return None
             if bool(bad):
                 self.group_steps.update(group_steps)
-                raise self._nonfinite_error([o for o, f in flags if bool(f)][:1])
+                first = [i for i, (_, f) in enumerate(flags) if bool(f)][0]
+                error = self._nonfinite_error([flags[first][0]])
+                if saved is not None and first > 0:
+                    error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+                raise error
         self.step_count += 1
         if not sync:
             return None
@@ -263,8 +267,9 @@ class BackendModel(object):
 
     def _defer_nonfinite(self, step, flag, objectives, groups=()):
         """Remember step number ``step``, queued with ``sync=False``, whose non-finite check is
-        the device value ``flag`` (the step is counted in step_count; ``groups``: [(group,
-        updates it counted)]); :meth:`_raise_deferred` reads it when the model synchronises."""
+        the device value ``flag`` (the step is counted in step_count; ``objectives``: its
+        objective's name, or [(objective, flag)] of its updates; ``groups``: [(group, updates
+        it counted)]); :meth:`_raise_deferred` reads it when the model synchronises."""
         pending = self.__dict__.setdefault("_deferred_flags", [])
         pending.append((step, list(objectives), flag, list(groups)))
 
@@ -285,6 +290,9 @@ class BackendModel(object):
                 self.group_steps[group] -= count
         self.step_count -= len(skipped)
         step, objectives = skipped[0][0], skipped[0][1]
+        if objectives and isinstance(objectives[0], tuple):  # the first bad update's objective
+            bad = self._flags_to_host([f for _, f in objectives])
+            objectives = [o for (o, _), b in zip(objectives, bad) if b][:1]
         error = self._nonfinite_error(objectives, step)
         if len(skipped) > 1:
             error.args = (error.args[0] + " {} of the steps queued since the last "

@@ -542,7 +542,7 @@ class Model(BackendModel):
             norm = torch.stack(torch._foreach_norm(grads)).sum() if grads else \
                 torch.zeros((), device=self.device)
         bad = torch.isfinite(loss.detach().float() + norm.float()).logical_not()
-        if not self.device.startswith("cuda"):
+        if self._checks_on_host():
             if bool(bad):
                 raise self._nonfinite_error(objectives)
             _initial_state(optimizer, params)
@@ -572,6 +572,11 @@ class Model(BackendModel):
             hook(bad)
         return bad
 
+    def _checks_on_host(self):
+        """Whether a step's finite flag is read on the host (on the CPU, where no device
+        queue would wait for it) or kept on the device (a GPU)."""
+        return not self.device.startswith("cuda")
+
     def _statistics_tensors(self):
         """The model's buffers (running statistics and other non-trainable tensors)."""
         if getattr(self, "_statistics", None) is None:
@@ -583,7 +588,9 @@ class Model(BackendModel):
         buffers), made once: a step's copy and selection then cost a kernel each."""
         if getattr(self, "_statistics_buffers", None) is None:
             statistics = self._statistics_tensors()
-            views = [t.view(-1) if t.is_contiguous() else t.reshape(-1) for t in statistics]
+            # views of the buffers, or None where one is not contiguous (flattened per step)
+            views = [t.view(-1) for t in statistics] \
+                if all(t.is_contiguous() for t in statistics) else None
             total = sum(t.numel() for t in statistics)
             saved = torch.empty(total, device=self.device)
             chosen = torch.empty(total, device=self.device)
@@ -598,7 +605,7 @@ class Model(BackendModel):
             return None
         views, saved, _, _ = self._statistics_flat()
         with torch.no_grad():
-            torch.cat(views, out=saved)
+            torch.cat(views or [t.reshape(-1) for t in self._statistics], out=saved)
         return saved
 
     def _put_statistics(self, saved, where=None):
@@ -611,7 +618,8 @@ class Model(BackendModel):
             if where is None:
                 chosen.copy_(saved)
             else:
-                torch.where(where, saved, torch.cat(views), out=chosen)
+                current = torch.cat(views or [t.reshape(-1) for t in self._statistics])
+                torch.where(where, saved, current, out=chosen)
             torch._foreach_copy_(self._statistics, shaped)
 
     def _save_state(self):
