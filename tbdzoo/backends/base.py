@@ -35,6 +35,7 @@ from ..spec import initial_weights
 from ..spec.targets import StepRandomState
 from .common import batches, op_support, optimizers
 from . import programs
+from ..errors import NonFiniteStepError
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
 
@@ -188,6 +189,11 @@ class BackendModel(object):
 
         ``sync=False`` lets a backend with an asynchronous device queue the step and return
         None without waiting (timed loops sync once per repeat; see :meth:`synchronize`).
+
+        Atomic (docs/backends.md, "Atomic steps"): a step that fails leaves weights, optimizer
+        state, running statistics and step counters as they were and re-raises; one whose
+        loss or gradients come out non-finite is skipped and raises NonFiniteStepError (with
+        ``sync=False``, at the next synchronisation).
         """
         if self.program is not None:
             return self._program_step(self.prepare_batch(batch), sync)
@@ -202,24 +208,128 @@ class BackendModel(object):
 
     def _program_step(self, prepared, sync, around_update=None):
         """Every update of the program in order, each group at its own learning rate;
-        ``around_update(index)``, if given, is a context each update runs in (measuring)."""
+        ``around_update(index)``, if given, is a context each update runs in (measuring).
+
+        Atomic (docs/backends.md, "Atomic steps"): each update leaves the state as it was when
+        it fails or comes out non-finite, and a step of several updates keeps a copy of the
+        state at its start (``_save_state``), which a failure or a non-finite update
+        restores, so a step is applied whole or not at all."""
         losses = OrderedDict()
         prepared = self._with_targets(prepared)
-        for index, (phase_index, native) in enumerate(prepared.native):
-            phase = self.program.phases[phase_index]
-            group = phase["update"]
-            lr = programs.learning_rate(self.program.groups[group], self.group_steps[group])
-            if around_update is None:
-                losses[phase["objective"]] = self._update(phase_index, native, lr)
-            else:
-                with around_update(index):
+        group_steps = OrderedDict(self.group_steps)
+        saved = self._save_state() if self.guard_steps and len(prepared.native) > 1 else None
+        self._step_flags = []  # (objective, device flag) of the updates that checked on the device
+        index = 0
+        try:
+            for index, (phase_index, native) in enumerate(prepared.native):
+                phase = self.program.phases[phase_index]
+                group = phase["update"]
+                lr = programs.learning_rate(self.program.groups[group], self.group_steps[group])
+                if around_update is None:
                     losses[phase["objective"]] = self._update(phase_index, native, lr)
-            self.group_steps[group] += 1
+                else:
+                    with around_update(index):
+                        losses[phase["objective"]] = self._update(phase_index, native, lr)
+                self.group_steps[group] += 1
+        except BaseException as error:
+            if saved is not None:
+                self._restore_state(saved)
+            self.group_steps.update(group_steps)
+            if isinstance(error, NonFiniteStepError) and saved is not None and index > 0:
+                error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+            raise
+        finally:
+            flags, self._step_flags = self._step_flags, None
+        if flags:  # on the device: the whole step is undone there if any update came out bad
+            bad = self._any_flag([f for _, f in flags])
+            if saved is not None:
+                self._restore_state(saved, where=bad)
+            if not sync:
+                self.step_count += 1
+                self._defer_nonfinite(self.step_count, bad, flags,
+                                      [(g, self.group_steps[g] - group_steps[g])
+                                       for g in group_steps])
+                return None
+            if bool(bad):
+                self.group_steps.update(group_steps)
+                first = [i for i, (_, f) in enumerate(flags) if bool(f)][0]
+                error = self._nonfinite_error([flags[first][0]])
+                if saved is not None and first > 0:
+                    error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+                raise error
         self.step_count += 1
         if not sync:
             return None
         return programs.step_result(self.program, OrderedDict(
             (k, float(v)) for k, v in losses.items()))
+
+    # -- atomic steps ---------------------------------------------------------------------
+    # Benchmarking switch: False turns the non-finite guard off so that its cost can be
+    # measured (benchmarks/gpu_step_guard.py); a non-finite step is then applied as it comes.
+    # Set it before the first step (a compiled step reads it when it is traced).
+    guard_steps = True
+
+    def _nonfinite_error(self, objectives, step=None):
+        """The NonFiniteStepError of the step being taken (``step``: its number, default the
+        next one), naming the first non-finite objective."""
+        objective = objectives[0] if objectives else "loss"
+        step = self.step_count + 1 if step is None else step
+        return NonFiniteStepError(
+            "training step {} of {} came out non-finite: its {!r} objective or its gradients "
+            "are NaN or infinite. The update was skipped: weights, optimizer state, running "
+            "statistics and step counters are as before the step. Lower the learning rate or "
+            "check the data.".format(step, self.name, objective), objective=objective, step=step)
+
+    def _defer_nonfinite(self, step, flag, objectives, groups=()):
+        """Remember step number ``step``, queued with ``sync=False``, whose non-finite check is
+        the device value ``flag`` (the step is counted in step_count; ``objectives``: its
+        objective's name, or [(objective, flag)] of its updates; ``groups``: [(group, updates
+        it counted)]); :meth:`_raise_deferred` reads it when the model synchronises."""
+        pending = self.__dict__.setdefault("_deferred_flags", [])
+        pending.append((step, list(objectives), flag, list(groups)))
+
+    def _raise_deferred(self):
+        """After a synchronisation: raise the NonFiniteStepError of the first queued step that
+        came out non-finite (each was skipped on the device), taking the skipped steps off
+        the step counters."""
+        pending = self.__dict__.get("_deferred_flags")
+        if not pending:
+            return
+        self._deferred_flags = []
+        bad = self._flags_to_host([flag for _, _, flag, _ in pending])
+        skipped = [entry for entry, b in zip(pending, bad) if b]
+        if not skipped:
+            return
+        for _, _, _, groups in skipped:
+            for group, count in groups:
+                self.group_steps[group] -= count
+        self.step_count -= len(skipped)
+        step, objectives = skipped[0][0], skipped[0][1]
+        if objectives and isinstance(objectives[0], tuple):  # the first bad update's objective
+            bad = self._flags_to_host([f for _, f in objectives])
+            objectives = [o for (o, _), b in zip(objectives, bad) if b][:1]
+        error = self._nonfinite_error(objectives, step)
+        if len(skipped) > 1:
+            error.args = (error.args[0] + " {} of the steps queued since the last "
+                          "synchronisation were skipped so.".format(len(skipped)),)
+        raise error
+
+    def _any_flag(self, flags):
+        """Device flags combined: true where any is (backends that check on the device)."""
+        raise NotImplementedError
+
+    def _flags_to_host(self, flags):
+        """[bool] of device flags, read in one transfer."""
+        return [bool(f) for f in flags]
+
+    def _save_state(self):
+        """A copy of everything a step changes (weights, statistics, optimizer state), for a
+        step of several updates; backends that run programs implement it."""
+        raise NotImplementedError
+
+    def _restore_state(self, saved, where=None):
+        """Put ``saved`` back (where=None), or, on a device, where the flag ``where`` is set."""
+        raise NotImplementedError
 
     def _with_targets(self, prepared):
         """``prepared`` with the targets step run for this step (model seed, step count),
@@ -282,7 +392,9 @@ class BackendModel(object):
         return self._group_steps
 
     def synchronize(self):
-        """Wait until every queued step has finished (a no-op on synchronous backends)."""
+        """Wait until every queued step has finished (a no-op on synchronous backends); raises
+        the NonFiniteStepError of the first queued step that came out non-finite."""
+        self._raise_deferred()
 
     def train_steps(self, batch, steps):
         """``steps`` optimizer steps on one batch; returns their losses."""

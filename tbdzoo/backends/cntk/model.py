@@ -107,16 +107,51 @@ class Model(BackendModel):
         objective = self._objectives[phase_index]
         moments = self._moments[phase_index]
         wanted = [objective.output] + [v.output for _, pair in moments for v in pair]
-        self._optimizers[phase["update"]].prepare(lr)
-        _, outputs = self._trainers[phase_index].train_minibatch(
-            _arguments(objective, native), outputs=wanted)
-        rows = len(next(iter(native.values())))
-        for name, (mean, variance) in moments:
-            self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
-                                    outputs[variance.output])
-        for hook in phase["hooks"]:
-            clip_weights(self._group_vars[hook["group"]], hook["value"])
-        return float(outputs[objective.output])
+        optimizer = self._optimizers[phase["update"]]
+        saved = self._save_state([optimizer]) if self.guard_steps else None
+        try:
+            optimizer.prepare(lr)
+            _, outputs = self._trainers[phase_index].train_minibatch(
+                _arguments(objective, native), outputs=wanted)
+            value = float(outputs[objective.output])
+            self._check_finite(value, optimizer, phase["objective"])
+            rows = len(next(iter(native.values())))
+            for name, (mean, variance) in moments:
+                self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
+                                        outputs[variance.output])
+            for hook in phase["hooks"]:
+                clip_weights(self._group_vars[hook["group"]], hook["value"])
+        except BaseException:
+            if saved is not None:
+                self._restore_state(saved)
+            raise
+        return value
+
+    # -- atomic steps (docs/backends.md) -------------------------------------------------------
+    def _check_finite(self, loss, optimizer, objective):
+        """Raise NonFiniteStepError when the loss, or the gradients' global norm that the
+        update's learner recorded (``optimizer.finite``), is not finite; the caller then puts
+        back its copy of the state."""
+        if self.guard_steps and not (np.isfinite(loss) and float(optimizer.finite.value) == 1.0):
+            raise self._nonfinite_error([objective])
+
+    def _save_state(self, optimizers_held=None):
+        """Host copies of everything a step writes: every parameter and statistic, the
+        optimizers' slots and step counters. CNTK's trainer updates in place inside one
+        native call, so a step that fails or comes out non-finite is undone from these."""
+        if optimizers_held is None:
+            optimizers_held = list(self._optimizers.values()) if self.program is not None \
+                else [self.optimizer]
+        variables = list(self._vars.values()) + [c for o in optimizers_held for c in o.state()]
+        return ([(v, np.array(v.value)) for v in variables],
+                [(o, o.steps) for o in optimizers_held])
+
+    def _restore_state(self, saved, where=None):
+        variables, steps = saved
+        for variable, value in variables:
+            variable.value = value
+        for optimizer, count in steps:
+            optimizer.steps = count
 
     def _update_statistics(self, node, rows, mean, variance):
         """running = (1 - m) running + m batch, with the unbiased variance (the spec's rule),
@@ -212,15 +247,23 @@ class Model(BackendModel):
     # -- steps ------------------------------------------------------------------------------------
     def _train_step(self, prepared, lr):
         self._set_batchnorm_counts(self._batch_size(prepared))
-        self.optimizer.prepare(lr)
-        moments = self._step_moments
-        wanted = [self._loss.output] + [v.output for _, pair in moments for v in pair]
-        _, outputs = self._trainer.train_minibatch(prepared.native, outputs=wanted)
-        rows = self._batch_size(prepared)
-        for name, (mean, variance) in moments:
-            self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
-                                    outputs[variance.output])
-        return float(outputs[self._loss.output])
+        saved = self._save_state([self.optimizer]) if self.guard_steps else None
+        try:
+            self.optimizer.prepare(lr)
+            moments = self._step_moments
+            wanted = [self._loss.output] + [v.output for _, pair in moments for v in pair]
+            _, outputs = self._trainer.train_minibatch(prepared.native, outputs=wanted)
+            loss = float(outputs[self._loss.output])
+            self._check_finite(loss, self.optimizer, "loss")
+            rows = self._batch_size(prepared)
+            for name, (mean, variance) in moments:
+                self._update_statistics(self.spec.nodes[name], rows, outputs[mean.output],
+                                        outputs[variance.output])
+        except BaseException:
+            if saved is not None:
+                self._restore_state(saved)
+            raise
+        return loss
 
     def synchronize(self):
         """Nothing to wait for: ``train_minibatch`` returns after the forward pass, backward pass

@@ -45,6 +45,14 @@ def clipped(grads, clip):
     return [g * factor for g in grads]
 
 
+def finite_flag(grads):
+    """1 where the global norm of ``grads`` is finite, else 0 (x - x is NaN for NaN and inf)."""
+    flat = [C.reshape(g, (-1,)) for g in grads]
+    total = C.reduce_sum(C.square(C.splice(*flat, axis=0) if len(flat) > 1 else flat[0]),
+                         axis=C.Axis.all_axes())
+    return C.equal(C.reshape(total - total, ()), 0.0)
+
+
 def one_output(assigns):
     """The assignments as one function of a single output, which evaluates every one of them.
 
@@ -68,6 +76,8 @@ class _Optimizer(object):
         self.steps = 0
         self._lr = _scalar(hp.get("lr", 0.0))
         self._states = {}
+        # 1 after a step whose gradients' global norm was finite, else 0 (docs/backends.md)
+        self.finite = _scalar(1.0)
         self.learner = self.new_learner()
 
     def new_learner(self):
@@ -86,10 +96,14 @@ class _Optimizer(object):
         return normalized.coupled_gradient(grad, param, self.weight_decay)
 
     def _updates(self, params, grads):
-        ops = []
+        ops = [C.assign(self.finite, finite_flag(grads))]
         for param, grad in zip(params, clipped(grads, self.clip)):
             ops.extend(self._update(param, self._gradient(param, grad)))
         return one_output(ops)
+
+    def state(self):
+        """Every constant this optimizer keeps between steps (its slots)."""
+        return list(self._states.values())
 
     def prepare(self, lr):
         """Load this step's scalars; call once before each optimizer step."""

@@ -314,14 +314,25 @@ class Model(BackendModel):
     def _update(self, phase_index, native, lr):
         phase = self.program.phases[phase_index]
         group = phase["update"]
-        value, stats = self._objective_backward(phase_index, native)
-        self._update_statistics(self._phases[phase_index][2], stats, native["batch_size"])
-        self._reduce_gradients(self._group_params[group])
-        scale = optimizers.gradient_scale(self._group_params[group],
-                                          self.program.groups[group]["clip"])
-        self._optimizers[group].step(lr, grad_scale=scale)
-        for hook in phase["hooks"]:
-            optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
+        statistics = self._phases[phase_index][2]
+        # MXNet's batch norm writes its running statistics in the forward pass (with weight 0
+        # for the batch, which a NaN still reaches): they are copied before it
+        saved = self._saved_before_update([self._optimizers[group]], statistics)
+        try:
+            value, stats = self._objective_backward(phase_index, native)
+            self._reduce_gradients(self._group_params[group])
+            self._check_finite(value, self._group_params[group], phase["objective"])
+            self._update_statistics(statistics, stats, native["batch_size"])
+            scale = optimizers.gradient_scale(self._group_params[group],
+                                              self.program.groups[group]["clip"])
+            self._optimizers[group].step(lr, grad_scale=scale)
+            for hook in phase["hooks"]:
+                optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
+            if saved is not None:
+                nd.waitall()  # an operator's failure surfaces here, while the copy is kept
+        except BaseException:
+            self._put_back(saved)
+            raise
         return _Pending(value, self.synchronize)
 
     def _program_gradients(self, prepared):
@@ -387,12 +398,66 @@ class Model(BackendModel):
         return cache[key]
 
     def _train_step_async(self, prepared, lr):
-        """Queue one step on MXNet's engine; returns the loss NDArray without waiting."""
-        loss, stats = self._forward_backward(prepared)
-        self._update_statistics(self._batchnorms, stats, prepared.native["batch_size"])
-        self._reduce_gradients(self._trainable)
-        self.optimizer.step(lr)
+        """Queue one step on MXNet's engine; returns the loss NDArray. With the guard on
+        (docs/backends.md) the step waits for its loss and gradient norm before updating."""
+        # MXNet's batch norm writes its running statistics in the forward pass (with weight 0
+        # for the batch, which a NaN still reaches): they are copied before it
+        saved = self._saved_before_update([self.optimizer], self._batchnorms)
+        try:
+            loss, stats = self._forward_backward(prepared)
+            self._reduce_gradients(self._trainable)
+            self._check_finite(loss, self._trainable, "loss")
+            self._update_statistics(self._batchnorms, stats, prepared.native["batch_size"])
+            self.optimizer.step(lr)
+            if saved is not None:
+                nd.waitall()  # an operator's failure surfaces here, while the copy is kept
+        except BaseException:
+            self._put_back(saved)
+            raise
         return loss
+
+    # -- atomic steps (docs/backends.md) -------------------------------------------------------
+    def _check_finite(self, loss, params, objective):
+        """Raise NonFiniteStepError, before anything changed, when the loss or the global norm
+        of the gradients is not finite (read on the host: this backend runs on the CPU)."""
+        if not self.guard_steps:
+            return
+        grads = [p.grad() for p in params]
+        total = nd.sum(nd.multi_sum_sq(*grads, num_arrays=len(grads))) if grads else None
+        value = float(loss.asscalar()) + (float(total.asscalar()) if total is not None else 0.0)
+        if not np.isfinite(value):
+            raise self._nonfinite_error([objective])
+
+    def _saved_before_update(self, optimizers_held, batchnorms):
+        """Copies of what a step writes (the weights, the optimizers' state and the running
+        statistics of ``batchnorms``), put back if it fails or comes out non-finite."""
+        if not self.guard_steps:
+            return None
+        arrays = [p.data() for p in self._trainable] + \
+            [b[i].data() for b in batchnorms for i in (0, 1)] + \
+            [a for o in optimizers_held for a in optimizers.state_arrays(o)]
+        return ([(a, a.copy()) for a in arrays],
+                [(o, o.t) for o in optimizers_held if hasattr(o, "t")])
+
+    def _put_back(self, saved):
+        if saved is None:
+            return
+        arrays, counters = saved
+        for array, copy in arrays:
+            copy.copyto(array)
+        for optimizer, t in counters:
+            optimizer.t = t
+        nd.waitall()
+
+    def _save_state(self):
+        """A copy of every parameter (statistics included) and every optimizer's state."""
+        every = list(self._optimizers.values()) if self.program is not None else [self.optimizer]
+        arrays = [p.data() for p in self.native.spec_params.values()] + \
+            [a for o in every for a in optimizers.state_arrays(o)]
+        return ([(a, a.copy()) for a in arrays], [(o, o.t) for o in every if hasattr(o, "t")])
+
+    def _restore_state(self, saved, where=None):
+        self._put_back(saved)
 
     def _train_step(self, prepared, lr):
         """One step, returned only when its backward pass and update have run: reading the

@@ -216,11 +216,11 @@ class DistributedModel(Model):
         if float(self._weight.numpy()) != self.world.gradient_weight:
             self._weight.assign(self.world.gradient_weight)
 
-    def _train_step_async(self, prepared, lr):
+    def _train_call(self, prepared, lr):
         self._sync_weight()
         return self._steps[self.communicate](prepared.native, tf.constant(lr, tf.float32))
 
-    def _update(self, phase_index, native, lr):
+    def _update_call(self, phase_index, native, lr):
         self._sync_weight()
         return self._phase_steps[self.communicate][phase_index](native, tf.constant(lr, tf.float32))
 
@@ -229,6 +229,7 @@ class DistributedModel(Model):
         does not set up; reading a variable copies it to the host after the queued update
         that writes it (one op per compiled step) has run."""
         self._trainable[0].numpy()
+        self._raise_deferred()
 
     def _reduce_gradients(self, grads):
         if not self._reducing:

@@ -398,6 +398,8 @@ class Model(BackendModel):
         # single-loss models keep the fused kernel they were measured with.
         self.native = SpecModel(self.spec, weights, fused_batchnorm=self.program is None)
         self._trainable = [self.native.variable(n) for n in self.trainable_names()]
+        self._statistics = [self.native.variable(n) for n, p in self.spec.params().items()
+                            if not p.trainable]
         execution = self.hparams["execution"]
         self._xla = bool((EXECUTION[execution] or {}).get("jit_compile"))
         self._predict_fn = _compiled(self._infer, execution)
@@ -417,11 +419,63 @@ class Model(BackendModel):
         return ops.softmax_cross_entropy(logits, inputs[self._labels], self.spec.loss)
 
     def _train(self, inputs, lr):
+        saved = self._read_statistics()
         with tf.GradientTape() as tape:
             loss = self._loss(inputs, update_stats=True)
         grads = tape.gradient(loss, self._trainable, unconnected_gradients=_ZERO)
-        self.optimizer.apply(self._reduce_gradients(grads), lr)
-        return loss
+        grads = self._reduce_gradients(grads)
+        return loss, self._guarded(loss, grads, saved, lambda: self.optimizer.apply(grads, lr))
+
+    # -- atomic steps (docs/backends.md) -----------------------------------------------------
+    def _read_statistics(self):
+        """The statistics' values before a step (None with the guard off), inside its function."""
+        if not self.guard_steps:
+            return None
+        return [tf.identity(v.read_value()) for v in self._statistics]
+
+    def _guarded(self, loss, grads, saved, update):
+        """``update()`` under tf.cond: run where the loss and the gradients' global norm are
+        finite, else the statistics put back from ``saved``; returns the finite flag."""
+        if saved is None:
+            update()
+            return tf.constant(True)
+        total = tf.add_n([tf.reduce_sum(tf.square(optimizers.dense(g))) for g in grads]) \
+            if grads else tf.constant(0.0)
+        finite = tf.math.is_finite(tf.cast(loss, tf.float32) + total)
+
+        def apply():
+            update()
+            return tf.constant(True)
+
+        def restore():
+            for variable, value in zip(self._statistics, saved):
+                variable.assign(value)
+            return tf.constant(False)
+        return tf.cond(finite, apply, restore)
+
+    def _undone_on_failure(self, call, *args):
+        """``call(*args)`` (a step's function), its writes put back from a host copy if it
+        fails part-way: a failing op ends the function after the ops before it ran."""
+        saved = self._save_state() if self.guard_steps else None
+        try:
+            return call(*args)
+        except BaseException:
+            if saved is not None:
+                self._restore_state(saved)
+            raise
+
+    def _save_state(self):
+        """Host copies of every variable a step writes: weights, statistics, optimizer slots."""
+        return [(v, v.numpy()) for v in self._state_variables()]
+
+    def _restore_state(self, saved, where=None):
+        for variable, value in saved:
+            variable.assign(value)
+
+    def _state_variables(self):
+        every = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        return [self.native.variable(n) for n in self.spec.params()] + \
+            [v for o in every for v in optimizers.state_variables(o)]
 
     def _gradients(self, inputs):
         with tf.GradientTape() as tape:
@@ -481,18 +535,28 @@ class Model(BackendModel):
     def _phase_update(self, phase_index, inputs, lr):
         phase = self.program.phases[phase_index]
         group = phase["update"]
+        saved = self._read_statistics()
         loss, grads = self._phase_objective_and_gradients(phase_index, inputs, True)
         grads = self._reduce_gradients(grads)
-        grads = optimizers.clip_gradients(grads, self.program.groups[group]["clip"])
-        self._optimizers[group].apply(grads, lr)
-        for hook in phase["hooks"]:  # clip_weights, the only hook kind
-            optimizers.clip_weights(self._group_variables[hook["group"]], hook["value"])
-        return loss
+
+        def update():
+            clipped = optimizers.clip_gradients(grads, self.program.groups[group]["clip"])
+            self._optimizers[group].apply(clipped, lr)
+            for hook in phase["hooks"]:  # clip_weights, the only hook kind
+                optimizers.clip_weights(self._group_variables[hook["group"]], hook["value"])
+        return loss, self._guarded(loss, grads, saved, update)
 
     def _phase_gradients(self, phase_index, inputs):
         return self._phase_objective_and_gradients(phase_index, inputs, False)
 
     def _update(self, phase_index, native, lr):
+        loss, finite = self._undone_on_failure(self._update_call, phase_index, native, lr)
+        if not bool(finite):
+            raise self._nonfinite_error([self.program.phases[phase_index]["objective"]])
+        return loss
+
+    def _update_call(self, phase_index, native, lr):
+        """(objective, finite flag) of one update's compiled function."""
         return self._update_fns[phase_index](native, tf.constant(lr, tf.float32))
 
     def _program_gradients(self, prepared):
@@ -528,19 +592,31 @@ class Model(BackendModel):
         return out
 
     def _train_step_async(self, prepared, lr):
-        """Run one step's function; returns the loss tensor without copying it to the host."""
+        """Run one step's function; returns the loss tensor without copying it to the host.
+        Its finite flag is read at the next synchronisation."""
+        loss, finite = self._undone_on_failure(self._train_call, prepared, lr)
+        if self.guard_steps:
+            self._defer_nonfinite(self.step_count + 1, tf.logical_not(finite), ["loss"])
+        return loss
+
+    def _train_call(self, prepared, lr):
+        """(loss, finite flag) of one step's compiled function."""
         return self._train_fn(prepared.native, tf.constant(lr, tf.float32))
 
     def _train_step(self, prepared, lr):
         """One step, returned only when its update has run: on a GPU the kernels a step
         launches may still be running when its function returns."""
-        loss = self._train_step_async(prepared, lr)
+        loss, finite = self._undone_on_failure(self._train_call, prepared, lr)
         self.synchronize()
+        if not bool(finite):
+            raise self._nonfinite_error(["loss"])
         return loss.numpy()
 
     def synchronize(self):
-        """Wait for every device's queued kernels and TensorFlow's own queue of pending ops."""
+        """Wait for every device's queued kernels and TensorFlow's own queue of pending ops;
+        raises the NonFiniteStepError of the first queued step that was skipped."""
         tf.test.experimental.sync_devices()
+        self._raise_deferred()
 
     def _predict(self, prepared):
         return self._predict_fn(prepared.native).numpy()

@@ -120,6 +120,11 @@ class RMSProp(object):
                                                 mom=self.buffers[i].handle, grad=g, **scalars)
 
 
+def state_variables(optimizer):
+    """Every variable ``optimizer`` keeps between steps: its slots and Adam's step counter."""
+    return optimizer.slots() + ([optimizer.t] if isinstance(optimizer, Adam) else [])
+
+
 def make(variables, hp):
     return {"sgd": SGD, "adam": Adam}[normalized.check(hp)](variables, hp)
 

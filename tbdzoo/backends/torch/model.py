@@ -392,18 +392,28 @@ class Model(BackendModel):
             self.native.train()
         optimizers.set_learning_rate(optimizer, lr)
         optimizer.zero_grad(set_to_none=True)
-        with self._device_flags(), _constants(self._frozen[phase_index]):
-            with self._autocast():
-                if isinstance(native, _TargetsInForward):
-                    native = self._forward_to_targets(native)
-                loss = self._objectives[phase_index](native)
-            loss.backward(inputs=params)
-            _zero_unreached(params)
-            self._reduce_gradients(params)
-            optimizers.clip_gradients(params, group["clip"])
-            optimizer.step()
-            for hook in phase["hooks"]:
-                optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
+        statistics = self._save_statistics()
+        hooks = [functools.partial(_clip_weights, self._group_params[hook["group"]], hook["value"])
+                 for hook in phase["hooks"]]
+        try:
+            with self._device_flags(), _constants(self._frozen[phase_index]):
+                with self._autocast():
+                    if isinstance(native, _TargetsInForward):
+                        native = self._forward_to_targets(native)
+                    loss = self._objectives[phase_index](native)
+                loss.backward(inputs=params)
+                _zero_unreached(params)
+                self._reduce_gradients(params)
+                norm = optimizers.clip_gradients(params, group["clip"], norm=self.guard_steps)
+                bad = self._guarded_update(optimizer, params, loss, [phase["objective"]], norm,
+                                           hooks)
+        except BaseException:
+            self._put_statistics(statistics)
+            optimizer.zero_grad(set_to_none=True)
+            raise
+        if bad is not None:
+            self._put_statistics(statistics, where=bad)
+            self._step_flags.append((phase["objective"], bad))
         return loss.detach()
 
     def _program_gradients(self, prepared):
@@ -466,30 +476,170 @@ class Model(BackendModel):
 
     # -- steps -----------------------------------------------------------------------------
     def _train_step_async(self, prepared, lr):
-        """Queue one step; returns the loss tensor without waiting for it."""
+        """Queue one step; returns the loss tensor without waiting for it. A non-finite step
+        found on the device is skipped there and reported at the next synchronisation."""
+        loss, bad = self._step(prepared, lr)
+        if bad is not None:
+            self._defer_nonfinite(self.step_count + 1, bad, ["loss"])
+        return loss
+
+    def _step(self, prepared, lr):
+        """One atomic step (docs/backends.md): (loss tensor, device flag of a skipped step, or
+        None when it was checked on the host). On the host a non-finite step raises here."""
         if not self.native.training:  # .train() walks every submodule: only when needed
             self.native.train()
         optimizers.set_learning_rate(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=True)
-        with self._device_flags():
-            with self._autocast():
-                loss = self._loss_of(prepared)
-            loss.backward()
-            _zero_unreached(self._trainable)
-            self.optimizer.step()
-        return loss.detach()
+        statistics = self._save_statistics()
+        try:
+            with self._device_flags():
+                with self._autocast():
+                    loss = self._loss_of(prepared)
+                loss.backward()
+                _zero_unreached(self._trainable)
+                bad = self._guarded_update(self.optimizer, self._trainable, loss, ["loss"])
+        except BaseException:
+            self._put_statistics(statistics)
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
+        if bad is not None:
+            self._put_statistics(statistics, where=bad)
+        return loss.detach(), bad
 
     def _train_step(self, prepared, lr):
         """One step, returned only when its update has run on the device."""
-        loss = self._train_step_async(prepared, lr)
+        loss, bad = self._step(prepared, lr)
         self.synchronize()
+        if bad is not None and bool(bad):
+            raise self._nonfinite_error(["loss"])
         return loss.item()
 
     def synchronize(self):
         """Wait for the GPU's queued kernels; on the CPU PyTorch finishes each op before the
-        call that launched it returns, so there is nothing to wait for."""
+        call that launched it returns, so there is nothing to wait for. Raises the
+        NonFiniteStepError of the first queued step that was skipped."""
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
+        self._raise_deferred()
+
+    # -- atomic steps (docs/backends.md) ------------------------------------------------------
+    def _guarded_update(self, optimizer, params, loss, objectives, norm=None, hooks=()):
+        """The update of ``params`` by ``optimizer`` unless the loss or the gradients (their
+        global norm: ``norm`` when clipping computed it) are non-finite; then each ``hook()``.
+
+        On the host (the CPU) the check is read at once: a bad update raises before anything
+        changes, and a failure inside the update puts back the copy taken before it. On a
+        GPU nothing waits: the flag stays on the device, a fused optimizer skips its kernel
+        on it (``found_inf``, as mixed precision's loss scaling does) and any other update
+        is undone there by selection; returns that flag (None when checked on the host)."""
+        if not self.guard_steps:
+            optimizer.step()
+            for hook in hooks:
+                hook(None)
+            return None
+        grads = [p.grad for p in params if p.grad is not None]
+        if norm is None:
+            norm = torch.stack(torch._foreach_norm(grads)).sum() if grads else \
+                torch.zeros((), device=self.device)
+        bad = torch.isfinite(loss.detach().float() + norm.float()).logical_not()
+        if self._checks_on_host():
+            if bool(bad):
+                raise self._nonfinite_error(objectives)
+            _initial_state(optimizer, params)
+            saved = _copy_state(params, optimizer)
+            try:
+                optimizer.step()
+                for hook in hooks:
+                    hook(None)
+            except BaseException:
+                _put_state(saved)
+                raise
+            return None
+        if optimizer.defaults.get("fused"):
+            if not optimizer.state:
+                _initial_momentum(optimizer, params)
+            optimizer.found_inf = bad.float()
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.found_inf
+        else:
+            _initial_state(optimizer, params)
+            saved = _copy_state(params, optimizer)
+            optimizer.step()
+            _put_state(saved, where=bad)
+        for hook in hooks:
+            hook(bad)
+        return bad
+
+    def _checks_on_host(self):
+        """Whether a step's finite flag is read on the host (on the CPU, where no device
+        queue would wait for it) or kept on the device (a GPU)."""
+        return not self.device.startswith("cuda")
+
+    def _statistics_tensors(self):
+        """The model's buffers (running statistics and other non-trainable tensors)."""
+        if getattr(self, "_statistics", None) is None:
+            self._statistics = [t for t in self.native.buffers() if t.is_floating_point()]
+        return self._statistics
+
+    def _statistics_flat(self):
+        """(flat views of the buffers, a flat copy, a flat selection and its views as the
+        buffers), made once: a step's copy and selection then cost a kernel each."""
+        if getattr(self, "_statistics_buffers", None) is None:
+            statistics = self._statistics_tensors()
+            # views of the buffers, or None where one is not contiguous (flattened per step)
+            views = [t.view(-1) for t in statistics] \
+                if all(t.is_contiguous() for t in statistics) else None
+            total = sum(t.numel() for t in statistics)
+            saved = torch.empty(total, device=self.device)
+            chosen = torch.empty(total, device=self.device)
+            shaped = [c.view(t.shape) for c, t in zip(chosen.split([t.numel() for t in statistics]),
+                                                       statistics)]
+            self._statistics_buffers = (views, saved, chosen, shaped)
+        return self._statistics_buffers
+
+    def _save_statistics(self):
+        """A flat copy of the buffers, taken before a step's forward pass (one kernel)."""
+        if not self._statistics_tensors() or not self.guard_steps:
+            return None
+        views, saved, _, _ = self._statistics_flat()
+        with torch.no_grad():
+            torch.cat(views or [t.reshape(-1) for t in self._statistics], out=saved)
+        return saved
+
+    def _put_statistics(self, saved, where=None):
+        """The buffers back from the flat copy ``saved``; with ``where`` (a device flag) only
+        where it is set: three kernels and no wait."""
+        if saved is None:
+            return
+        views, _, chosen, shaped = self._statistics_flat()
+        with torch.no_grad():
+            if where is None:
+                chosen.copy_(saved)
+            else:
+                current = torch.cat(views or [t.reshape(-1) for t in self._statistics])
+                torch.where(where, saved, current, out=chosen)
+            torch._foreach_copy_(self._statistics, shaped)
+
+    def _save_state(self):
+        """A copy of the weights, buffers and every optimizer's state (a program's step of
+        several updates keeps one from its start)."""
+        optimizers_held = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        for optimizer, params in zip(optimizers_held, [self._trainable] if self.program is None
+                                     else list(self._group_params.values())):
+            _initial_state(optimizer, params)
+        tensors = list(self._trainable) + self._statistics_tensors()
+        return _copy_state(tensors, *optimizers_held)
+
+    def _restore_state(self, saved, where=None):
+        _put_state(saved, where)
+
+    def _any_flag(self, flags):
+        return torch.stack([f.reshape(()) for f in flags]).any()
+
+    def _flags_to_host(self, flags):
+        return [bool(b) for b in torch.stack([f.reshape(()) for f in flags]).cpu().tolist()]
 
     def _predict(self, prepared):
         self.native.eval()
@@ -654,6 +804,62 @@ def _constants(params):
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+def _clip_weights(params, value, where):
+    """The original WGAN's weight clipping after an update; with ``where`` (a device flag of a
+    skipped update) the weights are left as they are where it is set."""
+    if where is None:
+        optimizers.clip_weights(params, value)
+        return
+    with torch.no_grad():
+        for p in params:
+            p.copy_(torch.where(where, p, p.clamp(-value, value)))
+
+
+def _initial_momentum(optimizer, params):
+    """Zero momentum buffers before a fused SGD's first step: its first-step kernel, skipped
+    on a non-finite flag, would leave the buffers it allocates unwritten. Zero buffers give
+    the first step's formula exactly (buf = momentum * 0 + g)."""
+    if isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"]:
+        for p in params:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p)
+
+
+def _initial_state(optimizer, params):
+    """Every optimizer slot allocated as the optimizer's first step would (zeros, step 0), so
+    a copy of the state covers it: zero slots and a zero step are that first step exactly."""
+    _initial_momentum(optimizer, params)
+    if isinstance(optimizer, torch.optim.Adam):
+        fused = bool(optimizer.defaults.get("fused"))
+        for p in params:
+            state = optimizer.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32,
+                                            device=p.device if fused else "cpu")
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    elif isinstance(optimizer, optimizers.RMSProp):
+        optimizer.initialise()
+
+
+def _copy_state(tensors, *optimizers_held):
+    """(tensors, their copies) for ``tensors`` and every tensor of the optimizers' state."""
+    held = list(tensors)
+    for optimizer in optimizers_held:
+        held += [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    with torch.no_grad():
+        return held, [t.clone() for t in held]
+
+
+def _put_state(saved, where=None):
+    """The tensors back from their copies; with ``where`` (a device flag) only where it is set."""
+    held, copies = saved
+    with torch.no_grad():
+        for t, c in zip(held, copies):
+            t.copy_(c if where is None else torch.where(where.to(t.device), c, t))
 
 
 def _zero_unreached(params):

@@ -43,8 +43,20 @@ class RMSProp(torch.optim.Optimizer):
                         weight_decay=weight_decay)
         super(RMSProp, self).__init__(params, defaults)
 
+    def initialise(self):
+        """Every parameter's slots, zero (as before the first step)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                s = self.state[p]
+                if not s:
+                    s["square_avg"] = torch.zeros_like(p)
+                    s["momentum_buffer"] = torch.zeros_like(p)
+                    if group["centered"]:
+                        s["grad_avg"] = torch.zeros_like(p)
+
     @torch.no_grad()
     def step(self):
+        self.initialise()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -53,12 +65,6 @@ class RMSProp(torch.optim.Optimizer):
             if group["weight_decay"]:
                 grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
             state = [self.state[p] for p in params]
-            for s, p in zip(state, params):
-                if not s:
-                    s["square_avg"] = torch.zeros_like(p)
-                    s["momentum_buffer"] = torch.zeros_like(p)
-                    if group["centered"]:
-                        s["grad_avg"] = torch.zeros_like(p)
             square = [s["square_avg"] for s in state]
             alpha = group["alpha"]
             torch._foreach_mul_(square, alpha)
@@ -78,15 +84,21 @@ class RMSProp(torch.optim.Optimizer):
             torch._foreach_sub_(params, buffers)
 
 
-def clip_gradients(params, clip):
-    """Global-norm or element-wise clipping of a group's gradients (docs/optimizers.md)."""
+def clip_gradients(params, clip, norm=False):
+    """Global-norm or element-wise clipping of a group's gradients (docs/optimizers.md).
+    Returns the global norm of the gradients before clipping (a device scalar) where global-
+    norm clipping computes it, or where ``norm`` asks for it before element-wise clipping;
+    else None."""
     if clip is None:
-        return
+        return None
     grads = [p for p in params if p.grad is not None]
     if clip["kind"] == "global_norm":
-        torch.nn.utils.clip_grad_norm_(grads, clip["value"], foreach=True)
-    else:
-        torch.nn.utils.clip_grad_value_(grads, clip["value"], foreach=True)
+        return torch.nn.utils.clip_grad_norm_(grads, clip["value"], foreach=True)
+    total = None
+    if norm and grads:
+        total = torch.stack(torch._foreach_norm([p.grad for p in grads])).sum()
+    torch.nn.utils.clip_grad_value_(grads, clip["value"], foreach=True)
+    return total
 
 
 @torch.no_grad()
