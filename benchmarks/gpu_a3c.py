@@ -196,11 +196,11 @@ def hogwild_learner(index, hp, shared, optimizer, counts, barrier, env_id, seed,
     torch.manual_seed(seed + index)
     rng = np.random.default_rng(seed + index)
     env = environments.make(env_id, seed + index)
-    shared_params = list(shared.parameters())
+    group = optimizer.param_groups[0]
+    shared_params = list(group["params"])  # the shared model's, in its order
     learner = shared if device == "cpu" else ActorCritic(hp).to(device)
     params = list(learner.parameters())
     square_avgs = [optimizer.state[p]["square_avg"] for p in shared_params]
-    group = optimizer.param_groups[0]
     alpha, eps, clip = group["alpha"], group["eps"], hp["grad_clip_norm"]
     t_max, gamma, reward_clip = hp["t_max"], hp["gamma"], hp["reward_clip"]
     frames_per_step = 4 if shared.atari else 1
