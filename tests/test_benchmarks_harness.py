@@ -141,3 +141,16 @@ def test_deepspeech2_baseline_sorted_once_takes_tbdzoos_first_loss():
     ours = float(model.train_step(model.prepare_batch(batch)))
     assert abs(ours - theirs) <= 1e-5 * abs(theirs)
     assert weight_difference("deepspeech2", model, net) < 1e-6
+
+
+def test_marian_baseline_holds_tbdzoos_weights_and_takes_its_first_loss():
+    """MarianMTModel from tbdzoo's Transformer weights, epsilon and sinusoid table, dropout off:
+    one Adam step each on the same batch, the same loss."""
+    pytest.importorskip("transformers")
+    import tbdzoo
+    from benchmarks.gpu_handwritten import MarianBaseline
+    model = tbdzoo.build("transformer", backend="torch", config="tiny", device="cpu", dropout=0.0)
+    batch = model.synthetic_batch(seed=0)
+    theirs = float(MarianBaseline(model.hparams, model.get_weights(), batch, "cpu", "tf32", False).step())
+    ours = float(model.train_step(model.prepare_batch(batch)))
+    assert abs(ours - theirs) <= 1e-5 * abs(theirs)
