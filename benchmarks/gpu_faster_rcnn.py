@@ -59,7 +59,8 @@ The repeat protocol is benchmarks/harness.py's: ``--processes`` fresh processes 
 mode, each seeding PyTorch's generators with 0 (torchvision's samplers draw from them),
 building both sides, one step each (first losses), one for peak memory (less what the other
 contenders hold), ``--warmup`` steps, then ``--rounds`` interleaved rounds of ``--steps``
-steps; ``--profile`` adds a torch.profiler summary per contender in the last process. On a CPU
+steps; ``--profile`` adds a torch.profiler summary per contender in the last process, and
+``--attribute`` what is live at each contender's peak memory by allocation site. On a CPU
 (``--device cpu --tiny``, a check that the script runs) tf32 means fp32, PyTorch runs one
 thread and no memory is measured.
 """
@@ -249,6 +250,10 @@ def run_cell(model_name, precision, compiled, device, args):
     checks = {"first_loss_rel_diff": {name: abs(first["tbdzoo"] - first[name]) / max(abs(first[name]), 1e-12)
                                       for name in sides}}
     peaks = harness.peak_memory(contenders, held, device)
+    at_peak = None
+    if args.attribute and cuda:
+        from benchmarks.gpu_handwritten import peak_sites
+        at_peak = {name: peak_sites(step, device) for name, step in contenders.items()}
     for step in contenders.values():
         for _ in range(args.warmup):
             step()
@@ -261,6 +266,8 @@ def run_cell(model_name, precision, compiled, device, args):
                "frozen_batchnorm": "calibrated on the image ({} layers)".format(calibrated)
                if calibrated else "initial statistics (mean 0, variance 1)",
                "rois_per_step": rois, "torchvision_first_losses": their_losses}
+    if at_peak:
+        details["at_peak"] = at_peak
     cell = {"model": MODEL, "precision": precision, "execution": execution,
             "config": "tiny" if args.tiny else "paper", "batch_size": 1, "unit": model.model_def.unit,
             "items_per_step": model.model_def.items(hp, batch), "warmup": args.warmup, "steps": args.steps,
@@ -308,6 +315,8 @@ def arguments(argv=None):
                    help="separate processes per cell, one after the other")
     p.add_argument("--profile", action="store_true",
                    help="a torch.profiler summary of each contender in the last process")
+    p.add_argument("--attribute", action="store_true",
+                   help="what is live at each contender's peak memory, by allocation site (GPU)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
     p.add_argument("--tiny", action="store_true", help="tiny config on both sides (a CPU check)")
     p.add_argument("--torchvision-input", choices=("image", "canvas"), default="image",
