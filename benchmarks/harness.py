@@ -290,14 +290,30 @@ def records_of(result, key=KEY):
                 records.append({"process_index": len(records), "environment": result["environment"],
                                 "cells": []})
             c = {k: cell[k] for k in tuple(key) + CELL_FIELDS if k in cell}
+            checks = cell.get("checks") or []
             c.update({"times": r["times"], "peak_bytes": r["peak_bytes"], "first_loss": cell["first_loss"][i],
-                      "checks": {}})
+                      "checks": checks[i] if i < len(checks) else {}})
             if cell.get("details"):
                 c["details"] = cell["details"][i]
             if i == len(cell["rounds"]) - 1 and cell.get("profile"):
                 c["profile"] = cell["profile"]
             records[i]["cells"].append(c)
     return records
+
+
+def merge_files(paths, key=KEY):
+    """One result from the results of several runs of one script (say its eager and its
+    compiled cells, run apart): every cell recomputed from its processes' rounds. A cell two
+    runs both measured gets the processes of both."""
+    results = []
+    for path in paths:
+        with open(path) as f:
+            results.append(json.load(f))
+    records = [r for result in results for r in records_of(result, key)]
+    protocols = [r["protocol"] for r in results]
+    merged = aggregate(records, " && ".join(r["command"] for r in results),
+                       protocols[0] if all(p == protocols[0] for p in protocols) else protocols, key)
+    return merged
 
 
 def check_choices(parser, args, models=None, precisions=("tf32", "bf16"), executions=("eager", "compiled")):
@@ -380,3 +396,20 @@ def _drop(argv, flags):
 
 def _replace(argv, flag, value):
     return _drop(argv, (flag,)) + [flag, value]
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="merge result files of one comparison script: "
+                                     "python3 -m benchmarks.harness --out ALL.json A.json B.json")
+    parser.add_argument("inputs", nargs="+", help="result files (each a script's --out)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--key", default=",".join(KEY),
+                        help="the fields cells merge by (default model,precision,execution; "
+                             "gpu_a3c.py: model,device,learners)")
+    args = parser.parse_args()
+    result = merge_files(args.inputs, tuple(args.key.split(",")))
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    for cell in result["cells"]:
+        print(" ".join(str(cell.get(k)) for k in args.key.split(",")), cell.get("speed_verdict", cell.get("error")))

@@ -97,6 +97,25 @@ def test_bad_arguments_exit_2_naming_the_option(name, argv, capsys):
     assert argv[0].lstrip("-").split("-")[0] in capsys.readouterr().err
 
 
+def test_result_files_of_one_script_merge_into_one(tmp_path):
+    import json
+    paths = []
+    for execution, t in (("eager", 1.0), ("compiled", 0.5)):
+        records = [{"environment": {"gpu": "x"}, "cells": [
+            {"model": "m", "precision": "tf32", "execution": execution, "items_per_step": 4,
+             "first_loss": {"tbdzoo": 1.0, "b": 1.0}, "checks": {"first_loss_rel_diff": {"b": 0.0}},
+             "times": {"tbdzoo": [t * (1 + i)] * 5, "b": [1.2 * t * (1 + i)] * 5},
+             "peak_bytes": {"tbdzoo": 1, "b": 2}}]} for i in range(2)]
+        paths.append(str(tmp_path / (execution + ".json")))
+        with open(paths[-1], "w") as f:
+            json.dump(harness.aggregate(records, execution, {"processes": 2}), f)
+    merged = harness.merge_files(paths)
+    assert [c["execution"] for c in merged["cells"]] == ["eager", "compiled"]
+    assert all(c["processes"] == 2 and abs(c["speed"] - 1.2) < 1e-12 for c in merged["cells"])
+    assert merged["cells"][0]["checks"] == [{"first_loss_rel_diff": {"b": 0.0}}] * 2
+    assert merged["command"] == "eager && compiled" and merged["protocol"] == {"processes": 2}
+
+
 def test_a3c_cells_merge_by_learner_count_and_report_frames_per_second():
     from benchmarks import gpu_a3c
     records = []
