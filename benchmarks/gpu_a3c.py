@@ -1,44 +1,63 @@
-"""tbdzoo's asynchronous A3C on the PyTorch backend against a hand-written PyTorch A3C: frames/s.
+"""tbdzoo's asynchronous A3C on the PyTorch backend against two hand-written PyTorch A3Cs: frames/s.
 
-    python3 benchmarks/gpu_a3c.py --device cuda --out benchmarks/results/h200_a3c_cuda.json
-    python3 benchmarks/gpu_a3c.py --device cpu --out benchmarks/results/h200_a3c_cpu.json
-    python3 benchmarks/gpu_a3c.py --device cpu --learners 2 --seconds 30 --repeats 2 \\
-        --out benchmarks/results/cpu_a3c.json                                # a check on any CPU
+    python3 -m benchmarks.gpu_a3c --device cpu --learners 1,4,16 --out benchmarks/results/h200_a3c_cpu.json
+    python3 -m benchmarks.gpu_a3c --device cuda --learners 1,4,16 --out benchmarks/results/h200_a3c_cuda.json
+    python3 -m benchmarks.gpu_a3c --device cpu --config cartpole --env CartPole-v1 --learners 2 \\
+        --seconds 3 --rounds 2 --processes 1 --out /tmp/check.json        # a check that it runs
 
-The hand-written contender is A3C as PyTorch users write it: one ``nn.Module`` actor-critic
-(the same network as tbdzoo's config: for Pong the paper's conv 16 8x8/4, conv 32 4x4/2, fc 256
-with ReLUs, a softmax policy and a linear value) whose parameters are in shared memory
-(``share_memory()``); one process per learner (``torch.multiprocessing``, fork on the CPU,
-spawn with CUDA), each with ``torch.set_num_threads(1)``, its own environment and its own copy
-loaded from the shared model (``load_state_dict``) before each rollout; the rollout's log
-probabilities, entropies and values kept from the acting forward passes and backpropagated at
-the end (no second forward pass); the n-step returns bootstrapped from V(s_T) unless the
-episode ended; ``clip_grad_norm_(40)``; the local gradients handed to the shared parameters
-(``shared.grad = local.grad``) and a shared RMSProp (a ``torch.optim.Optimizer`` whose square
-averages are in shared memory) stepped, without locks. Both sides use the same hyperparameters
-(tbdzoo's config: t_max 5, gamma 0.99, entropy 0.01, RMSProp alpha 0.99 and epsilon 0.1 inside
-the root, lr 7e-4 annealed linearly by frames, rewards clipped to [-1, 1]), the same initial
-weights (tbdzoo's) and the same environments (``tbdzoo.environments.make``: Gymnasium's
-AtariPreprocessing and FrameStackObservation, frame skip 4), learner i seeded seed + i.
+Run from the repository root. Three contenders, each ``--learners`` actor-learner processes
+(``torch.multiprocessing``: fork on the CPU, spawn with CUDA; ``torch.set_num_threads(1)`` each)
+on one model and one RMSProp whose parameters and square averages are in host shared memory,
+with the same network (tbdzoo's config: for Pong the paper's conv 16 8x8/4, conv 32 4x4/2, fc 256
+with ReLUs, a softmax policy and a linear value), initial weights (tbdzoo's), hyperparameters
+(t_max 5, gamma 0.99, entropy 0.01, value 0.5, RMSProp alpha 0.99 and epsilon 0.1 inside the
+root, lr 7e-4 annealed linearly by frames, ``clip_grad_norm`` 40, rewards clipped to [-1, 1]) and
+environments (``tbdzoo.environments.make``: Gymnasium's AtariPreprocessing and
+FrameStackObservation, frame skip 4), learner i seeded seed + i; updates are lock-free:
 
-Protocol: for each of ``--repeats`` rounds, each side in turn (alternating which goes first)
-runs ``--learners`` learners for ``--seconds`` after every learner is ready; frames/s is the
-frames all learners stepped (skipped frames counted) over the seconds from the common start to
-the last learner's stop. The JSON holds every round, the medians and the ratio
-tbdzoo / hand-written (the target: at least 1.00). ``--device cuda`` puts each learner's copy
-on the GPU (the shared model stays in host shared memory); ``--device cpu`` is the usual A3C
-on the host's cores.
+- ``tbdzoo``: ``tbdzoo.rl.train_a3c("torch", ...)`` (docs/a3c.md).
+- ``classic``: the loop as A3C's public implementations write it: each rollout reloads the
+  shared model into the learner's own copy (``load_state_dict``), acts with autograd on and
+  keeps the log probabilities, entropies and values of the acting passes (no second forward
+  pass), reads every action back with ``int(action)`` (a device synchronisation per step under
+  CUDA), computes the returns as scalar tensors in a Python loop, backpropagates, hands the
+  gradients to the shared parameters (``shared.grad = local.grad``) and steps the shared
+  RMSProp parameter by parameter.
+- ``hogwild``: what a PyTorch user who wants speed writes (the Hogwild pattern of PyTorch's
+  own example): the learner acts with the shared model itself, in host shared memory, under
+  ``torch.inference_mode``, samples the action in NumPy from the policy's probabilities, keeps
+  the rollout's observations, actions and rewards in preallocated NumPy arrays and computes the
+  n-step returns there (bootstrapped from V(s_T) unless the episode ended), then takes the
+  gradients of the rollout's loss in one batched forward and backward pass
+  (``torch.autograd.grad``), clips them to global norm 40 and steps the shared RMSProp with
+  foreach operations. On the CPU nothing is copied: the shared model is the learner's model.
+  With ``--device cuda`` the learner still acts on the host (an action is needed on the host
+  every step; acting on the GPU would cost one synchronisation per step) and learns on its copy
+  on the GPU: the shared parameters copied in once per rollout, the rollout in one copy, the
+  gradients back in one copy each.
+
+Protocol (benchmarks/harness.py's repeat protocol): ``--processes`` fresh processes, one after
+the other; in each, for every learner count, ``--rounds`` rounds, each running every contender
+in turn (the order rotating from round to round) for ``--seconds`` after every learner is ready.
+Frames/s is the frames all learners stepped (skipped frames counted) over the seconds from the
+common start to the last learner's stop. The JSON holds every round of every process and, per
+learner count, each contender's median frames/s with its spread, and the ratios of tbdzoo's
+frames/s to each baseline's with their spread and verdict (PARITY where the spread reaches
+1.0). ``--device cuda`` puts each learner's copy on the GPU (tbdzoo and classic also act there);
+the shared model and the RMSProp state stay in host shared memory on every side.
 """
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
+import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -46,8 +65,12 @@ import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from tbdzoo import environments  # noqa: E402
 from tbdzoo.models import get_model  # noqa: E402
+
+CONTENDERS = ("tbdzoo", "classic", "hogwild")
+KEY = ("model", "device", "learners")
 
 
 # -- the hand-written A3C ------------------------------------------------------------------------
@@ -110,8 +133,9 @@ class SharedRMSprop(torch.optim.Optimizer):
                 p.addcdiv_(p.grad, v.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
-def handwritten_learner(index, hp, shared, optimizer, counts, barrier, env_id, seed, seconds,
-                        anneal_frames, device):
+def classic_learner(index, hp, shared, optimizer, counts, barrier, env_id, seed, seconds,
+                    anneal_frames, device):
+    """The classic loop, as A3C's public implementations write it."""
     torch.set_num_threads(1)
     torch.manual_seed(seed + index)
     env = environments.make(env_id, seed + index)
@@ -164,7 +188,85 @@ def handwritten_learner(index, hp, shared, optimizer, counts, barrier, env_id, s
     env.close()
 
 
-def run_handwritten(hp, learners, env_id, seed, seconds, device):
+def hogwild_learner(index, hp, shared, optimizer, counts, barrier, env_id, seed, seconds,
+                    anneal_frames, device):
+    """The performance-aware loop: act with the shared model under inference_mode, the
+    rollout and its returns in NumPy, one batched forward and backward pass per update."""
+    torch.set_num_threads(1)
+    torch.manual_seed(seed + index)
+    rng = np.random.default_rng(seed + index)
+    env = environments.make(env_id, seed + index)
+    group = optimizer.param_groups[0]
+    shared_params = list(group["params"])  # the shared model's, in its order
+    learner = shared if device == "cpu" else ActorCritic(hp).to(device)
+    params = list(learner.parameters())
+    square_avgs = [optimizer.state[p]["square_avg"] for p in shared_params]
+    alpha, eps, clip = group["alpha"], group["eps"], hp["grad_clip_norm"]
+    t_max, gamma, reward_clip = hp["t_max"], hp["gamma"], hp["reward_clip"]
+    frames_per_step = 4 if shared.atari else 1
+    obs, _ = env.reset()
+    observations = np.empty((t_max,) + tuple(np.shape(obs)), np.float32)
+    actions, rewards = np.empty(t_max, np.int64), np.empty(t_max, np.float32)
+    returns = np.empty(t_max, np.float32)
+    barrier.wait()
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        done, n = False, 0
+        with torch.inference_mode():
+            for t in range(t_max):
+                observations[t] = obs
+                logits = shared(torch.from_numpy(observations[t:t + 1]))[0][0]
+                p = torch.softmax(logits, -1).numpy().astype(np.float64)
+                action = min(int(np.searchsorted(np.cumsum(p), rng.random() * p.sum())), len(p) - 1)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                actions[t] = action
+                rewards[t] = max(-reward_clip, min(reward_clip, reward)) if reward_clip else reward
+                n = t + 1
+                done = terminated or truncated
+                if done:
+                    obs, _ = env.reset()
+                    break
+            R = 0.0 if done else float(shared(torch.from_numpy(
+                np.asarray(obs, np.float32)[None]))[1][0, 0])
+        for t in range(n - 1, -1, -1):
+            R = rewards[t] + gamma * R
+            returns[t] = R
+        counts[0, index] += n * frames_per_step
+        if learner is not shared:
+            with torch.no_grad():
+                for mine, theirs in zip(params, shared_params):
+                    mine.copy_(theirs, non_blocking=True)
+        x = torch.from_numpy(observations[:n]).to(device, non_blocking=True)
+        a = torch.from_numpy(actions[:n]).to(device, non_blocking=True)
+        ret = torch.from_numpy(returns[:n]).to(device, non_blocking=True)
+        logits, values = learner(x)
+        log_p = F.log_softmax(logits, -1)
+        advantage = ret - values[:, 0]
+        policy_loss = -(log_p.gather(1, a[:, None])[:, 0] * advantage.detach()).sum()
+        entropy = -(log_p.exp() * log_p).sum()
+        value_loss = 0.5 * advantage.pow(2).sum()
+        loss = (policy_loss - hp["entropy_weight"] * entropy + hp["value_weight"] * value_loss) / n
+        grads = list(torch.autograd.grad(loss, params))
+        if clip:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            torch._foreach_mul_(grads, torch.clamp(clip / (norm + 1e-6), max=1.0))
+        if learner is not shared:
+            grads = [g.to("cpu") for g in grads]
+        lr = hp["lr"] * max(0.0, 1.0 - float(counts[0].sum()) / anneal_frames)
+        with torch.no_grad():
+            torch._foreach_mul_(square_avgs, alpha)
+            torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+            denominators = torch._foreach_add(square_avgs, eps)
+            torch._foreach_sqrt_(denominators)
+            torch._foreach_addcdiv_(shared_params, grads, denominators, value=-lr)
+        counts[1, index] += 1
+    counts[2, index] = time.monotonic()
+    env.close()
+
+
+def run_handwritten(learner, hp, learners, env_id, seed, seconds, device):
+    """``learners`` processes of ``learner`` (classic_learner or hogwild_learner) on one shared
+    model and shared RMSProp; frames/s from the common start to the last learner's stop."""
     shared = ActorCritic(hp)
     shared.load_state_dict(initial_weights(hp, seed))
     shared.share_memory()
@@ -174,7 +276,7 @@ def run_handwritten(hp, learners, env_id, seed, seconds, device):
     anneal = hp["anneal_steps"] * hp["learners"] * hp["t_max"] * frames_per_step
     ctx = mp.get_context("spawn" if device.startswith("cuda") else "fork")
     barrier = ctx.Barrier(learners + 1)
-    procs = [ctx.Process(target=handwritten_learner, args=(
+    procs = [ctx.Process(target=learner, args=(
         i, hp, shared, optimizer, counts, barrier, env_id, seed, seconds, anneal, device))
         for i in range(learners)]
     for p in procs:
@@ -184,7 +286,7 @@ def run_handwritten(hp, learners, env_id, seed, seconds, device):
     for p in procs:
         p.join()
         if p.exitcode != 0:
-            raise RuntimeError("a hand-written learner exited with code {}".format(p.exitcode))
+            raise RuntimeError("a {} learner exited with code {}".format(learner.__name__, p.exitcode))
     elapsed = float(counts[2].max()) - start
     return {"frames": int(counts[0].sum()), "updates": int(counts[1].sum()), "seconds": elapsed,
             "frames_per_second": float(counts[0].sum()) / elapsed,
@@ -207,63 +309,126 @@ def run_tbdzoo(config, overrides, learners, env_id, seed, seconds, device):
             "cpu_utilisation_per_learner": r.cpu_utilisation}
 
 
-def environment(device):
-    env = {"torch": torch.__version__, "python": platform.python_version(),
-           "host_cpus": os.cpu_count(), "device": device,
-           "load_average_at_start": os.getloadavg()}
-    if device.startswith("cuda"):
-        env["gpu"] = torch.cuda.get_device_name(0)
-    return env
+def run_contender(name, args, hp, env_id, learners, device):
+    if name == "tbdzoo":
+        return run_tbdzoo(args.config, {}, learners, env_id, args.seed, args.seconds, device)
+    learner = classic_learner if name == "classic" else hogwild_learner
+    return run_handwritten(learner, hp, learners, env_id, args.seed, args.seconds, device)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_cell(learners, device, args, hp, env_id):
+    """Rounds of every contender at one learner count; each round's figure is seconds per frame
+    (the harness's "step time" with one frame as the item), so its ratios are frames/s ratios."""
+    names = list(args.contenders.split(","))
+    times, rounds = {name: [] for name in names}, []
+    for r in range(args.rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            result = run_contender(name, args, hp, env_id, learners, device)
+            result.update(contender=name, round=r)
+            rounds.append(result)
+            times[name].append(1.0 / result["frames_per_second"])
+            print("  {} learners round {} {:<8} {:>10,.0f} frames/s {:>8.1f} updates/s".format(
+                learners, r, name, result["frames_per_second"], result["updates_per_second"]), flush=True)
+    return {"model": "a3c", "device": device, "learners": learners, "precision": "fp32",
+            "execution": "asynchronous", "config": args.config, "unit": "frames/s", "items_per_step": 1,
+            "warmup": 0, "steps": 1, "times": times, "peak_bytes": {name: None for name in names},
+            "first_loss": {}, "checks": {},
+            "details": {"env": env_id, "seconds_per_round": args.seconds, "rounds": rounds}}
+
+
+def worker(args, device):
+    hp = get_model("a3c").hparams(args.config)
+    env_id = environments.resolve(args.env)
+    env = harness.environment(device)
+    env["load_average_at_start"] = os.getloadavg()
+    record = {"process_index": args.process_index, "environment": env, "cells": []}
+    for learners in [int(v) for v in args.learners.split(",")]:
+        try:
+            cell = run_cell(learners, device, args, hp, env_id)
+        except Exception as e:  # a failed cell is recorded, the others still run
+            traceback.print_exc()
+            cell = {"model": "a3c", "device": device, "learners": learners,
+                    "error": "{}: {}".format(type(e).__name__, e)}
+        record["cells"].append(cell)
+        with open(args.process_out, "w") as f:
+            json.dump(record, f)
+    return 0
+
+
+def row(cell):
+    """One line of a learner count's summary for the terminal."""
+    if "contenders" not in cell:
+        return "a3c {} learners FAILED {}".format(cell["learners"], cell.get("error"))
+    fps = {name: c["throughput"] for name, c in cell["contenders"].items()}
+    ratios = "  ".join("vs {} {:.3f}x [{:.3f}-{:.3f}] {}".format(
+        b, r["speed"], min(r["speed_rounds"] + r["speed_processes"]),
+        max(r["speed_rounds"] + r["speed_processes"]), r["speed_verdict"].upper())
+        for b, r in cell["ratios"].items())
+    return "a3c {:>3} learners  ".format(cell["learners"]) + "  ".join(
+        "{} {:,.0f}".format(n, v) for n, v in fps.items()) + " frames/s  " + ratios
+
+
+def arguments(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="paper", help="tbdzoo's a3c config (default: paper)")
     p.add_argument("--env", default="pong", help="environment (default: ALE Pong)")
-    p.add_argument("--learners", type=int, default=16, help="actor-learners (default 16)")
-    p.add_argument("--seconds", type=float, default=45.0, help="per side and round (default 45)")
-    p.add_argument("--repeats", type=int, default=2, help="rounds of both sides (default 2)")
+    p.add_argument("--learners", default="16", help="learner counts, e.g. 1,4,16 (default 16)")
+    p.add_argument("--contenders", default=",".join(CONTENDERS),
+                   help="of {} (default: all; tbdzoo is required)".format(", ".join(CONTENDERS)))
+    p.add_argument("--seconds", type=float, default=20.0, help="per contender and round (default 20)")
+    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="rounds per process")
+    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
+                   help="separate processes, one after the other")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda", help="the learners' device: cuda or cpu")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_a3c.json"))
-    args = p.parse_args()
-    if args.learners < 1:
-        p.error("--learners {}: A3C needs at least one actor-learner".format(args.learners))
+    p.add_argument("--device", default="cuda", help="the learners' device: cuda, cuda:N or cpu")
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default="gpu_a3c.json")
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    try:
+        counts = [int(v) for v in args.learners.split(",")]
+    except ValueError:
+        counts = [0]
+    if min(counts) < 1:
+        p.error("--learners {}: learner counts are integers >= 1, e.g. 1,4,16".format(args.learners))
+    names = args.contenders.split(",")
+    if "tbdzoo" not in names or not set(names) <= set(CONTENDERS) or len(names) < 2:
+        p.error("--contenders {}: tbdzoo and at least one of classic, hogwild".format(args.contenders))
+    if args.seconds <= 0:
+        p.error("--seconds {}: must be above 0".format(args.seconds))
+    harness.check_choices(p, args)
+    return p, args
+
+
+def main(argv=None):
+    p, args = arguments(argv)
     device = "cuda:0" if args.device == "cuda" else args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: run with --device cpu to check the script", file=sys.stderr)
         return 2
-    hp = get_model("a3c").hparams(args.config)
-    env_id = environments.resolve(args.env)
-    results = {"command": " ".join(["benchmarks/gpu_a3c.py"] + sys.argv[1:]),
-               "environment": environment(device), "config": args.config, "env": env_id,
-               "learners": args.learners, "seconds_per_round": args.seconds, "rounds": []}
-    sides = {"tbdzoo": lambda: run_tbdzoo(args.config, {}, args.learners, env_id, args.seed,
-                                          args.seconds, device),
-             "handwritten": lambda: run_handwritten(hp, args.learners, env_id, args.seed,
-                                                    args.seconds, device)}
-    for round_index in range(args.repeats):
-        order = ["tbdzoo", "handwritten"] if round_index % 2 == 0 else ["handwritten", "tbdzoo"]
-        for side in order:
-            r = sides[side]()
-            r.update(side=side, round=round_index)
-            results["rounds"].append(r)
-            print("round {} {:<12} {:>10,.0f} frames/s {:>8.1f} updates/s ({} frames in {:.1f} s)"
-                  .format(round_index, side, r["frames_per_second"], r["updates_per_second"],
-                          r["frames"], r["seconds"]), flush=True)
-            median = {s: statistics.median(x["frames_per_second"] for x in results["rounds"]
-                                           if x["side"] == s)
-                      for s in sides if any(x["side"] == s for x in results["rounds"])}
-            results["median_frames_per_second"] = median
-            if len(median) == 2:
-                results["ratio_tbdzoo_over_handwritten"] = median["tbdzoo"] / median["handwritten"]
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:   # rewritten after every side: a cut run keeps it
-                json.dump(results, f, indent=1)
-    print("tbdzoo / hand-written frames/s: {:.3f}x".format(
-        results["ratio_tbdzoo_over_handwritten"]))
-    return 0
+    if args.process_out:
+        return worker(args, device)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python3 -m benchmarks.gpu_a3c"] + harness._drop(argv, ("--out", "--work-dir")) +
+                       ["--out", "benchmarks/results/" + os.path.basename(args.out)])
+    protocol = {"processes": args.processes, "rounds_per_process": args.rounds,
+                "seconds_per_round": args.seconds,
+                "speed_ratio": "tbdzoo frames/s / baseline frames/s (above 1: tbdzoo faster)",
+                "verdict": "ahead or behind only when every round's and every process's ratio is on one side of 1.0"}
+    work = args.work_dir or tempfile.mkdtemp(prefix="tbdzoo-a3c-")
+
+    def save(records):
+        result = harness.aggregate(records, command, protocol, key=KEY)
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        return result
+    records = harness.run_processes("benchmarks.gpu_a3c", argv, args.processes, work, on_process=save)
+    for cell in save(records)["cells"]:
+        print(row(cell))
+    return 0 if records else 1
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """tbdzoo's Faster R-CNN training step on the PyTorch backend against torchvision's FasterRCNN,
 on one GPU.
 
-    python3 benchmarks/gpu_faster_rcnn.py --out results.json         # tf32 and bf16, eager
-    python3 benchmarks/gpu_faster_rcnn.py --executions eager,compiled --precisions bf16
-    python3 benchmarks/gpu_faster_rcnn.py --canvas config              # tbdzoo on 1,000 x 1,000
-    python3 benchmarks/gpu_faster_rcnn.py --device cpu --tiny --out /tmp/frcnn_cpu.json
+    python3 -m benchmarks.gpu_faster_rcnn --profile --out benchmarks/results/h200_faster_rcnn.json
+    python3 -m benchmarks.gpu_faster_rcnn --executions compiled --precisions bf16
+    python3 -m benchmarks.gpu_faster_rcnn --canvas config               # tbdzoo on 1,000 x 1,000
+    python3 -m benchmarks.gpu_faster_rcnn --device cpu --tiny --executions eager --precisions tf32 \\
+        --steps 1 --rounds 2 --processes 1 --warmup 1 --out /tmp/check.json   # a check that it runs
 
-tbdzoo's side is ``tbdzoo.build("faster_rcnn", backend="torch", config="paper")``: ResNet-101
-C4, one image per step, every step running its targets step inside the update's forward pass
-(anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs and RoIAlign's gather points;
-on a GPU the NMS and the gather points run there, docs/detection.md).
+Run from the repository root. tbdzoo's side is ``tbdzoo.build("faster_rcnn", backend="torch",
+config="paper")``: ResNet-101 C4, one image per step, every step running its targets step inside
+the update's forward pass (anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs and
+RoIAlign's gather points; on a GPU the NMS and the gather points run there, docs/detection.md).
 
 torchvision's side is ``FasterRCNN`` assembled the same way (tbdzoo/detection/
 torchvision_reference.py: the resnet101 trunk, conv1 .. layer3 as the backbone, ``RPNHead``,
@@ -19,8 +20,10 @@ tbdzoo's hyperparameters where its API takes them (RPN batch 256, half positive,
 RoIAlign 14 x 14 with 2 x 2 samples; that module lists what differs), trained as its users
 train it: a list of image tensors at their own size and a list of target dicts into
 ``model(images, targets)``, the sum of the four losses it returns, ``clip_grad_value_(5)``
-(tbdzoo's element-wise clip) and PyTorch's default SGD (lr 1e-3, momentum 0.9, weight decay
-5e-4; tbdzoo uses its fused one on a GPU). Its sampling and NMS run on the device.
+(tbdzoo's element-wise clip, foreach) and SGD (momentum 0.9, weight decay 5e-4; fused on a
+GPU). Its sampling and NMS run on the device. It is built twice, plain NCHW
+(``torchvision_nchw``) and channels-last (``torchvision_channels_last``): both are timed and the
+faster is THE baseline of the cell.
 
 The same work on both sides:
 
@@ -41,23 +44,25 @@ The same work on both sides:
   where calibration put them. At the paper's 0.001 the untrained heads move the weights
   within a few steps to where some steps' proposals are all slivers again, torchvision's head
   sees from 3 to 128 RoIs from step to step, and with cuDNN's autotuner on it measures
-  layer4's convolutions anew for each new count: 0.4-1.1 s steps that time the autotuner,
-  not the model. The record carries the RoIs each side's head ran on.
+  layer4's convolutions anew for each new count: steps that time the autotuner, not the
+  model. Each cell records the RoIs each side's head ran on (``details``).
 
-Both run channels-last, with cuDNN's autotuner and the TF32 flags on, under the same
-precision: tf32, or bf16 autocast for the whole forward pass (master weights fp32), as tbdzoo's
-precision option does. ``compiled`` (optional) builds tbdzoo with ``execution="compiled"`` and
-wraps torchvision's model in ``torch.compile`` (its sampling and NMS break the graph).
+Both run with cuDNN's autotuner and the TF32 flags on, under the same precision: tf32, or bf16
+autocast for the whole forward pass (master weights fp32), as tbdzoo's precision option does;
+tbdzoo channels-last. ``compiled`` builds tbdzoo with ``execution="compiled"`` and wraps
+torchvision's model in ``torch.compile`` (its sampling and NMS break the graph).
 
-Per cell (PyTorch's generators seeded with 0, so torchvision's samples repeat from run to
-run): build both, one step each (the first losses: they differ a little, since the two
-draw different anchors and RoIs and differ in the points listed in the module above), the
-peak memory of one step of each (``max_memory_allocated`` after a reset, less what the other
-side holds), ``warmup`` steps each, then ``repeats`` rounds of ``steps`` steps of each side
-alone in alternating order, each round synchronised; the figure is the median round. The
-default run (tf32 and bf16, eager) is meant to take under two minutes on an H200, building
-included. On a CPU (``--device cpu``, a check that the script runs) tf32 means fp32, PyTorch
-runs one thread and no memory is measured.
+The first losses differ a little (the two draw different anchors and RoIs, and differ in the
+points that torchvision_reference.py lists); they are recorded with their relative difference.
+
+The repeat protocol is benchmarks/harness.py's: ``--processes`` fresh processes per execution
+mode, each seeding PyTorch's generators with 0 (torchvision's samplers draw from them),
+building both sides, one step each (first losses), one for peak memory (less what the other
+contenders hold), ``--warmup`` steps, then ``--rounds`` interleaved rounds of ``--steps``
+steps; ``--profile`` adds a torch.profiler summary per contender in the last process, and
+``--attribute`` what is live at each contender's peak memory by allocation site. On a CPU
+(``--device cpu --tiny``, a check that the script runs) tf32 means fp32, PyTorch runs one
+thread and no memory is measured.
 """
 import argparse
 import json
@@ -68,21 +73,20 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+if os.path.dirname(HERE) not in sys.path:  # also imported as a module of benchmarks/ by path
+    sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gpu_handwritten import environment  # noqa: E402
-from benchmarks.harness import held_bytes, peak_bytes  # noqa: E402
-from gpu_recurrent import (first_loss, host_environment, synchronize,  # noqa: E402
-                           time_rounds)
+from benchmarks import harness  # noqa: E402
+from benchmarks.gpu_recurrent import first_loss  # noqa: E402
 
 MODEL = "faster_rcnn"
 OBJECTS = 3             # objects in the image (a VOC image holds 2.5 on average)
 IMAGE_HEIGHT = 0.6      # of the canvas: 600 of 1,000, the short side the paper resizes to
-TIMING = (3, 5, 3)      # warm-up steps, steps per round, rounds
+TIMING = (3, 5)         # warm-up steps, steps per round
+LAYOUTS = {"torchvision_nchw": False, "torchvision_channels_last": True}
 STILL_LR = 1e-12        # > 0, as tbdzoo's hyperparameters require; the weights do not move
 
 
@@ -160,18 +164,19 @@ def calibrate_frozen_batchnorm(hp, weights, batch, device):
 
 
 # -- torchvision's side ---------------------------------------------------------------------------
-def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canvas):
+def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canvas, channels_last=True):
     """torchvision's FasterRCNN from tbdzoo's weights and its training step, which returns its
     four losses (detached)."""
     images, targets = torchvision_inputs(batch, whole_canvas, device)
     h, w = images[0].shape[1:]
     net = torchvision_model(hp, weights, images[0], device)
-    net = net.to(memory_format=torch.channels_last)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
     net.train()
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"],
                           weight_decay=hp["weight_decay"], nesterov=hp["nesterov"],
-                          **({"fused": True} if device.startswith("cuda") else {}))
+                          **({"fused": True} if device.startswith("cuda") else {"foreach": True}))
     forward = torch.compile(net) if compiled else net
     autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16,
                               enabled=precision == "bf16")
@@ -192,6 +197,11 @@ def torchvision_step(hp, weights, batch, device, precision, compiled, whole_canv
 
 
 # -- measuring ------------------------------------------------------------------------------------
+def environment():
+    """The GPU machine's environment (benchmarks/faster_rcnn_step_phases.py records it too)."""
+    return harness.environment("cuda:0")
+
+
 def padded_canvas(hp):
     """The benchmark image's sides rounded up to a multiple of 32, what torchvision's transform
     pads it to: tbdzoo's canvas for the same pixels on both sides."""
@@ -199,9 +209,9 @@ def padded_canvas(hp):
     return (-(-h // 32) * 32, -(-w // 32) * 32)
 
 
-def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_canvas,
-             canvas="padded", calibrate=True, lr=STILL_LR):
+def run_cell(model_name, precision, compiled, device, args):
     import tbdzoo
+    from tbdzoo.models.registry import get_model
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -211,98 +221,102 @@ def run_cell(precision, compiled, device, warmup, steps, repeats, tiny, whole_ca
     if compiled:  # each cell compiles from scratch
         torch._dynamo.reset()
     execution = "compiled" if compiled else "eager"
-    from tbdzoo.models.registry import get_model
-    config = get_model(MODEL).configs["tiny" if tiny else "paper"]
-    overrides = {"lr": lr}
-    if canvas == "padded":
+    config = get_model(MODEL).configs["tiny" if args.tiny else "paper"]
+    overrides = {"lr": args.learning_rate}
+    if args.canvas == "padded":
         overrides["canvas"] = padded_canvas(config)
-    elif canvas != "config":
-        overrides["canvas"] = canvas
-    model = tbdzoo.build(MODEL, backend="torch", config="tiny" if tiny else "paper", device=device,
+    elif args.canvas != "config":
+        overrides["canvas"] = tuple(int(v) for v in args.canvas.split(","))
+    model = tbdzoo.build(MODEL, backend="torch", config="tiny" if args.tiny else "paper", device=device,
                          precision=precision if cuda or precision != "tf32" else "fp32",
                          execution=execution, memory_format="channels_last", **overrides)
     hp = model.hparams
     batch = benchmark_batch(hp, config["canvas"])
     prepared = model.prepare_batch(batch)
     weights, calibrated = model.get_weights(), 0
-    if calibrate:
+    if args.frozen_bn == "calibrated":
         weights, calibrated = calibrate_frozen_batchnorm(hp, weights, batch, device)
         model.set_weights(weights)
-    net, opt, theirs, their_hw, their_rois = torchvision_step(hp, weights, batch, device,
-                                                              precision, compiled, whole_canvas)
-    ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
-    contenders = {"tbdzoo": ours, "torchvision": theirs}
-    build_seconds = time.perf_counter() - start
-    their_losses = {k: float(v) for k, v in theirs().items()}
-    losses = {"tbdzoo": first_loss(model.train_step(prepared)),
-              "torchvision": sum(their_losses.values())}
-    synchronize(device)
-    held = {"tbdzoo": held_bytes([model.native], list(model._optimizers.values())),
-            "torchvision": held_bytes([net], [opt])}
-    alone = {"tbdzoo": None, "torchvision": None}
-    if cuda:  # each side's peak less what the other side keeps allocated meanwhile
-        alone = {"tbdzoo": peak_bytes(ours, device) - held["torchvision"],
-                 "torchvision": peak_bytes(theirs, device) - held["tbdzoo"]}
+    whole = args.torchvision_input == "canvas"
+    sides = {name: torchvision_step(hp, weights, batch, device, precision, compiled, whole, cl)
+             for name, cl in LAYOUTS.items()}
+    contenders = {"tbdzoo": lambda: model.train_step(prepared, sync=False)}
+    contenders.update({name: side[2] for name, side in sides.items()})
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values()))}
+    held.update({name: (lambda side=side: harness.held_bytes([side[0]], [side[1]])) for name, side in sides.items()})
+    their_losses = {name: {k: float(v) for k, v in side[2]().items()} for name, side in sides.items()}
+    first = {"tbdzoo": first_loss(model.train_step(prepared))}
+    first.update({name: sum(losses.values()) for name, losses in their_losses.items()})
+    checks = {"first_loss_rel_diff": {name: abs(first["tbdzoo"] - first[name]) / max(abs(first[name]), 1e-12)
+                                      for name in sides}}
+    peaks = harness.peak_memory(contenders, held, device)
+    at_peak = None
+    if args.attribute and cuda:
+        from benchmarks.gpu_handwritten import peak_sites
+        at_peak = {name: peak_sites(step, device) for name, step in contenders.items()}
     for step in contenders.values():
-        for _ in range(warmup):
+        for _ in range(args.warmup):
             step()
-    times = time_rounds(contenders, device, steps, repeats)
-    items = model.model_def.items(hp, batch)
-    result = {"model": MODEL, "precision": precision, "execution": execution,
-              "config": "tiny" if tiny else "paper", "device": device,
-              "canvas": list(hp["canvas"]), "image_hw": [int(v) for v in batch["image_hw"][0]],
-              "objects": int(batch["gt_count"][0]),
-              "torchvision_input": "canvas" if whole_canvas else "image",
-              "torchvision_image_hw": list(their_hw), "unit": model.model_def.unit,
-              "learning_rate": hp["lr"],
-              "frozen_batchnorm": "calibrated on the image ({} layers)".format(calibrated)
-              if calibrate else "initial statistics (mean 0, variance 1)",
-              # tbdzoo's head always runs on rois_per_image (a short sample is padded)
-              "rois_per_step": {"tbdzoo": hp["rois_per_image"],
-                                "torchvision_min": min(their_rois),
-                                "torchvision_max": max(their_rois)},
-              "warmup": warmup, "steps": steps, "repeats": repeats, "items_per_step": items,
-              "first_loss": losses, "torchvision_first_losses": their_losses,
-              "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["torchvision"]) / max(
-                  abs(losses["torchvision"]), 1e-12),
-              "held_bytes": held, "build_seconds": build_seconds, "cell_seconds": None}
-    for name in contenders:
-        median = statistics.median(times[name])
-        result[name] = {"step_s": times[name], "step_s_median": median,
-                        "throughput": items / median, "peak_bytes": alone[name]}
-    result["throughput_ratio"] = \
-        result["tbdzoo"]["throughput"] / result["torchvision"]["throughput"]
-    result["memory_ratio"] = alone["tbdzoo"] / alone["torchvision"] if cuda else None
-    result["cell_seconds"] = time.perf_counter() - start
-    del model, net, opt, contenders, ours, theirs, prepared
+    times = harness.interleaved_rounds(contenders, device, args.steps, args.rounds)
+    rois = {"tbdzoo": hp["rois_per_image"]}  # tbdzoo's head always runs on rois_per_image
+    rois.update({name: [min(side[4]), max(side[4])] for name, side in sides.items()})
+    details = {"canvas": list(hp["canvas"]), "image_hw": [int(v) for v in batch["image_hw"][0]],
+               "objects": int(batch["gt_count"][0]), "torchvision_input": args.torchvision_input,
+               "torchvision_image_hw": list(sides["torchvision_nchw"][3]), "learning_rate": hp["lr"],
+               "frozen_batchnorm": "calibrated on the image ({} layers)".format(calibrated)
+               if calibrated else "initial statistics (mean 0, variance 1)",
+               "rois_per_step": rois, "torchvision_first_losses": their_losses}
+    if at_peak:
+        details["at_peak"] = at_peak
+    cell = {"model": MODEL, "precision": precision, "execution": execution,
+            "config": "tiny" if args.tiny else "paper", "batch_size": 1, "unit": model.model_def.unit,
+            "items_per_step": model.model_def.items(hp, batch), "warmup": args.warmup, "steps": args.steps,
+            "times": times, "peak_bytes": peaks, "first_loss": first, "checks": checks, "details": details}
+    if args.profile:
+        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
+    cell["cell_seconds"] = time.perf_counter() - start
+    del model, sides, contenders, prepared
     if cuda:
         torch.cuda.empty_cache()
-    return result
+    return cell
 
 
-def summary(cell):
-    """One line per cell: throughputs, ratios, first losses, seconds."""
-    memory = ""
-    if cell["memory_ratio"] is not None:
-        memory = " {:>6.3f}x memory ({:.2f} / {:.2f} GiB)".format(
-            cell["memory_ratio"], cell["tbdzoo"]["peak_bytes"] / 2 ** 30,
-            cell["torchvision"]["peak_bytes"] / 2 ** 30)
-    return ("{} {:<5} {:<9} {:>8.2f} {:>8.2f} img/s {:>6.3f}x speed{} loss {:.4g} vs {:.4g} "
-            "({:.0f}s)".format(
-                MODEL, cell["precision"], cell["execution"], cell["tbdzoo"]["throughput"],
-                cell["torchvision"]["throughput"], cell["throughput_ratio"], memory,
-                cell["first_loss"]["tbdzoo"], cell["first_loss"]["torchvision"],
-                cell["cell_seconds"]))
+def worker(args, device):
+    if not device.startswith("cuda"):
+        torch.set_num_threads(1)  # a check, not a measurement: two threads wait on each other
+    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
+    for execution in args.executions.split(","):
+        for precision in args.precisions.split(","):
+            try:
+                cell = run_cell(MODEL, precision, execution == "compiled", device, args)
+                med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
+                print("  {} {} {}: ".format(MODEL, precision, execution) + "  ".join(
+                    "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
+                    " first loss " + " ".join("{:.5g}".format(v) for v in cell["first_loss"].values()) +
+                    " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
+            except Exception as e:  # a failed cell is recorded, the others still run
+                traceback.print_exc()
+                cell = {"model": MODEL, "precision": precision, "execution": execution,
+                        "error": "{}: {}".format(type(e).__name__, e)}
+            record["cells"].append(cell)
+            with open(args.process_out, "w") as f:
+                json.dump(record, f)
+    return 0
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--precisions", default="tf32,bf16")
     p.add_argument("--executions", default="eager", help="eager and/or compiled")
     p.add_argument("--warmup", type=int, default=TIMING[0], help="warm-up steps per side")
     p.add_argument("--steps", type=int, default=TIMING[1], help="steps per timed round")
-    p.add_argument("--repeats", type=int, default=TIMING[2], help="timed rounds per side")
+    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="interleaved rounds per process")
+    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
+                   help="separate processes per cell, one after the other")
+    p.add_argument("--profile", action="store_true",
+                   help="a torch.profiler summary of each contender in the last process")
+    p.add_argument("--attribute", action="store_true",
+                   help="what is live at each contender's peak memory, by allocation site (GPU)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
     p.add_argument("--tiny", action="store_true", help="tiny config on both sides (a CPU check)")
     p.add_argument("--torchvision-input", choices=("image", "canvas"), default="image",
@@ -319,61 +333,27 @@ def main():
                    help="both sides' SGD learning rate (default 1e-12: the same kernels as a "
                         "training step, and the weights, and so the RoIs each head samples, "
                         "stay where calibration put them; 0.001 is the paper's)")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_faster_rcnn.json"))
-    args = p.parse_args()
-    for name, given, allowed in (("precision", args.precisions, ("tf32", "bf16")),
-                                 ("execution", args.executions, ("eager", "compiled"))):
-        unknown = sorted(set(given.split(",")) - set(allowed))
-        if unknown:
-            p.error("unknown {}(s) {}: choose from {}".format(name, ", ".join(unknown),
-                                                            ", ".join(allowed)))
-    for name in ("warmup", "steps", "repeats"):
-        if getattr(args, name) < (0 if name == "warmup" else 1):
-            p.error("--{} must be at least {}".format(name, 0 if name == "warmup" else 1))
-    device = "cuda:0" if args.device == "cuda" else args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu --tiny to check the script", file=sys.stderr)
-        return 2
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    elif device == "cpu":
-        torch.set_num_threads(1)  # a check, not a measurement: two threads wait on each other
-    else:
-        p.error("--device must be cuda, cuda:N or cpu, not {!r}".format(args.device))
-    canvas = args.canvas
-    if canvas not in ("padded", "config"):
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default="gpu_faster_rcnn.json")
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    harness.check_choices(p, args)
+    if args.canvas not in ("padded", "config"):
         try:
-            canvas = tuple(int(v) for v in args.canvas.split(","))
+            ok = len([int(v) for v in args.canvas.split(",")]) == 2
         except ValueError:
-            canvas = ()
-        if len(canvas) != 2:
-            p.error("--canvas takes H,W, e.g. 608,1024; got {!r}".format(args.canvas))
-    results = {"command": " ".join(["benchmarks/gpu_faster_rcnn.py"] + sys.argv[1:]),
-               "environment": environment() if device.startswith("cuda") else host_environment(),
-               "cells": []}
-    began = time.perf_counter()
-    for execution in args.executions.split(","):
-        for precision in args.precisions.split(","):
-            try:
-                cell = run_cell(precision, execution == "compiled", device, args.warmup,
-                                args.steps, args.repeats, args.tiny,
-                                args.torchvision_input == "canvas", canvas,
-                                args.frozen_bn == "calibrated", args.learning_rate)
-            except Exception as e:  # a failed cell is recorded, the others still run
-                traceback.print_exc()
-                cell = {"model": MODEL, "precision": precision, "execution": execution,
-                        "error": "{}: {}".format(type(e).__name__, e)}
-                print(cell, flush=True)
-            else:
-                print(summary(cell), flush=True)
-            results["cells"].append(cell)
-            results["seconds"] = time.perf_counter() - began
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(results, f, indent=1)
-    print("{} cell(s) in {:.0f}s, written to {}".format(len(results["cells"]),
-                                                      results["seconds"], args.out))
-    return 1 if any("error" in c for c in results["cells"]) else 0
+            ok = False
+        if not ok:
+            p.error("--canvas takes padded, config or H,W, e.g. 608,1024; got {!r}".format(args.canvas))
+    if args.learning_rate <= 0:
+        p.error("--learning-rate {}: tbdzoo's hyperparameters take a rate above 0 (1e-12 keeps "
+                "the weights still)".format(args.learning_rate))
+    return p, args
+
+
+def main(argv=None):
+    return harness.main("benchmarks.gpu_faster_rcnn", arguments, worker, argv)
 
 
 if __name__ == "__main__":

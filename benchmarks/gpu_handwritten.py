@@ -1,116 +1,122 @@
-"""tbdzoo's PyTorch backend against hand-written training loops, on one GPU.
+"""tbdzoo's ResNet-50 and Transformer on the PyTorch backend against PyTorch baselines, on one GPU.
 
-    python3 benchmarks/gpu_handwritten.py --out results.json          # every cell
-    python3 benchmarks/gpu_handwritten.py --models transformer --attribute
+    python3 -m benchmarks.gpu_handwritten --profile --out benchmarks/results/h200_handwritten.json
+    python3 -m benchmarks.gpu_handwritten --models transformer --executions eager --attribute
+    python3 -m benchmarks.gpu_handwritten --device cpu --tiny --models resnet50 --executions eager \\
+        --precisions tf32 --steps 1 --rounds 2 --processes 1 --warmup 1 --out /tmp/check.json
 
-The hand-written contenders are what a user would write instead:
+Run from the repository root. The baselines are what a PyTorch user who wants speed writes:
 
-- ResNet-50: torchvision's ``resnet50``; SGD momentum 0.9, weight decay 1e-4.
-- Transformer, ``handwritten``: ``torch.nn.Transformer`` (6+6 layers, d_model 512, 8 heads, FFN
-  2048, dropout 0.1, post-norm) with a shared 32k embedding tied to the output projection,
-  sinusoidal positions and padding and causal masks.
-- Transformer, ``marian``: Hugging Face's ``MarianMTModel`` built from a ``MarianConfig`` with
-  tbdzoo's shapes (shared and tied 32k vocabulary, d_model 512, 6+6 layers, 8 heads, FFN 2048,
-  ReLU, dropout 0.1 after attention, FFN and embeddings, ReLU dropout 0.1, attention dropout and
-  pad id as tbdzoo's config, ``scale_embedding``, SDPA attention). Where it differs from tbdzoo's
-  Transformer: a zero ``final_logits_bias`` buffer is added to the logits (one more logits-sized
-  add); its sinusoidal table holds the sines in the first half of each vector and the cosines in
-  the second instead of interleaving them (a fixed permutation of features, same cost); its
-  embedding ignores the pad row (``padding_idx``: no gradient there); LayerNorm epsilon 1e-5
-  (tbdzoo 1e-6); post-norm with no final encoder or decoder LayerNorm, as tbdzoo (and unlike
-  ``nn.Transformer``, which adds one to each); Q, K and V are three GEMMs where tbdzoo fuses them.
+- **ResNet-50**: torchvision's ``ResNet`` with ``Bottleneck`` blocks (``resnet50`` is
+  ``ResNet(Bottleneck, [3, 4, 6, 3])``: v1.5, in-place ReLUs) holding tbdzoo's initial weights
+  (the parameter names are torchvision's; BatchNorm's gamma and beta are its weight and bias),
+  ``F.cross_entropy``, SGD momentum 0.9, weight decay 1e-4 (fused on a GPU, foreach elsewhere).
+  Built twice, plain NCHW (``baseline_nchw``) and channels-last (``baseline_channels_last``):
+  both are timed and the faster is THE baseline of the cell. From the same weights, on the same
+  batch, the first loss is tbdzoo's (``checks.first_loss_rel_diff``). Batch 256.
+- **Transformer base** (``marian``): Hugging Face's ``MarianMTModel`` (transformers must be
+  installed) built from a ``MarianConfig`` with tbdzoo's shapes: shared and tied vocabulary,
+  d_model, layers, heads and FFN of the config, ReLU, dropout after attention, FFN, embeddings
+  and ReLU, attention dropout and pad id as tbdzoo's config, ``scale_embedding``, SDPA
+  attention, no KV cache; label-smoothed ``F.cross_entropy`` on its logits with the pad
+  ignored, the masks made from the token ids inside the (compiled) function; Adam (0.9, 0.98,
+  1e-9; fused on a GPU). It holds tbdzoo's initial weights, LayerNorm epsilon and interleaved
+  sinusoid table (``marian_from_tbdzoo``), so with dropout off its first loss is tbdzoo's; it
+  keeps three Q, K, V GEMMs where tbdzoo fuses them and adds its zero ``final_logits_bias``.
+  With dropout (the paper's 0.1) the two draw different masks, so the first losses differ a
+  little (recorded). Batch 128 x 128 tokens.
+  ``torch.nn.Transformer`` is no baseline here: it adds a final LayerNorm to each stack and
+  merges the padding and causal masks in every layer, work tbdzoo's Transformer does not do.
 
-Every Transformer contender gets label-smoothed (0.1) cross-entropy with the pad ignored, written
-with ``F.cross_entropy`` as a user writes it. All sides get the same synthetic batch, the same
-optimizer (SGD momentum 0.9 / weight decay 1e-4 for ResNet-50, Adam (0.9, 0.98, 1e-9) for the
-Transformer; the fused implementation on every side), the same precision (TF32 or bf16 autocast, for the whole step) and memory format
-(channels-last for ResNet-50), cuDNN's autotuner on, and ``torch.compile`` on the same function
-(forward and loss) when compiled.
+Every side reads the same synthetic batch under the same precision (TF32, or bf16 autocast for
+the whole step) with cuDNN's autotuner on; compiled, ``torch.compile`` takes the baseline's
+forward pass and loss.
 
-Per cell: build all, one step each, then one step each to measure peak memory: the allocator's
-high-water mark during the step (``max_memory_allocated`` after a reset) less what the other
-contenders hold (their weights, gradients, optimizer state and batch stay allocated meanwhile).
-``--attribute`` then replays one more step per contender under the allocator's trace and lists
-what is live at its peak, by the line that allocated it. Then warm-up, and ``repeats`` rounds
-that time ``steps`` steps of each contender (order rotating), each round ending in a device
-synchronisation. Reported: the median step time, throughput, and the tbdzoo/anchor ratios of
-throughput and peak memory.
+The repeat protocol is benchmarks/harness.py's: ``--processes`` fresh processes per execution
+mode, each building every contender, one step each (first losses), one for peak memory,
+``--warmup`` steps, then ``--rounds`` interleaved rounds of ``--steps`` steps; ``--profile`` adds a
+torch.profiler summary per contender in the last process; ``--attribute`` adds, per contender,
+what is live at its peak memory by allocation site. On a CPU (``--device cpu --tiny``, a check
+that the script runs) tf32 means fp32, ResNet-50's tiny config keeps torchvision's stem width 64
+(torchvision's ResNet has no width option) and no memory is measured.
 """
 import argparse
 import json
-import math
 import os
-import platform
 import statistics
 import sys
 import time
+import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+from benchmarks import harness
+from benchmarks.gpu_programs import LAYOUTS, fast_optimizer
 
+MODELS = ("resnet50", "transformer")
 SHAPES = {"resnet50": {"batch_size": 256},
           "transformer": {"batch_size": 128, "src_len": 128, "tgt_len": 128}}
+TINY_SHAPES = {"resnet50": {"width": 64}, "transformer": {}}   # torchvision's stem is 64 wide
 
 
-# -- hand-written contenders ----------------------------------------------------------------
-class HandwrittenTransformer(nn.Module):
-    """The Transformer base as a PyTorch user writes it with torch.nn.Transformer."""
-
-    def __init__(self, vocab=32000, d=512, heads=8, ffn=2048, layers=6, dropout=0.1, pad=0, max_len=1024):
-        super().__init__()
-        self.d, self.pad = d, pad
-        self.embed = nn.Embedding(vocab, d)
-        nn.init.normal_(self.embed.weight, std=d ** -0.5)
-        self.core = nn.Transformer(d, heads, layers, layers, ffn, dropout, batch_first=True)
-        self.drop = nn.Dropout(dropout)
-        position = torch.arange(max_len)[:, None]
-        rate = torch.pow(10000.0, -torch.arange(0, d, 2) / d)
-        pe = torch.zeros(max_len, d)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(position * rate), torch.cos(position * rate)
-        self.register_buffer("pe", pe, persistent=False)
-
-    def _embed(self, tokens):
-        return self.drop(self.embed(tokens) * math.sqrt(self.d) + self.pe[: tokens.shape[1]])
-
-    def forward(self, src, tgt):
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
-        y = self.core(self._embed(src), self._embed(tgt), tgt_mask=causal, tgt_is_causal=True,
-                      src_key_padding_mask=src == self.pad, tgt_key_padding_mask=tgt == self.pad,
-                      memory_key_padding_mask=src == self.pad)
-        return F.linear(y, self.embed.weight)
+# -- ResNet-50 --------------------------------------------------------------------------------
+def resnet_state(weights):
+    """tbdzoo's weights as torchvision ResNet's state dict (the names are torchvision's)."""
+    state = {}
+    for name, value in weights.items():
+        key = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+        state[key] = torch.as_tensor(value)
+    return state
 
 
-def handwritten(model_name, batch, device, channels_last):
-    """(module, forward-and-loss function, optimizer, input tensors) as a user writes them."""
-    if model_name == "resnet50":
-        import torchvision
-        net = torchvision.models.resnet50().to(device)
-        x = torch.from_numpy(batch["images"]).to(device)
-        if channels_last:
-            net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-        y = torch.from_numpy(batch["labels"]).long().to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True)
-        return net, (lambda: F.cross_entropy(net(x), y)), opt, [x, y]
-    net = HandwrittenTransformer().to(device)
-    src, tgt, labels = (torch.from_numpy(batch[k]).long().to(device) for k in ("src", "tgt_in", "labels"))
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+class ResNetBaseline(object):
+    def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
+        from torchvision.models.resnet import Bottleneck, ResNet
+        if hp["width"] != 64 or hp["stride_in_1x1"]:
+            raise ValueError("torchvision's ResNet is v1.5 with a 64-wide stem: width=64 and "
+                             "stride_in_1x1=False, not {} and {}".format(hp["width"], hp["stride_in_1x1"]))
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        net = ResNet(Bottleneck, list(hp["blocks"]), num_classes=hp["num_classes"])
+        state = resnet_state(weights)
+        if tuple(state["fc.weight"].shape) != tuple(net.fc.weight.shape):
+            state["fc.weight"] = state["fc.weight"].t()
+        missing = net.load_state_dict(state, strict=False).missing_keys
+        if any(not k.endswith("num_batches_tracked") for k in missing):
+            raise ValueError("tbdzoo's ResNet weights lack {}".format(missing))
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.eps, m.momentum = hp["bn_eps"], hp["bn_momentum"]
+        self.net = net.to(device, memory_format=fmt).train()
+        self.x = torch.from_numpy(batch["images"]).to(device).contiguous(memory_format=fmt)
+        self.y = torch.from_numpy(batch["labels"]).long().to(device)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=hp["lr"], momentum=hp["momentum"],
+                                   weight_decay=hp["weight_decay"], nesterov=hp["nesterov"],
+                                   **fast_optimizer(device))
+        self.smoothing = hp["label_smoothing"]
+        self.autocast = torch.autocast(str(device).split(":")[0], dtype=torch.bfloat16,
+                                       enabled=precision == "bf16")
+        self.loss = torch.compile(self._loss) if compiled else self._loss
 
-    def loss():
-        logits = net(src, tgt)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                               ignore_index=0, label_smoothing=0.1)
-    return net, loss, opt, [src, tgt, labels]
+    def _loss(self):
+        return F.cross_entropy(self.net(self.x), self.y, label_smoothing=self.smoothing)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = self.loss()
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def held(self):
+        return harness.held_bytes([self.net], [self.opt])
 
 
-def marian(batch, device):
-    """(module, forward-and-loss function, optimizer, input tensors): MarianMTModel with tbdzoo's shapes."""
-    from transformers import MarianConfig, MarianMTModel
-    from tbdzoo.models.transformer import PAPER as hp
-    config = MarianConfig(
+# -- Transformer: MarianMTModel -----------------------------------------------------------------
+def marian_config(hp):
+    from transformers import MarianConfig
+    return MarianConfig(
         vocab_size=hp["vocab"], decoder_vocab_size=hp["vocab"], share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True, d_model=hp["d_model"], encoder_layers=hp["encoder_layers"],
         decoder_layers=hp["decoder_layers"], encoder_attention_heads=hp["heads"],
@@ -118,87 +124,108 @@ def marian(batch, device):
         activation_function="relu", dropout=hp["dropout"], activation_dropout=hp["dropout"],
         attention_dropout=hp["attention_dropout"], scale_embedding=True, pad_token_id=hp["pad_id"],
         bos_token_id=hp["bos_id"], eos_token_id=hp["eos_id"], decoder_start_token_id=hp["bos_id"],
-        max_position_embeddings=1024, use_cache=False)
-    net = MarianMTModel._from_config(config, attn_implementation="sdpa").to(device)
-    assert net.config._attn_implementation == "sdpa", net.config._attn_implementation
-    assert net.lm_head.weight is net.model.shared.weight, "output projection not tied"
-    src, tgt, labels = (torch.from_numpy(batch[k]).long().to(device) for k in ("src", "tgt_in", "labels"))
-    pad = hp["pad_id"]
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-
-    def loss():
-        logits = net(input_ids=src, attention_mask=src != pad, decoder_input_ids=tgt,
-                     decoder_attention_mask=tgt != pad).logits
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                               ignore_index=pad, label_smoothing=hp["label_smoothing"])
-    return net, loss, opt, [src, tgt, labels]
+        max_position_embeddings=max(1024, hp["src_len"], hp["tgt_len"]), use_cache=False)
 
 
-def anchor_step(anchor, model_name, batch, device, precision, compiled, channels_last):
-    """(step, resident): one training step of a hand-written contender, and the tensors it
-    holds between steps."""
-    build = marian if anchor == "marian" else (
-        lambda b, d: handwritten(model_name, b, d, channels_last))
-    net, loss_fn, opt, inputs = build(batch, device)
-    if compiled:
-        loss_fn = torch.compile(loss_fn)
-    net.train()
+def marian_state(hp, weights):
+    """tbdzoo's Transformer weights as MarianMTModel's state dict (the shared embedding, its
+    ties included; per layer Q, K, V and output projections, LayerNorms and FFN)."""
+    w = {k: torch.as_tensor(v) for k, v in weights.items()}
+    state = {"model.shared.weight": w["embed.weight"]}
+    parts = {"self_attn": "self_attn", "encoder_attn": "cross_attn"}
+    for side, layers in (("encoder", hp["encoder_layers"]), ("decoder", hp["decoder_layers"])):
+        for i in range(layers):
+            ours, theirs = "{}.{}.".format(side, i), "model.{}.layers.{}.".format(side, i)
+            for attn in (("self_attn",) if side == "encoder" else ("self_attn", "encoder_attn")):
+                a = ours + parts[attn] + "."
+                for proj, name in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o")):
+                    state[theirs + attn + "." + proj + ".weight"] = w[a + "W_" + name]
+                    state[theirs + attn + "." + proj + ".bias"] = w[a + "b_" + name]
+                state[theirs + attn + "_layer_norm.weight"] = w[a + "norm.gamma"]
+                state[theirs + attn + "_layer_norm.bias"] = w[a + "norm.beta"]
+            for fc, linear in (("fc1", "linear1"), ("fc2", "linear2")):
+                state[theirs + fc + ".weight"] = w[ours + "ffn." + linear + ".weight"]
+                state[theirs + fc + ".bias"] = w[ours + "ffn." + linear + ".bias"]
+            state[theirs + "final_layer_norm.weight"] = w[ours + "ffn.norm.gamma"]
+            state[theirs + "final_layer_norm.bias"] = w[ours + "ffn.norm.beta"]
+    return state
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = loss_fn()
+
+def marian_from_tbdzoo(hp, weights):
+    """MarianMTModel with tbdzoo's shapes holding tbdzoo's weights, LayerNorm epsilon and
+    interleaved sinusoid table: the same function as tbdzoo's Transformer (Q, K and V stay
+    three GEMMs; the zero final_logits_bias stays)."""
+    from transformers import MarianMTModel
+    from tbdzoo.spec.tables import sinusoid_table
+    net = MarianMTModel._from_config(marian_config(hp), attn_implementation="sdpa")
+    state = marian_state(hp, weights)
+    unexpected = net.load_state_dict(state, strict=False).unexpected_keys
+    if unexpected:
+        raise ValueError("MarianMTModel has no {}".format(unexpected))
+    with torch.no_grad():
+        for side in (net.model.encoder, net.model.decoder):
+            table = side.embed_positions.weight
+            table.copy_(torch.from_numpy(sinusoid_table(table.shape[0], table.shape[1])))
+    for m in net.modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            m.eps = hp["ln_eps"]
+    return net
+
+
+class MarianBaseline(object):
+    def __init__(self, hp, weights, batch, device, precision, compiled, channels_last=False):
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            raise RuntimeError("the Transformer's baseline is Hugging Face's MarianMTModel: "
+                               "install transformers (pip install transformers) or run --models resnet50")
+        net = marian_from_tbdzoo(hp, weights).to(device)
+        if net.config._attn_implementation != "sdpa":
+            raise RuntimeError("MarianMTModel runs {} attention, not sdpa".format(net.config._attn_implementation))
+        if net.lm_head.weight is not net.model.shared.weight:
+            raise RuntimeError("MarianMTModel's output projection is not tied to its embedding")
+        self.net = net.train()
+        self.src, self.tgt, self.labels = (torch.from_numpy(batch[k]).long().to(device)
+                                           for k in ("src", "tgt_in", "labels"))
+        self.pad, self.smoothing = hp["pad_id"], hp["label_smoothing"]
+        self.opt = torch.optim.Adam(net.parameters(), lr=1e-4, betas=(hp["beta1"], hp["beta2"]),
+                                    eps=hp["eps"], **fast_optimizer(device))
+        self.autocast = torch.autocast(str(device).split(":")[0], dtype=torch.bfloat16,
+                                       enabled=precision == "bf16")
+        self.loss = torch.compile(self._loss) if compiled else self._loss
+
+    def _loss(self):
+        logits = self.net(input_ids=self.src, attention_mask=self.src != self.pad,
+                          decoder_input_ids=self.tgt, decoder_attention_mask=self.tgt != self.pad).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.labels.reshape(-1),
+                               ignore_index=self.pad, label_smoothing=self.smoothing)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = self.loss()
         loss.backward()
-        opt.step()
+        self.opt.step()
+        return loss.detach()
 
-    def resident():
-        return list(net.parameters()) + list(net.buffers()) + _grads_and_state(net.parameters(), opt) + inputs
-    return step, resident
-
-
-def _grads_and_state(params, optimizer):
-    grads = [p.grad for p in params if p.grad is not None]
-    return grads + [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    def held(self):
+        return harness.held_bytes([self.net], [self.opt])
 
 
-def tbdzoo_step(model_name, device, precision, compiled):
-    from tbdzoo.backends.registry import build_native
-    model = build_native(model_name, "torch", device=device, precision=precision,
-                         execution="compiled" if compiled else "eager", **SHAPES[model_name])
-    prepared = model.prepare_batch(model.synthetic_batch(seed=0))
-
-    def resident():
-        native = model.native
-        return (list(native.parameters()) + list(native.buffers())
-                + _grads_and_state(native.parameters(), model.optimizer) + list(prepared.native.values()))
-    return model, (lambda: model.train_step(prepared, sync=False)), resident
+def baselines_of(model_name):
+    """name -> (class, channels_last) of each baseline of the model."""
+    if model_name == "resnet50":
+        return {name: (ResNetBaseline, cl) for name, cl in LAYOUTS.items()}
+    return {"marian": (MarianBaseline, False)}
 
 
-# -- measuring -------------------------------------------------------------------------------
-def _storage_bytes(tensors):
-    storages = {}
-    for t in tensors:
-        if t is not None and t.is_cuda:
-            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(storages.values())
-
-
-def peak_bytes(step, resident, device):
-    """The step's high-water mark less what everything but this contender holds meanwhile."""
-    torch.cuda.synchronize(device)
-    others = torch.cuda.memory_allocated(device) - _storage_bytes(resident())
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - others
-
-
+# -- memory at the peak, by allocation site ------------------------------------------------------
 def _site(frames):
-    """Where a block was allocated: the innermost line of tbdzoo, transformers or this script,
-    and the PyTorch function it called."""
+    """Where a block was allocated: the innermost line of tbdzoo, transformers, torchvision or
+    this script, and the PyTorch function it called."""
     if not frames:
         return "(no Python frame: autograd engine thread)"
-    own = ("tbdzoo" + os.sep, "transformers" + os.sep, "benchmarks" + os.sep)
+    own = ("tbdzoo" + os.sep, "transformers" + os.sep, "torchvision" + os.sep, "benchmarks" + os.sep)
     user = next((f for f in frames if any(k in f["filename"] for k in own)), None)
     inner = frames[0]
     label = "{}:{} {}".format(os.path.basename(user["filename"]), user["line"], user["name"]) if user else ""
@@ -225,7 +252,7 @@ def peak_sites(step, device, top=30):
         torch.cuda.memory._record_memory_history(enabled=None)
     live = dict(before)
     total = peak = sum(size for size, _ in live.values())
-    at_peak, peak_event, seen = dict(live), None, 0
+    at_peak, peak_event = dict(live), None
     for n, event in enumerate(events):
         action, addr, size = event["action"], event["addr"], event["size"]
         if action == "alloc":
@@ -237,123 +264,125 @@ def peak_sites(step, device, top=30):
             if at_peak is None:
                 at_peak = dict(live)
             total -= live.pop(addr)[0]
-        seen = n
     if at_peak is None:
         at_peak = dict(live)
     groups = {}
     for size, site in at_peak.values():
-        g = groups.setdefault(site, {"site": site, "bytes": 0, "blocks": 0, "sizes": {}})
+        g = groups.setdefault(site, {"site": site, "bytes": 0, "blocks": 0})
         g["bytes"] += size
         g["blocks"] += 1
-        g["sizes"][str(size)] = g["sizes"].get(str(size), 0) + 1
     ranked = sorted(groups.values(), key=lambda g: -g["bytes"])
-    for g in ranked:  # the five most frequent block sizes suffice to recognise a tensor
-        g["sizes"] = dict(sorted(g["sizes"].items(), key=lambda kv: -int(kv[0]) * kv[1])[:5])
-    return {"replayed_peak": peak, "events": seen + 1,
-            "peak_at_event": peak_event[0] if peak_event else None,
+    return {"replayed_peak": peak, "events": len(events),
             "peak_set_by": {"site": peak_event[1], "bytes": peak_event[2]} if peak_event else None,
             "sites": ranked[:top], "other_sites_bytes": sum(g["bytes"] for g in ranked[top:])}
 
 
-def run_cell(model_name, precision, compiled, device, warmup, steps, repeats, anchors, attribute):
-    tf32 = precision in ("tf32", "bf16")
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = True  # as PyTorch's ImageNet example does; tbdzoo does too
+# -- one process's cell ---------------------------------------------------------------------------
+def run_cell(model_name, precision, compiled, device, args):
+    from tbdzoo.backends.registry import build_native
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+    if compiled:
+        torch._dynamo.reset()
     start = time.perf_counter()
-    model, ours, our_resident = tbdzoo_step(model_name, device, precision, compiled)
+    sizes = dict(TINY_SHAPES[model_name] if args.tiny else SHAPES[model_name])
+    if args.batch_size:
+        sizes["batch_size"] = args.batch_size
+    ours_precision = precision if cuda or precision != "tf32" else "fp32"
+    model = build_native(model_name, "torch", config="tiny" if args.tiny else "paper", device=device,
+                         precision=ours_precision, execution="compiled" if compiled else "eager", **sizes)
     batch = model.synthetic_batch(seed=0)
-    contenders = {"tbdzoo": (ours, our_resident)}
-    for anchor in anchors:
-        contenders[anchor] = anchor_step(anchor, model_name, batch, device, precision, compiled,
-                                         channels_last=model.channels_last)
-    for step, _ in contenders.values():  # first step compiles; then the memory step
-        step()
-    peaks = {name: peak_bytes(step, resident, device) for name, (step, resident) in contenders.items()}
-    sites = {name: peak_sites(step, device) for name, (step, _) in contenders.items()} if attribute else None
-    for step, _ in contenders.values():
-        for _ in range(warmup):
+    prepared = model.prepare_batch(batch)
+    weights = model.get_weights()
+    baselines = {name: cls(model.hparams, weights, batch, device, precision, compiled, cl)
+                 for name, (cls, cl) in baselines_of(model_name).items()}
+    contenders = {"tbdzoo": lambda: model.train_step(prepared, sync=False)}
+    contenders.update({name: b.step for name, b in baselines.items()})
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values()))}
+    held.update({name: b.held for name, b in baselines.items()})
+    first = {name: float(model.train_step(prepared) if name == "tbdzoo" else step())
+             for name, step in contenders.items()}
+    # the same weights and batch: the same first loss (the Transformer's up to dropout's masks)
+    checks = {"first_loss_rel_diff": {name: abs(first["tbdzoo"] - first[name]) / max(abs(first[name]), 1e-12)
+                                      for name in baselines}}
+    peaks = harness.peak_memory(contenders, held, device)
+    details = {}
+    if args.attribute and cuda:
+        details["at_peak"] = {name: peak_sites(step, device) for name, step in contenders.items()}
+    for step in contenders.values():
+        for _ in range(args.warmup):
             step()
-    torch.cuda.synchronize(device)
-    times = {name: [] for name in contenders}
-    order = list(contenders)
-    for r in range(repeats):
-        for name in order[r % len(order):] + order[:r % len(order)]:
-            torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                contenders[name][0]()
-            torch.cuda.synchronize(device)
-            times[name].append((time.perf_counter() - t0) / steps)
-    items = model.model_def.items(model.hparams, batch)
-    padded_tokens = int(batch["labels"].size) if model_name == "transformer" else None
-    result = {"model": model_name, "precision": precision,
-              "execution": "compiled" if compiled else "eager",
-              "batch": SHAPES[model_name], "unit": model.model_def.unit, "items_per_step": items,
-              "padded_tokens_per_step": padded_tokens, "cell_seconds": time.perf_counter() - start}
-    for name in contenders:
-        median = statistics.median(times[name])
-        result[name] = {"step_s": times[name], "step_s_median": median,
-                        "throughput": items / median, "peak_bytes": peaks[name]}
-        if sites:
-            result[name]["at_peak"] = sites[name]
-    result["ratios"] = {anchor: {"throughput": result["tbdzoo"]["throughput"] / result[anchor]["throughput"],
-                                 "memory": peaks["tbdzoo"] / peaks[anchor]} for anchor in anchors}
-    del model, ours, contenders
-    torch.cuda.empty_cache()
-    return result
+    times = harness.interleaved_rounds(contenders, device, args.steps, args.rounds)
+    if model_name == "transformer":
+        details["padded_tokens_per_step"] = int(batch["labels"].size)
+    cell = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
+            "config": "tiny" if args.tiny else "paper", "batch_size": model.hparams["batch_size"],
+            "unit": model.model_def.unit, "items_per_step": model.model_def.items(model.hparams, batch),
+            "warmup": args.warmup, "steps": args.steps, "times": times, "peak_bytes": peaks,
+            "first_loss": first, "checks": checks, "details": details}
+    if args.profile:
+        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
+    cell["cell_seconds"] = time.perf_counter() - start
+    del model, baselines, contenders
+    if cuda:
+        torch.cuda.empty_cache()
+    return cell
 
 
-def environment():
-    props = torch.cuda.get_device_properties(0)
-    from tbdzoo.profiling.gpu import device_info, framework_device_uuid, nvml_index
-    info = device_info(nvml_index(0, framework_device_uuid("torch", 0))) or {}
-    return {"gpu": props.name, "driver": info.get("driver"), "cuda_driver": info.get("cuda_driver"),
-            "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-            "host_cpus": os.cpu_count()}
-
-
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="resnet50,transformer")
-    p.add_argument("--precisions", default="tf32,bf16")
-    p.add_argument("--executions", default="eager,compiled")
-    p.add_argument("--anchors", default="handwritten,marian",
-                   help="Transformer contenders besides tbdzoo (ResNet-50 has only 'handwritten')")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--attribute", action="store_true",
-                   help="also list what is live at each contender's peak, by allocation site")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "gpu_handwritten.json"))
-    args = p.parse_args()
-    if not torch.cuda.is_available():
-        print("no CUDA device: this benchmark needs a GPU", file=sys.stderr)
-        return 2
-    device = "cuda:0"
-    results = {"command": " ".join(["benchmarks/gpu_handwritten.py"] + sys.argv[1:]),
-               "environment": environment(), "cells": []}
-    print("{:<12} {:<5} {:<9} {:<12} {:>14} {:>14} {:>8} {:>8} {:>16}".format(
-        "model", "prec", "exec", "anchor", "tbdzoo", "anchor", "speed", "memory", "peak GiB"), flush=True)
+def worker(args, device):
+    if not device.startswith("cuda"):
+        torch.set_num_threads(1)  # a check, not a measurement
+    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
     for model_name in args.models.split(","):
-        anchors = args.anchors.split(",") if model_name == "transformer" else ["handwritten"]
         for execution in args.executions.split(","):
             for precision in args.precisions.split(","):
-                cell = run_cell(model_name, precision, execution == "compiled", device,
-                                args.warmup, args.steps, args.repeats, anchors, args.attribute)
-                results["cells"].append(cell)
-                for anchor in anchors:
-                    print(("{:<12} {:<5} {:<9} {:<12} {:>14,.0f} {:>14,.0f} {:>7.3f}x {:>7.3f}x "
-                           "{:>7.2f}/{:<7.2f} ({} {:.0f}s)").format(
-                        model_name, precision, execution, anchor, cell["tbdzoo"]["throughput"],
-                        cell[anchor]["throughput"], cell["ratios"][anchor]["throughput"],
-                        cell["ratios"][anchor]["memory"], cell["tbdzoo"]["peak_bytes"] / 2 ** 30,
-                        cell[anchor]["peak_bytes"] / 2 ** 30, cell["unit"], cell["cell_seconds"]), flush=True)
-                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                with open(args.out, "w") as f:  # rewritten after every cell: a cut run keeps its cells
-                    json.dump(results, f, indent=1)
+                try:
+                    cell = run_cell(model_name, precision, execution == "compiled", device, args)
+                    med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
+                    print("  {} {} {}: ".format(model_name, precision, execution) + "  ".join(
+                        "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
+                        " first loss " + " ".join("{:.5g}".format(v) for v in cell["first_loss"].values()) +
+                        " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
+                except Exception as e:  # a failed cell is recorded, the others still run
+                    traceback.print_exc()
+                    cell = {"model": model_name, "precision": precision, "execution": execution,
+                            "error": "{}: {}".format(type(e).__name__, e)}
+                record["cells"].append(cell)
+                with open(args.process_out, "w") as f:
+                    json.dump(record, f)
     return 0
+
+
+def arguments(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--precisions", default="tf32,bf16")
+    p.add_argument("--executions", default="eager,compiled")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10, help="steps per timed round")
+    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="interleaved rounds per process")
+    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
+                   help="separate processes per cell, one after the other")
+    p.add_argument("--profile", action="store_true",
+                   help="a torch.profiler summary of each contender in the last process")
+    p.add_argument("--attribute", action="store_true",
+                   help="what is live at each contender's peak memory, by allocation site (GPU)")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
+    p.add_argument("--tiny", action="store_true", help="tiny configs (a CPU check)")
+    p.add_argument("--batch-size", type=int, help="batch size of every side (default: SHAPES)")
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default="gpu_handwritten.json")
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    harness.check_choices(p, args, models=MODELS)
+    return p, args
+
+
+def main(argv=None):
+    return harness.main("benchmarks.gpu_handwritten", arguments, worker, argv)
 
 
 if __name__ == "__main__":

@@ -378,7 +378,9 @@ def arguments(argv=None):
     p.add_argument("--out", default="gpu_programs.json")
     p.add_argument("--process-out", help=argparse.SUPPRESS)
     p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
-    return p, p.parse_args(argv)
+    args = p.parse_args(argv)
+    harness.check_choices(p, args, models=MODELS)
+    return p, args
 
 
 def main(argv=None):

@@ -20,9 +20,14 @@ tbdzoo's shapes (tbdzoo/models/seq2seq.py, tbdzoo/models/deepspeech2.py, docs/mo
   (foreach). No host synchronisation in the step. Compiled, ``torch.compile`` takes everything
   after the two LSTMs (attention, attention layer, projection, loss) as one graph: Dynamo does
   not trace ``nn.LSTM`` (it would break the graph there), and the embeddings are one gather each.
-- **Deep Speech 2** (``handwritten``): the two ``nn.Conv2d`` (no bias), each followed by its
-  activation (ReLU, or ReLU clipped at ``relu_ceiling``) and ``nn.BatchNorm2d``; then the steps
-  are packed once and stay packed: each recurrent layer is ``nn.BatchNorm1d`` over the packed
+- **Deep Speech 2** (``handwritten``): the batch is sorted by length, longest first, once
+  when it is built (the loss is a mean over utterances and the BatchNorms' statistics are over
+  all valid steps, so the order changes no number), and every utterance's step count after the
+  convolutions is computed then, on the host. A step runs the two ``nn.Conv2d`` (no bias),
+  each followed by its activation (ReLU, or ReLU clipped at ``relu_ceiling``) and
+  ``nn.BatchNorm2d``; then the steps are packed once (``enforce_sorted=True``: no sorting
+  indices to send to the device or back, so no host synchronisation in the step) and stay
+  packed through seven cuDNN GRUs: each recurrent layer is ``nn.BatchNorm1d`` over the packed
   data (exactly the valid steps: sequence-wise BatchNorm) and a bidirectional ``nn.GRU`` whose
   directions are concatenated, as tbdzoo merges them; the bias-free FC, its BatchNorm1d and
   activation; the output layer and ``log_softmax``, all on the packed data; ``nn.CTCLoss`` (blank
@@ -186,13 +191,13 @@ class DeepSpeech2(nn.Module):
         return F.hardtanh(x, 0.0, ceiling) if ceiling > 0 else F.relu(x)
 
     def forward(self, spectrogram, steps, labels, label_lengths):
-        """``steps``: each utterance's steps after the convolutions, on the CPU."""
+        """``steps``: each utterance's steps after the convolutions, on the CPU, longest first."""
         x = spectrogram[:, None]  # (N, 1, T, F)
         x = self.conv1_bn(self.act(self.conv1(x)))
         x = self.conv2_bn(self.act(self.conv2(x)))
         n, c, t, f = x.shape
         x = x.permute(2, 0, 1, 3).reshape(t, n, c * f)  # (T', N, C*F'), channel-major
-        packed = rnn.pack_padded_sequence(x, steps, enforce_sorted=False)
+        packed = rnn.pack_padded_sequence(x, steps, enforce_sorted=True)
         data = packed.data
         for bn, gru in zip(self.rnn_bn, self.rnn):
             data = gru(packed._replace(data=bn(data)))[0].data
@@ -227,7 +232,9 @@ def output_steps(hp, frames):
 
 
 def handwritten_deepspeech2(hp, weights, batch, device):
-    x = torch.from_numpy(batch["spectrogram"]).to(device)
+    frames = torch.from_numpy(batch["spectrogram_lengths"]).long()
+    order = torch.argsort(frames, descending=True, stable=True)  # longest first, once
+    x = torch.from_numpy(batch["spectrogram"])[order].to(device)
     net = DeepSpeech2(hp, x.shape[-1])
     state = {k: torch.as_tensor(v) for k, v in deepspeech2_weights(hp, weights).items()}
     missing = net.load_state_dict(state, strict=False).missing_keys
@@ -235,14 +242,14 @@ def handwritten_deepspeech2(hp, weights, batch, device):
     net = net.to(device)
     if device.startswith("cuda"):
         net = net.to(memory_format=torch.channels_last)
-    frames = torch.from_numpy(batch["spectrogram_lengths"]).long()  # stays on the CPU
-    labels = torch.from_numpy(batch["labels"]).long().to(device)
-    label_lengths = torch.from_numpy(batch["label_lengths"]).long()
+    steps = output_steps(hp, frames[order])  # on the CPU, as packing and CTC take them
+    labels = torch.from_numpy(batch["labels"])[order].long().to(device)
+    label_lengths = torch.from_numpy(batch["label_lengths"])[order].long()
     opt = torch.optim.SGD(net.parameters(), lr=hp["lr"], momentum=hp["momentum"], **fast_optimizer(device))
 
     def clip():
         torch.nn.utils.clip_grad_value_(net.parameters(), hp["grad_clip_value"], foreach=True)
-    return net, opt, lambda fn: fn(x, output_steps(hp, frames), labels, label_lengths), clip
+    return net, opt, lambda fn: fn(x, steps, labels, label_lengths), clip
 
 
 HANDWRITTEN = {"seq2seq": handwritten_seq2seq, "deepspeech2": handwritten_deepspeech2}
@@ -385,9 +392,7 @@ def arguments(argv=None):
     p.add_argument("--process-out", help=argparse.SUPPRESS)
     p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    unknown = sorted(set(args.models.split(",")) - set(MODELS))
-    if unknown:
-        p.error("unknown model(s) {}: choose from {}".format(", ".join(unknown), ", ".join(MODELS)))
+    harness.check_choices(p, args, models=MODELS)
     return p, args
 
 

@@ -248,32 +248,38 @@ def format_row(key, summary):
 
 
 # -- a script's protocol ---------------------------------------------------------------------------------
-def aggregate(records, command, protocol):
+KEY = ("model", "precision", "execution")
+CELL_FIELDS = ("config", "batch_size", "unit", "items_per_step", "warmup", "steps")
+
+
+def aggregate(records, command, protocol, key=KEY):
+    """The cells of every process's record merged by ``key``, each summarised (``summarize``)."""
     env = records[0]["environment"] if records else None
     out = {"command": command, "environment": env, "protocol": protocol, "cells": []}
-    for key, cells in merge_processes(records):
+    for values, cells in merge_processes(records, key):
         ok = [c for c in cells if "error" not in c]
-        entry = dict(zip(("model", "precision", "execution"), key))
+        entry = dict(zip(key, values))
         if not ok:
             entry["error"] = [c.get("error") for c in cells]
             out["cells"].append(entry)
             continue
         c0 = ok[0]
-        entry.update({k: c0[k] for k in ("config", "batch_size", "unit", "items_per_step", "warmup", "steps")
-                      if k in c0})
+        entry.update({k: c0[k] for k in CELL_FIELDS if k in c0})
         entry.update(summarize(ok, "tbdzoo", [n for n in c0["times"] if n != "tbdzoo"],
                                items=c0["items_per_step"]))
         entry["meets_protocol"] = check_protocol(min(entry["rounds_per_process"]), entry["processes"])
         entry["first_loss"] = [c["first_loss"] for c in ok]
         entry["checks"] = [c["checks"] for c in ok if c["checks"]]
         entry["profile"] = next((c["profile"] for c in ok if "profile" in c), None)
+        if any(c.get("details") for c in ok):
+            entry["details"] = [c.get("details") for c in ok]
         entry["rounds"] = [{"times": c["times"], "peak_bytes": c["peak_bytes"]} for c in ok]
         entry["errors"] = [c["error"] for c in cells if "error" in c]
         out["cells"].append(entry)
     return out
 
 
-def records_of(result):
+def records_of(result, key=KEY):
     """The per-process records an aggregate was made from (to merge processes run apart)."""
     records = []
     for cell in result["cells"]:
@@ -283,14 +289,47 @@ def records_of(result):
             while len(records) <= i:
                 records.append({"process_index": len(records), "environment": result["environment"],
                                 "cells": []})
-            c = {k: cell[k] for k in ("model", "precision", "execution", "config", "batch_size", "unit",
-                                      "items_per_step", "warmup", "steps") if k in cell}
+            c = {k: cell[k] for k in tuple(key) + CELL_FIELDS if k in cell}
+            checks = cell.get("checks") or []
             c.update({"times": r["times"], "peak_bytes": r["peak_bytes"], "first_loss": cell["first_loss"][i],
-                      "checks": {}})
+                      "checks": checks[i] if i < len(checks) else {}})
+            if cell.get("details"):
+                c["details"] = cell["details"][i]
             if i == len(cell["rounds"]) - 1 and cell.get("profile"):
                 c["profile"] = cell["profile"]
             records[i]["cells"].append(c)
     return records
+
+
+def merge_files(paths, key=KEY):
+    """One result from the results of several runs of one script (say its eager and its
+    compiled cells, run apart): every cell recomputed from its processes' rounds. A cell two
+    runs both measured gets the processes of both."""
+    results = []
+    for path in paths:
+        with open(path) as f:
+            results.append(json.load(f))
+    records = [r for result in results for r in records_of(result, key)]
+    protocols = [r["protocol"] for r in results]
+    merged = aggregate(records, " && ".join(r["command"] for r in results),
+                       protocols[0] if all(p == protocols[0] for p in protocols) else protocols, key)
+    return merged
+
+
+def check_choices(parser, args, models=None, precisions=("tf32", "bf16"), executions=("eager", "compiled")):
+    """Refuse unknown models, precisions and executions, and counts the protocol cannot run,
+    through ``parser.error`` (exit 2, naming the choices)."""
+    for name, allowed in (("models", models), ("precisions", precisions), ("executions", executions)):
+        given = getattr(args, name, None)
+        if allowed is None or given is None:
+            continue
+        unknown = sorted(set(given.split(",")) - set(allowed))
+        if unknown:
+            parser.error("unknown {} {}: choose from {}".format(name, ", ".join(unknown), ", ".join(allowed)))
+    for name, least in (("warmup", 0), ("steps", 1), ("rounds", 1), ("processes", 1)):
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            parser.error("--{} {}: must be at least {}".format(name, value, least))
 
 
 def main(module, parse, worker_fn, argv=None):
@@ -357,3 +396,20 @@ def _drop(argv, flags):
 
 def _replace(argv, flag, value):
     return _drop(argv, (flag,)) + [flag, value]
+
+
+if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description="merge result files of one comparison script: "
+                                     "python3 -m benchmarks.harness --out ALL.json A.json B.json")
+    parser.add_argument("inputs", nargs="+", help="result files (each a script's --out)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--key", default=",".join(KEY),
+                        help="the fields cells merge by (default model,precision,execution; "
+                             "gpu_a3c.py: model,device,learners)")
+    args = parser.parse_args()
+    result = merge_files(args.inputs, tuple(args.key.split(",")))
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    for cell in result["cells"]:
+        print(" ".join(str(cell.get(k)) for k in args.key.split(",")), cell.get("speed_verdict", cell.get("error")))

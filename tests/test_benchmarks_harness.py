@@ -60,3 +60,116 @@ def test_an_aggregate_splits_back_into_its_processes():
     assert cell["processes"] == 2 and cell["meets_protocol"] and cell["speed_verdict"] == "ahead"
     again = harness.aggregate(harness.records_of(merged), "cmd", {})
     assert again["cells"][0]["ratios"] == cell["ratios"]
+
+
+# -- the comparison scripts' arguments and calibration ---------------------------------------------
+import pytest  # noqa: E402
+
+
+def _scripts():
+    from benchmarks import gpu_a3c, gpu_faster_rcnn, gpu_handwritten, gpu_programs, gpu_recurrent
+    return {"gpu_programs": gpu_programs, "gpu_recurrent": gpu_recurrent,
+            "gpu_handwritten": gpu_handwritten, "gpu_faster_rcnn": gpu_faster_rcnn, "gpu_a3c": gpu_a3c}
+
+
+@pytest.mark.parametrize("name", ["gpu_programs", "gpu_recurrent", "gpu_handwritten", "gpu_faster_rcnn",
+                                  "gpu_a3c"])
+def test_every_script_defaults_to_the_repeat_protocol(name):
+    _, args = _scripts()[name].arguments([])
+    rounds = args.rounds if args.rounds is not None else min(r for _, _, r in _scripts()[name].TIMING.values())
+    assert harness.check_protocol(rounds, args.processes)
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("gpu_handwritten", ["--models", "resnet"]),
+    ("gpu_handwritten", ["--rounds", "0"]),
+    ("gpu_recurrent", ["--precisions", "fp16"]),
+    ("gpu_programs", ["--executions", "jit"]),
+    ("gpu_faster_rcnn", ["--canvas", "608"]),
+    ("gpu_faster_rcnn", ["--learning-rate", "0"]),
+    ("gpu_a3c", ["--learners", "0"]),
+    ("gpu_a3c", ["--contenders", "classic,hogwild"]),
+])
+def test_bad_arguments_exit_2_naming_the_option(name, argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        _scripts()[name].arguments(argv)
+    assert e.value.code == 2
+    assert argv[0].lstrip("-").split("-")[0] in capsys.readouterr().err
+
+
+def test_result_files_of_one_script_merge_into_one(tmp_path):
+    import json
+    paths = []
+    for execution, t in (("eager", 1.0), ("compiled", 0.5)):
+        records = [{"environment": {"gpu": "x"}, "cells": [
+            {"model": "m", "precision": "tf32", "execution": execution, "items_per_step": 4,
+             "first_loss": {"tbdzoo": 1.0, "b": 1.0}, "checks": {"first_loss_rel_diff": {"b": 0.0}},
+             "times": {"tbdzoo": [t * (1 + i)] * 5, "b": [1.2 * t * (1 + i)] * 5},
+             "peak_bytes": {"tbdzoo": 1, "b": 2}}]} for i in range(2)]
+        paths.append(str(tmp_path / (execution + ".json")))
+        with open(paths[-1], "w") as f:
+            json.dump(harness.aggregate(records, execution, {"processes": 2}), f)
+    merged = harness.merge_files(paths)
+    assert [c["execution"] for c in merged["cells"]] == ["eager", "compiled"]
+    assert all(c["processes"] == 2 and abs(c["speed"] - 1.2) < 1e-12 for c in merged["cells"])
+    assert merged["cells"][0]["checks"] == [{"first_loss_rel_diff": {"b": 0.0}}] * 2
+    assert merged["command"] == "eager && compiled" and merged["protocol"] == {"processes": 2}
+
+
+def test_a3c_cells_merge_by_learner_count_and_report_frames_per_second():
+    from benchmarks import gpu_a3c
+    records = []
+    for i in range(2):
+        cells = [{"model": "a3c", "device": "cpu", "learners": n, "items_per_step": 1, "unit": "frames/s",
+                  "first_loss": {}, "checks": {}, "peak_bytes": {"tbdzoo": None, "classic": None},
+                  "times": {"tbdzoo": [1 / (100.0 * n)] * 5, "classic": [1 / (80.0 * n)] * 5}}
+                 for n in (1, 4)]
+        records.append({"environment": {}, "cells": cells})
+    result = harness.aggregate(records, "cmd", {}, key=gpu_a3c.KEY)
+    assert [c["learners"] for c in result["cells"]] == [1, 4]
+    four = result["cells"][1]
+    assert abs(four["contenders"]["tbdzoo"]["throughput"] - 400.0) < 1e-9
+    assert abs(four["speed"] - 1.25) < 1e-12 and four["speed_verdict"] == "ahead"
+    again = harness.aggregate(harness.records_of(result, gpu_a3c.KEY), "cmd", {}, key=gpu_a3c.KEY)
+    assert [c["ratios"] for c in again["cells"]] == [c["ratios"] for c in result["cells"]]
+
+
+def test_resnet_baseline_holds_tbdzoos_weights_and_takes_its_first_loss():
+    """torchvision's ResNet from tbdzoo's weights (tiny blocks, torchvision's 64-wide stem),
+    one SGD step each on the same batch: the same loss."""
+    import torch
+    import tbdzoo
+    from benchmarks.gpu_handwritten import ResNetBaseline
+    model = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu", width=64, batch_size=2,
+                         image_size=32)
+    batch = model.synthetic_batch(seed=0)
+    baseline = ResNetBaseline(model.hparams, model.get_weights(), batch, "cpu", "tf32", False, False)
+    theirs = float(baseline.step())
+    ours = float(model.train_step(model.prepare_batch(batch)))
+    assert abs(ours - theirs) <= 1e-5 * abs(theirs)
+    assert isinstance(baseline.opt, torch.optim.SGD)
+
+
+def test_deepspeech2_baseline_sorted_once_takes_tbdzoos_first_loss():
+    import tbdzoo
+    from benchmarks.gpu_recurrent import handwritten_step, weight_difference
+    model = tbdzoo.build("deepspeech2", backend="torch", config="tiny", device="cpu")
+    batch = model.synthetic_batch(seed=0)
+    net, _, step = handwritten_step("deepspeech2", model.hparams, model.get_weights(), batch, "cpu", "tf32", False)
+    theirs = float(step())
+    ours = float(model.train_step(model.prepare_batch(batch)))
+    assert abs(ours - theirs) <= 1e-5 * abs(theirs)
+    assert weight_difference("deepspeech2", model, net) < 1e-6
+
+
+def test_marian_baseline_holds_tbdzoos_weights_and_takes_its_first_loss():
+    """MarianMTModel from tbdzoo's Transformer weights, epsilon and sinusoid table, dropout off:
+    one Adam step each on the same batch, the same loss."""
+    pytest.importorskip("transformers")
+    import tbdzoo
+    from benchmarks.gpu_handwritten import MarianBaseline
+    model = tbdzoo.build("transformer", backend="torch", config="tiny", device="cpu", dropout=0.0)
+    batch = model.synthetic_batch(seed=0)
+    theirs = float(MarianBaseline(model.hparams, model.get_weights(), batch, "cpu", "tf32", False).step())
+    ours = float(model.train_step(model.prepare_batch(batch)))
+    assert abs(ours - theirs) <= 1e-5 * abs(theirs)
