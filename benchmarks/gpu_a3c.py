@@ -47,13 +47,11 @@ frames/s to each baseline's with their spread and verdict (PARITY where the spre
 the shared model and the RMSProp state stay in host shared memory on every side.
 """
 import argparse
-import json
+import functools
 import os
-import statistics
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:
@@ -342,18 +340,10 @@ def worker(args, device):
     env_id = environments.resolve(args.env)
     env = harness.environment(device)
     env["load_average_at_start"] = os.getloadavg()
-    record = {"process_index": args.process_index, "environment": env, "cells": []}
-    for learners in [int(v) for v in args.learners.split(",")]:
-        try:
-            cell = run_cell(learners, device, args, hp, env_id)
-        except Exception as e:  # a failed cell is recorded, the others still run
-            traceback.print_exc()
-            cell = {"model": "a3c", "device": device, "learners": learners,
-                    "error": "{}: {}".format(type(e).__name__, e)}
-        record["cells"].append(cell)
-        with open(args.process_out, "w") as f:
-            json.dump(record, f)
-    return 0
+    cells = [({"model": "a3c", "device": device, "learners": learners},
+              functools.partial(run_cell, learners, device, args, hp, env_id))
+             for learners in [int(v) for v in args.learners.split(",")]]
+    return harness.record_cells(args, env, cells)
 
 
 def row(cell):
@@ -382,10 +372,7 @@ def arguments(argv=None):
                    help="separate processes, one after the other")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda", help="the learners' device: cuda, cuda:N or cpu")
-    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
-    p.add_argument("--out", default="gpu_a3c.json")
-    p.add_argument("--process-out", help=argparse.SUPPRESS)
-    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    harness.add_process_options(p, "gpu_a3c.json")
     args = p.parse_args(argv)
     try:
         counts = [int(v) for v in args.learners.split(",")]
@@ -404,15 +391,13 @@ def arguments(argv=None):
 
 def main(argv=None):
     p, args = arguments(argv)
-    device = "cuda:0" if args.device == "cuda" else args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu to check the script", file=sys.stderr)
+    device = harness.device_of(args, "--device cpu")
+    if device is None:
         return 2
     if args.process_out:
         return worker(args, device)
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = " ".join(["python3 -m benchmarks.gpu_a3c"] + harness._drop(argv, ("--out", "--work-dir")) +
-                       ["--out", "benchmarks/results/" + os.path.basename(args.out)])
+    command = harness.command_of("benchmarks.gpu_a3c", argv, args.out)
     protocol = {"processes": args.processes, "rounds_per_process": args.rounds,
                 "seconds_per_round": args.seconds,
                 "speed_ratio": "tbdzoo frames/s / baseline frames/s (above 1: tbdzoo faster)",
@@ -420,11 +405,8 @@ def main(argv=None):
     work = args.work_dir or tempfile.mkdtemp(prefix="tbdzoo-a3c-")
 
     def save(records):
-        result = harness.aggregate(records, command, protocol, key=KEY)
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-        return result
+        return harness.write_result(args.out, harness.aggregate(records, command, protocol, key=KEY))
+
     records = harness.run_processes("benchmarks.gpu_a3c", argv, args.processes, work, on_process=save)
     for cell in save(records)["cells"]:
         print(row(cell))

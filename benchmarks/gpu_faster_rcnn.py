@@ -64,13 +64,9 @@ steps; ``--profile`` adds a torch.profiler summary per contender in the last pro
 (``--device cpu --tiny``, a check that the script runs) tf32 means fp32, PyTorch runs one
 thread and no memory is measured.
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:  # also imported as a module of benchmarks/ by path
@@ -284,41 +280,18 @@ def run_cell(model_name, precision, compiled, device, args):
 def worker(args, device):
     if not device.startswith("cuda"):
         torch.set_num_threads(1)  # a check, not a measurement: two threads wait on each other
-    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
-    for execution in args.executions.split(","):
-        for precision in args.precisions.split(","):
-            try:
-                cell = run_cell(MODEL, precision, execution == "compiled", device, args)
-                med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
-                print("  {} {} {}: ".format(MODEL, precision, execution) + "  ".join(
-                    "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
-                    " first loss " + " ".join("{:.5g}".format(v) for v in cell["first_loss"].values()) +
-                    " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
-            except Exception as e:  # a failed cell is recorded, the others still run
-                traceback.print_exc()
-                cell = {"model": MODEL, "precision": precision, "execution": execution,
-                        "error": "{}: {}".format(type(e).__name__, e)}
-            record["cells"].append(cell)
-            with open(args.process_out, "w") as f:
-                json.dump(record, f)
-    return 0
+    return harness.run_cells(args, device, run_cell, describe=harness.first_losses, models=[MODEL])
 
 
 def arguments(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--precisions", default="tf32,bf16")
-    p.add_argument("--executions", default="eager", help="eager and/or compiled")
-    p.add_argument("--warmup", type=int, default=TIMING[0], help="warm-up steps per side")
-    p.add_argument("--steps", type=int, default=TIMING[1], help="steps per timed round")
-    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="interleaved rounds per process")
-    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
-                   help="separate processes per cell, one after the other")
-    p.add_argument("--profile", action="store_true",
-                   help="a torch.profiler summary of each contender in the last process")
+    p = harness.comparison_parser(__doc__, "gpu_faster_rcnn.json", warmup=TIMING[0], overrides={
+        "--executions": {"default": "eager", "help": "eager and/or compiled"},
+        "--warmup": {"help": "warm-up steps per side"},
+        "--steps": {"default": TIMING[1]},
+        "--tiny": {"help": "tiny config on both sides (a CPU check)"},
+        "--batch-size": None})
     p.add_argument("--attribute", action="store_true",
                    help="what is live at each contender's peak memory, by allocation site (GPU)")
-    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
-    p.add_argument("--tiny", action="store_true", help="tiny config on both sides (a CPU check)")
     p.add_argument("--torchvision-input", choices=("image", "canvas"), default="image",
                    help="torchvision reads the image at its own size (default) or tbdzoo's "
                         "whole padded canvas")
@@ -333,10 +306,7 @@ def arguments(argv=None):
                    help="both sides' SGD learning rate (default 1e-12: the same kernels as a "
                         "training step, and the weights, and so the RoIs each head samples, "
                         "stay where calibration put them; 0.001 is the paper's)")
-    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
-    p.add_argument("--out", default="gpu_faster_rcnn.json")
-    p.add_argument("--process-out", help=argparse.SUPPRESS)
-    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    harness.add_process_options(p, "gpu_faster_rcnn.json")
     args = p.parse_args(argv)
     harness.check_choices(p, args)
     if args.canvas not in ("padded", "config"):

@@ -40,13 +40,9 @@ what is live at its peak memory by allocation site. On a CPU (``--device cpu --t
 that the script runs) tf32 means fp32, ResNet-50's tiny config keeps torchvision's stem width 64
 (torchvision's ResNet has no width option) and no memory is measured.
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 import time
-import traceback
 
 import torch
 import torch.nn.functional as F
@@ -334,48 +330,14 @@ def run_cell(model_name, precision, compiled, device, args):
 def worker(args, device):
     if not device.startswith("cuda"):
         torch.set_num_threads(1)  # a check, not a measurement
-    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
-    for model_name in args.models.split(","):
-        for execution in args.executions.split(","):
-            for precision in args.precisions.split(","):
-                try:
-                    cell = run_cell(model_name, precision, execution == "compiled", device, args)
-                    med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
-                    print("  {} {} {}: ".format(model_name, precision, execution) + "  ".join(
-                        "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
-                        " first loss " + " ".join("{:.5g}".format(v) for v in cell["first_loss"].values()) +
-                        " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
-                except Exception as e:  # a failed cell is recorded, the others still run
-                    traceback.print_exc()
-                    cell = {"model": model_name, "precision": precision, "execution": execution,
-                            "error": "{}: {}".format(type(e).__name__, e)}
-                record["cells"].append(cell)
-                with open(args.process_out, "w") as f:
-                    json.dump(record, f)
-    return 0
+    return harness.run_cells(args, device, run_cell, describe=harness.first_losses)
 
 
 def arguments(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--precisions", default="tf32,bf16")
-    p.add_argument("--executions", default="eager,compiled")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10, help="steps per timed round")
-    p.add_argument("--rounds", type=int, default=harness.ROUNDS_AT_LEAST, help="interleaved rounds per process")
-    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
-                   help="separate processes per cell, one after the other")
-    p.add_argument("--profile", action="store_true",
-                   help="a torch.profiler summary of each contender in the last process")
+    p = harness.comparison_parser(__doc__, "gpu_handwritten.json", warmup=5, models=MODELS)
     p.add_argument("--attribute", action="store_true",
                    help="what is live at each contender's peak memory, by allocation site (GPU)")
-    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
-    p.add_argument("--tiny", action="store_true", help="tiny configs (a CPU check)")
-    p.add_argument("--batch-size", type=int, help="batch size of every side (default: SHAPES)")
-    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
-    p.add_argument("--out", default="gpu_handwritten.json")
-    p.add_argument("--process-out", help=argparse.SUPPRESS)
-    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    harness.add_process_options(p, "gpu_handwritten.json")
     args = p.parse_args(argv)
     harness.check_choices(p, args, models=MODELS)
     return p, args

@@ -49,14 +49,10 @@ summary per side in the last process. Throughput is in the model's own unit (tar
 audio s/s), counted by tbdzoo on the shared batch. On a CPU (``--device cpu``, a check that the
 script runs) tf32 means fp32 and no memory is measured.
 """
-import argparse
-import json
 import os
 import platform
-import statistics
 import sys
 import time
-import traceback
 
 import torch
 import torch.nn.functional as F
@@ -349,48 +345,24 @@ def host_environment():
             "host_cpus": os.cpu_count()}
 
 
+def loss_pair(cell):
+    """``run_cells``' ``describe``: the two sides' first losses."""
+    return " loss {:.5g} vs {:.5g}".format(cell["first_loss"]["tbdzoo"], cell["first_loss"]["handwritten"])
+
+
 def worker(args, device):
-    record = {"process_index": args.process_index, "environment": harness.environment(device), "cells": []}
-    for model_name in args.models.split(","):
-        for execution in args.executions.split(","):
-            for precision in args.precisions.split(","):
-                try:
-                    cell = run_cell(model_name, precision, execution == "compiled", device, args)
-                    med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
-                    print("  {} {} {}: ".format(model_name, precision, execution) + "  ".join(
-                        "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
-                        " loss {:.5g} vs {:.5g} ({:.0f}s)".format(
-                            cell["first_loss"]["tbdzoo"], cell["first_loss"]["handwritten"],
-                            cell["cell_seconds"]), flush=True)
-                except Exception as e:  # a failed cell is recorded, the others still run
-                    traceback.print_exc()
-                    cell = {"model": model_name, "precision": precision, "execution": execution,
-                            "error": "{}: {}".format(type(e).__name__, e)}
-                record["cells"].append(cell)
-                with open(args.process_out, "w") as f:
-                    json.dump(record, f)
-    return 0
+    return harness.run_cells(args, device, run_cell, describe=loss_pair)
 
 
 def arguments(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--precisions", default="tf32,bf16")
-    p.add_argument("--executions", default="eager,compiled")
-    p.add_argument("--warmup", type=int, help="warm-up steps per side (default: per model, TIMING)")
-    p.add_argument("--steps", type=int, help="steps per timed round (default: per model)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per process (default: per model)")
-    p.add_argument("--processes", type=int, default=harness.PROCESSES_AT_LEAST,
-                   help="separate processes per cell, one after the other")
-    p.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a check that it runs)")
-    p.add_argument("--tiny", action="store_true", help="tiny configs of both sides (a CPU check)")
-    p.add_argument("--batch-size", type=int, help="batch size of both sides (default: the config's)")
-    p.add_argument("--profile", action="store_true",
-                   help="a torch.profiler summary of each side in the last process")
-    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
-    p.add_argument("--out", default="gpu_recurrent.json")
-    p.add_argument("--process-out", help=argparse.SUPPRESS)
-    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    p = harness.comparison_parser(__doc__, "gpu_recurrent.json", warmup=None, models=MODELS, overrides={
+        "--warmup": {"help": "warm-up steps per side (default: per model, TIMING)"},
+        "--steps": {"default": None, "help": "steps per timed round (default: per model)"},
+        "--rounds": {"default": None, "help": "interleaved rounds per process (default: per model)"},
+        "--tiny": {"help": "tiny configs of both sides (a CPU check)"},
+        "--batch-size": {"help": "batch size of both sides (default: the config's)"},
+        "--profile": {"help": "a torch.profiler summary of each side in the last process"}})
+    harness.add_process_options(p, "gpu_recurrent.json")
     args = p.parse_args(argv)
     harness.check_choices(p, args, models=MODELS)
     return p, args

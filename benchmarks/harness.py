@@ -18,7 +18,12 @@ contenders in one process and hands them to this module, which
   round) reaches both sides of 1.0 is PARITY, not a lead; ``verdict`` says which.
 
 ``environment`` records the machine: GPU, driver, CUDA, cuDNN, torch, Python, host cores.
+
+A script's own parts come from here too: ``comparison_parser`` (the options every script shares;
+the script adds its own), ``run_cells`` (one process's model x execution x precision cells, the
+record rewritten after each) and ``main`` (the process or the repeat protocol over processes).
 """
+import argparse
 import json
 import os
 import platform
@@ -332,21 +337,139 @@ def check_choices(parser, args, models=None, precisions=("tf32", "bf16"), execut
             parser.error("--{} {}: must be at least {}".format(name, value, least))
 
 
+# -- a comparison script's parts ------------------------------------------------------------------
+def comparison_parser(description, out, warmup, models=None, overrides=None):
+    """An argument parser with the options every comparison script shares; the script adds its
+    own (they follow these in ``--help``) and checks the result with ``check_choices``.
+
+    ``out``: the default result file; ``warmup``: the default warm-up steps; ``models``: the
+    script's models (the default of ``--models``; None: no ``--models``, the script has one);
+    ``overrides``: option -> the argparse keywords this script gives it instead (its default,
+    its help), or None to leave the option out."""
+    options = [
+        ("--models", {"default": ",".join(models)} if models is not None else None),
+        ("--precisions", {"default": "tf32,bf16"}),
+        ("--executions", {"default": "eager,compiled"}),
+        ("--warmup", {"type": int, "default": warmup}),
+        ("--steps", {"type": int, "default": 10, "help": "steps per timed round"}),
+        ("--rounds", {"type": int, "default": ROUNDS_AT_LEAST, "help": "interleaved rounds per process"}),
+        ("--processes", {"type": int, "default": PROCESSES_AT_LEAST,
+                         "help": "separate processes per cell, one after the other"}),
+        ("--profile", {"action": "store_true",
+                       "help": "a torch.profiler summary of each contender in the last process"}),
+        ("--device", {"default": "cuda", "help": "cuda, cuda:N, or cpu (a check that it runs)"}),
+        ("--tiny", {"action": "store_true", "help": "tiny configs (a CPU check)"}),
+        ("--batch-size", {"type": int, "help": "batch size of every side (default: SHAPES)"}),
+    ]
+    overrides = overrides or {}
+    unknown = set(overrides) - {flag for flag, _ in options}
+    if unknown:
+        raise ValueError("comparison_parser: no shared option {}".format(", ".join(sorted(unknown))))
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, keywords in options:
+        if flag in overrides:
+            keywords = None if overrides[flag] is None else dict(keywords or {}, **overrides[flag])
+        if keywords is not None:
+            p.add_argument(flag, **keywords)
+    return p
+
+
+def add_process_options(p, out):
+    """The options of the repeat protocol's bookkeeping: where the processes' records and the
+    result go (``out``: the default result file), and the hidden ones of a worker process."""
+    p.add_argument("--work-dir", help="where each process writes its record (default: a temporary folder)")
+    p.add_argument("--out", default=out)
+    p.add_argument("--process-out", help=argparse.SUPPRESS)
+    p.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def record_cells(args, environment, cells, report=None):
+    """One worker process's record: ``cells`` is a list of (key fields, function measuring the
+    cell); ``report(cell)`` prints a measured cell. A cell that raises is recorded as its key
+    fields and the error, and the others still run; the record is rewritten to
+    ``args.process_out`` after every cell, so a process cut short keeps what it had."""
+    record = {"process_index": args.process_index, "environment": environment, "cells": []}
+    for key, measure in cells:
+        try:
+            cell = measure()
+            if report is not None:
+                report(cell)
+        except Exception as e:  # a failed cell is recorded, the others still run
+            traceback.print_exc()
+            cell = dict(key, error="{}: {}".format(type(e).__name__, e))
+        record["cells"].append(cell)
+        with open(args.process_out, "w") as f:
+            json.dump(record, f)
+    return 0
+
+
+def run_cells(args, device, run_cell, describe=None, models=None):
+    """A comparison script's worker: ``run_cell(model, precision, compiled, device, args)`` for
+    every model (``models``, else ``--models``), execution and precision of ``args``, in that
+    order (``record_cells``). Each measured cell's median milliseconds per contender are
+    printed, then ``describe(cell)``'s text (say the first losses), then the cell's seconds."""
+    def report(cell):
+        med = {k: 1e3 * statistics.median(v) for k, v in cell["times"].items()}
+        print("  {} {} {}: ".format(cell["model"], cell["precision"], cell["execution"]) + "  ".join(
+            "{} {:.2f} ms".format(k, v) for k, v in med.items()) +
+            (describe(cell) if describe is not None else "") +
+            " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
+
+    def measure(model, precision, execution):
+        return lambda: run_cell(model, precision, execution == "compiled", device, args)
+
+    cells = [({"model": model, "precision": precision, "execution": execution},
+              measure(model, precision, execution))
+             for model in (models if models is not None else args.models.split(","))
+             for execution in args.executions.split(",")
+             for precision in args.precisions.split(",")]
+    return record_cells(args, environment(device), cells, report)
+
+
+def first_losses(cell):
+    """``run_cells``' ``describe`` printing every contender's first loss."""
+    return " first loss " + " ".join("{:.5g}".format(v) for v in cell["first_loss"].values())
+
+
+def command_of(module, argv, out):
+    """The command a result file records: the script's arguments, its result under
+    benchmarks/results/, no work folder."""
+    return " ".join(["python3 -m " + module] + _drop(argv, ("--out", "--work-dir")) +
+                    ["--out", "benchmarks/results/" + os.path.basename(out)])
+
+
+def write_result(path, result):
+    """``result`` as indented JSON at ``path`` (its folder made); returns ``result``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+def device_of(args, check="--device cpu --tiny"):
+    """The device ``--device`` names (``cuda`` is ``cuda:0``), or None, said on stderr with the
+    options (``check``) that check the script without one, where it names CUDA and there is none."""
+    device = "cuda:0" if args.device == "cuda" else args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device: run with {} to check the script".format(check), file=sys.stderr)
+        return None
+    return device
+
+
 def main(module, parse, worker_fn, argv=None):
     """A comparison script's main: with ``--process-out`` one process's cells (``worker_fn``),
     else the repeat protocol over fresh processes, per execution mode, and the aggregate."""
     p, args = parse(argv)
-    device = "cuda:0" if args.device == "cuda" else args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu --tiny to check the script", file=sys.stderr)
+    device = device_of(args)
+    if device is None:
         return 2
     if args.process_out:
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
         return worker_fn(args, device)
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = " ".join(["python3 -m " + module] + _drop(argv, ("--out", "--work-dir")) +
-                       ["--out", "benchmarks/results/" + os.path.basename(args.out)])
+    command = command_of(module, argv, args.out)
     protocol = {"processes": args.processes, "rounds_per_process": args.rounds, "steps_per_round": args.steps,
                 "warmup_steps": args.warmup,
                 "speed_ratio": "baseline step time / tbdzoo step time (above 1: tbdzoo faster)",
@@ -357,11 +480,7 @@ def main(module, parse, worker_fn, argv=None):
     records = []
 
     def save(done):
-        result = aggregate(records + done, command, protocol)
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-        return result
+        return write_result(args.out, aggregate(records + done, command, protocol))
 
     for execution in args.executions.split(","):
         group = _replace(base, "--executions", execution)
@@ -399,7 +518,6 @@ def _replace(argv, flag, value):
 
 
 if __name__ == "__main__":
-    import argparse
     parser = argparse.ArgumentParser(description="merge result files of one comparison script: "
                                      "python3 -m benchmarks.harness --out ALL.json A.json B.json")
     parser.add_argument("inputs", nargs="+", help="result files (each a script's --out)")

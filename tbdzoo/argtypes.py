@@ -23,6 +23,14 @@ def _number(text, what):
     return value
 
 
+def _within(read, text, what, ok):
+    """``read(text, what)``'s value if ``ok`` of it, else the message that ``text`` is not ``what``."""
+    value = read(text, what)
+    if not ok(value):
+        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
+    return value
+
+
 def integer(text):
     """Any integer: a seed, a node's rank."""
     return _integer(text, "an integer")
@@ -30,38 +38,22 @@ def integer(text):
 
 def positive(text):
     """An integer of 1 or more: batch sizes, steps, processes."""
-    what = "a positive integer (1 or more)"
-    value = _integer(text, what)
-    if value < 1:
-        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
-    return value
+    return _within(_integer, text, "a positive integer (1 or more)", lambda v: v >= 1)
 
 
 def non_negative(text):
     """An integer of 0 or more: a seed of a made data set, a number of input workers."""
-    what = "a non-negative integer (0 or more)"
-    value = _integer(text, what)
-    if value < 0:
-        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
-    return value
+    return _within(_integer, text, "a non-negative integer (0 or more)", lambda v: v >= 0)
 
 
 def positive_number(text):
     """A finite number above 0: seconds, minutes, TFLOP/s."""
-    what = "a positive number"
-    value = _number(text, what)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
-    return value
+    return _within(_number, text, "a positive number", lambda v: v > 0)
 
 
 def non_negative_number(text):
     """A finite number of 0 or more."""
-    what = "a number of 0 or more"
-    value = _number(text, what)
-    if value < 0:
-        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
-    return value
+    return _within(_number, text, "a number of 0 or more", lambda v: v >= 0)
 
 
 def names(text):

@@ -173,3 +173,33 @@ def test_marian_baseline_holds_tbdzoos_weights_and_takes_its_first_loss():
     theirs = float(MarianBaseline(model.hparams, model.get_weights(), batch, "cpu", "tf32", False).step())
     ours = float(model.train_step(model.prepare_batch(batch)))
     assert abs(ours - theirs) <= 1e-5 * abs(theirs)
+
+
+def test_run_cells_records_a_failed_cell_and_runs_the_others(tmp_path, capsys):
+    import json
+    p = harness.comparison_parser("d", "x.json", warmup=3, models=("a", "b"), overrides={"--batch-size": None})
+    harness.add_process_options(p, "x.json")
+    args = p.parse_args(["--executions", "eager", "--precisions", "tf32,bf16",
+                         "--process-out", str(tmp_path / "rec.json")])
+    assert (args.models, args.warmup, args.out) == ("a,b", 3, "x.json") and not hasattr(args, "batch_size")
+    seen = []
+
+    def run_cell(model, precision, compiled, device, args):
+        seen.append((model, precision, compiled))
+        with open(args.process_out) as f:  # the cells before this one are on disk already
+            assert len(json.load(f)["cells"]) == len(seen) - 1
+        if model == "a" and precision == "bf16":
+            raise RuntimeError("no bf16 here")
+        return {"model": model, "precision": precision, "execution": "eager", "times": {"tbdzoo": [0.002]},
+                "first_loss": {"tbdzoo": 1.5}, "cell_seconds": 1.0}
+
+    assert harness.run_cells(args, "cpu", run_cell, describe=harness.first_losses) == 0
+    assert seen == [("a", "tf32", False), ("a", "bf16", False), ("b", "tf32", False), ("b", "bf16", False)]
+    with open(args.process_out) as f:
+        cells = json.load(f)["cells"]
+    assert cells[1] == {"model": "a", "precision": "bf16", "execution": "eager",
+                        "error": "RuntimeError: no bf16 here"}
+    assert [c.get("precision") for c in cells] == ["tf32", "bf16", "tf32", "bf16"]
+    assert "  b tf32 eager: tbdzoo 2.00 ms first loss 1.5 (1s)" in capsys.readouterr().out
+    with pytest.raises(ValueError):
+        harness.comparison_parser("d", "x.json", warmup=3, overrides={"--no-such": None})
