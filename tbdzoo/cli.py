@@ -411,9 +411,6 @@ def check_data(args, overrides):
         raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
                          "environment, which has no Pillow to decode the JPEGs; drop --nproc "
                          "(one process feeds CNTK from here) or use torch, tensorflow or mxnet")
-    if args.data_workers < 0:
-        raise UsageError("--data-workers takes 0 (no workers) or more, not {}".format(
-            args.data_workers))
     hparams = get_model(args.model).hparams(args.config, **overrides)
     open_source(args.model, hparams, args.data, args.data_split)
 

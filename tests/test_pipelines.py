@@ -182,15 +182,22 @@ def test_tbd_run_with_data_records_data_fed_figures_beside_the_synthetic_ones(so
     assert fed["cpu"]["process_tree_cores_busy"] > 0 and all(np.isfinite(fed["losses"]))
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--set", "num_classes=2"], "3 classes, but the model's config has 2: set --set num_classes=3"),
-    (["--data-workers", "-1"], "--data-workers takes 0"),
-])
-def test_tbd_run_refuses_bad_data_before_building(source, capsys, extra, message):
+def test_tbd_run_refuses_bad_data_before_building(source, capsys):
     from tbdzoo.cli import main
     code = main(["run", "resnet50", "--backend", "torch", "--config", "tiny", "--data",
-                 source.root] + extra)
-    assert code == 2 and message in capsys.readouterr().err
+                 source.root, "--set", "num_classes=2"])
+    assert code == 2 and "3 classes, but the model's config has 2: set --set num_classes=3" in \
+        capsys.readouterr().err
+
+
+def test_tbd_run_refuses_a_negative_worker_count_as_it_parses(source, capsys):
+    from tbdzoo.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "resnet50", "--backend", "torch", "--config", "tiny", "--data",
+              source.root, "--data-workers", "-1"])
+    assert exit_info.value.code == 2
+    assert "--data-workers: '-1' is not a non-negative integer (0 or more)" in \
+        capsys.readouterr().err
 
 
 def test_tbd_run_names_a_missing_folder_and_a_model_without_a_reader(tmp_path, capsys):
