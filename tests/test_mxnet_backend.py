@@ -2,6 +2,8 @@
 normalized optimizers, checked against NumPy (cross-framework checks live in the consistency
 tests). Tiny configs only; skipped where this interpreter has no mxnet."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,19 @@ def test_native_is_a_hybridized_hybridblock_with_canonical_parameters():
     model.predict(model.synthetic_batch())
     assert model.native._cached_op is not None  # the cached graph ran
     assert set(model.spec.params()) <= set(model.native.collect_params().keys())
+
+
+def test_inference_blocks_bind_only_the_parameters_they_read():
+    """Gluon warns of a bound parameter that no computation reads; the training batch norm's
+    float64 statistics slots belong to the training blocks only."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _model("resnet50")
+        batch = model.synthetic_batch()
+        model.train_step(batch)
+        model.predict(batch)
+    assert not [w for w in caught if "is not used by any computation" in str(w.message)]
+    assert not [n for n in model.native.collect_params() if "float64" in n]
 
 
 def test_a_tied_parameter_is_one_gluon_parameter():

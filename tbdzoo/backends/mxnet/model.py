@@ -44,9 +44,11 @@ class _FromArray(mx.init.Initializer):
 
 class _Plan(object):
     """What the graph walk needs per node, computed once from the spec: every node, or with
-    ``outputs`` only the nodes those values depend on, and the inputs they read."""
+    ``outputs`` only the nodes those values depend on, and the inputs they read. ``training``:
+    the walk of a training block, which reads constants an inference walk does not (Gluon
+    warns of a bound parameter that no computation reads)."""
 
-    def __init__(self, graph, outputs=None):
+    def __init__(self, graph, outputs=None, training=False):
         self.graph = graph
         needed = values_read(graph, outputs) if outputs is not None else None
         nodes = [n for n in graph.nodes.values() if needed is None or n.name in needed]
@@ -60,7 +62,7 @@ class _Plan(object):
             in_shapes = [tuple(graph.shape_of(i)) for i in node.inputs]
             param_names = graph.param_names(node)
             self.steps.append((node, getattr(ops, node.op), in_shapes, param_names))
-            self.constants.update(ops.constants_for(node, in_shapes))
+            self.constants.update(ops.constants_for(node, in_shapes, training))
             self.parameter_names.extend(n for n in param_names.values()
                                         if n not in self.parameter_names)
         self.batchnorms = [n for n in nodes if n.op in ("batchnorm", "sequence_batchnorm")
@@ -108,7 +110,7 @@ def make_parameters(graph, weights, ctx):
 
     for name, spec in graph.params().items():
         make(name, weights[name], spec.trainable)
-    for key, table in _Plan(graph).constants.items():
+    for key, table in _Plan(graph, training=True).constants.items():
         make(_CONSTANT_PREFIX + key, table, False,
              "float64" if key.startswith(ops.FLOAT64_PREFIX) else "float32")
     return parameters
@@ -180,7 +182,7 @@ class TrainBlock(_StatisticsBlock):
     """Loss of the spec on (features..., targets...), and the batch statistics, in one graph."""
 
     def __init__(self, graph, parameters):
-        super(TrainBlock, self).__init__(_Plan(graph), parameters)
+        super(TrainBlock, self).__init__(_Plan(graph, training=True), parameters)
 
     def hybrid_forward(self, F, *inputs, **params):
         names = self.plan.feature_names + self.plan.target_names
@@ -200,7 +202,7 @@ class ObjectiveBlock(_StatisticsBlock):
     def __init__(self, graph, objective, group_names, parameters, exact_statistics=False):
         program = graph.program
         super(ObjectiveBlock, self).__init__(
-            _Plan(graph, objective_values(program, objective)), parameters)
+            _Plan(graph, objective_values(program, objective), training=True), parameters)
         self.terms = [(program.losses[name], weight) for name, weight in
                       program.objectives[objective]]
         self.exact_statistics = exact_statistics

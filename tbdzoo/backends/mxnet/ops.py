@@ -9,7 +9,6 @@ tables and whether batch-norm should hand back its batch statistics (the train s
 the running statistics itself, because MXNet's update uses the biased variance).
 """
 import math
-import warnings
 
 import numpy as np
 
@@ -33,8 +32,9 @@ class GraphContext(object):
 
 # -- constants: NumPy tables a node needs, keyed so equal tables are stored once ------------------
 
-def constants_for(node, in_shapes):
-    """key -> NumPy table for the constants ``node`` reads from ``ctx.constants``."""
+def constants_for(node, in_shapes, training=True):
+    """key -> NumPy table for the constants ``node`` reads from ``ctx.constants``; without
+    ``training``, only those an inference walk reads."""
     a = node.attrs
     if node.op == "positional_encoding":
         t, d = in_shapes[0]
@@ -44,7 +44,7 @@ def constants_for(node, in_shapes):
         return {"causal_{}".format(t): attention.causal_table(t, t)}
     if node.op == "sequence_batchnorm" and a["track_running_stats"]:
         return {_MODE_MEAN: np.zeros(1, np.float32), _MODE_VAR: np.ones(1, np.float32)}
-    if node.op == "batchnorm" and a["track_running_stats"]:
+    if node.op == "batchnorm" and a["track_running_stats"] and training:
         channels = in_shapes[0][0]
         return {_moments_key("mean", channels): np.zeros(channels, np.float64),
                 _moments_key("var", channels): np.ones(channels, np.float64)}
@@ -60,12 +60,8 @@ def _count_key(node_name):
 
 
 # Constant tables whose key starts with this are float64 (the others float32): the float64
-# batch norm's running-statistics slots (see batchnorm). Every block binds the graph's
-# constant tables, and an inference block reads none of these: Gluon's warning that they are
-# unused says nothing (it still shows when any other parameter is unused).
+# batch norm's running-statistics slots (see batchnorm), bound only by training blocks.
 FLOAT64_PREFIX = "float64_"
-warnings.filterwarnings("ignore", message=r"Parameter (__constant__\.{}\w+(, )?)+ is not used "
-                        r"by any computation".format(FLOAT64_PREFIX))
 
 
 def _moments_key(which, channels):
