@@ -62,6 +62,12 @@ def _checked_argument(name, value, low, model):
     return integer(low).check(name, value, model)
 
 
+def _note_undone_updates(error):
+    """Add to a NonFiniteStepError of a program's later update that the step's earlier
+    updates were undone with it."""
+    error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+
+
 class Prepared(object):
     """A batch already converted for one backend, so timed steps measure only the step."""
 
@@ -236,7 +242,7 @@ class BackendModel(object):
                 self._restore_state(saved)
             self.group_steps.update(group_steps)
             if isinstance(error, NonFiniteStepError) and saved is not None and index > 0:
-                error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+                _note_undone_updates(error)
             raise
         finally:
             flags, self._step_flags = self._step_flags, None
@@ -255,7 +261,7 @@ class BackendModel(object):
                 first = [i for i, (_, f) in enumerate(flags) if bool(f)][0]
                 error = self._nonfinite_error([flags[first][0]])
                 if saved is not None and first > 0:
-                    error.args = (error.args[0] + " The step's earlier updates were undone too.",)
+                    _note_undone_updates(error)
                 raise error
         self.step_count += 1
         if not sync:
@@ -410,8 +416,7 @@ class BackendModel(object):
         if isinstance(batch, Prepared):
             return np.asarray(self._predict(self.prepare_batch(batch)))
         names = self._predict_inputs(batch)
-        written = [n for n in self.program.written_inputs() if n in self._output_inputs()] \
-            if self.program is not None else []
+        written = self._written_by_targets()
         batch = self._check_batch(batch, names)
         part = OrderedDict((n, batch[n]) for n in names)  # one batch size: checked
         size = len(part[names[0]])
@@ -439,14 +444,20 @@ class BackendModel(object):
         if self.program is None:  # a graph of one loss is fed all its features when it predicts
             names = [n for n, inp in self.spec.inputs.items()
                      if n in names or inp.role == "feature"]
-        written = [n for n in self.program.written_inputs() if n in names] \
-            if self.program is not None else []
+        written = self._written_by_targets()
         if written and hasattr(batch, "keys") and \
                 not programs.replays_targets(self.program, batch):
             names = [n for n in names if n not in written]
             names += [n for n in programs.targets_inputs(self.spec, self.program)
                       if n not in names]
         return names
+
+    def _written_by_targets(self):
+        """The inputs the output reads that a program's targets step writes (none without)."""
+        if self.program is None:
+            return []
+        read = self._output_inputs()
+        return [n for n in self.program.written_inputs() if n in read]
 
     def _output_inputs(self):
         """The inputs the graph's output reads (a prediction needs no labels)."""

@@ -537,10 +537,9 @@ class Model(BackendModel):
             for hook in hooks:
                 hook(None)
             return None
-        grads = [p.grad for p in params if p.grad is not None]
         if norm is None:
-            norm = torch.stack(torch._foreach_norm(grads)).sum() if grads else \
-                torch.zeros((), device=self.device)
+            norm = optimizers.gradient_norm(params) if any(p.grad is not None for p in params) \
+                else torch.zeros((), device=self.device)
         bad = torch.isfinite(loss.detach().float() + norm.float()).logical_not()
         if self._checks_on_host():
             if bool(bad):

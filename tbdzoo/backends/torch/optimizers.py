@@ -94,11 +94,15 @@ def clip_gradients(params, clip, norm=False):
     grads = [p for p in params if p.grad is not None]
     if clip["kind"] == "global_norm":
         return torch.nn.utils.clip_grad_norm_(grads, clip["value"], foreach=True)
-    total = None
-    if norm and grads:
-        total = torch.stack(torch._foreach_norm([p.grad for p in grads])).sum()
+    total = gradient_norm(grads) if norm and grads else None
     torch.nn.utils.clip_grad_value_(grads, clip["value"], foreach=True)
     return total
+
+
+def gradient_norm(params):
+    """The global L2 norm of ``params``' gradients, a device scalar (no host wait)."""
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None],
+                                         foreach=True)
 
 
 @torch.no_grad()
