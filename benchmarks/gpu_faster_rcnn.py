@@ -250,10 +250,7 @@ def run_cell(model_name, precision, compiled, device, args):
     if args.attribute and cuda:
         from benchmarks.gpu_handwritten import peak_sites
         at_peak = {name: peak_sites(step, device) for name, step in contenders.items()}
-    for step in contenders.values():
-        for _ in range(args.warmup):
-            step()
-    times = harness.interleaved_rounds(contenders, device, args.steps, args.rounds)
+    times = harness.warm_and_time(contenders, device, args.warmup, args.steps, args.rounds)
     rois = {"tbdzoo": hp["rois_per_image"]}  # tbdzoo's head always runs on rois_per_image
     rois.update({name: [min(side[4]), max(side[4])] for name, side in sides.items()})
     details = {"canvas": list(hp["canvas"]), "image_hw": [int(v) for v in batch["image_hw"][0]],
@@ -264,13 +261,8 @@ def run_cell(model_name, precision, compiled, device, args):
                "rois_per_step": rois, "torchvision_first_losses": their_losses}
     if at_peak:
         details["at_peak"] = at_peak
-    cell = {"model": MODEL, "precision": precision, "execution": execution,
-            "config": "tiny" if args.tiny else "paper", "batch_size": 1, "unit": model.model_def.unit,
-            "items_per_step": model.model_def.items(hp, batch), "warmup": args.warmup, "steps": args.steps,
-            "times": times, "peak_bytes": peaks, "first_loss": first, "checks": checks, "details": details}
-    if args.profile:
-        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
-    cell["cell_seconds"] = time.perf_counter() - start
+    cell = harness.cell_record(args, device, contenders, start, model, batch, MODEL, precision,
+                               execution, times, peaks, first, checks, batch_size=1, details=details)
     del model, sides, contenders, prepared
     if cuda:
         torch.cuda.empty_cache()

@@ -307,20 +307,12 @@ def run_cell(model_name, precision, compiled, device, args):
     details = {}
     if args.attribute and cuda:
         details["at_peak"] = {name: peak_sites(step, device) for name, step in contenders.items()}
-    for step in contenders.values():
-        for _ in range(args.warmup):
-            step()
-    times = harness.interleaved_rounds(contenders, device, args.steps, args.rounds)
+    times = harness.warm_and_time(contenders, device, args.warmup, args.steps, args.rounds)
     if model_name == "transformer":
         details["padded_tokens_per_step"] = int(batch["labels"].size)
-    cell = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
-            "config": "tiny" if args.tiny else "paper", "batch_size": model.hparams["batch_size"],
-            "unit": model.model_def.unit, "items_per_step": model.model_def.items(model.hparams, batch),
-            "warmup": args.warmup, "steps": args.steps, "times": times, "peak_bytes": peaks,
-            "first_loss": first, "checks": checks, "details": details}
-    if args.profile:
-        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
-    cell["cell_seconds"] = time.perf_counter() - start
+    cell = harness.cell_record(args, device, contenders, start, model, batch, model_name, precision,
+                               "compiled" if compiled else "eager", times, peaks, first, checks,
+                               details=details)
     del model, baselines, contenders
     if cuda:
         torch.cuda.empty_cache()

@@ -317,18 +317,11 @@ def run_cell(model_name, precision, compiled, device, args):
     held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values())),
             "handwritten": lambda: harness.held_bytes([net], [opt])}
     peaks = harness.peak_memory(contenders, held, device)
-    for step in contenders.values():
-        for _ in range(warmup):
-            step()
-    times = harness.interleaved_rounds(contenders, device, steps, args.rounds or timing(args, model_name)[2])
-    cell = {"model": model_name, "precision": precision, "execution": "compiled" if compiled else "eager",
-            "config": "tiny" if args.tiny else "paper", "batch_size": model.hparams["batch_size"],
-            "unit": model.model_def.unit, "items_per_step": model.model_def.items(model.hparams, batch),
-            "warmup": warmup, "steps": steps, "times": times, "peak_bytes": peaks,
-            "first_loss": losses, "checks": checks}
-    if args.profile:
-        cell["profile"] = {name: harness.profile_summary(step, device) for name, step in contenders.items()}
-    cell["cell_seconds"] = time.perf_counter() - start
+    times = harness.warm_and_time(contenders, device, warmup, steps,
+                                  args.rounds or timing(args, model_name)[2])
+    cell = harness.cell_record(args, device, contenders, start, model, batch, model_name, precision,
+                               "compiled" if compiled else "eager", times, peaks, losses, checks,
+                               warmup=warmup, steps=steps)
     del model, net, opt, contenders, ours, theirs
     if cuda:
         torch.cuda.empty_cache()

@@ -121,6 +121,37 @@ def interleaved_rounds(contenders, device, steps, rounds):
     return times
 
 
+def warm_and_time(contenders, device, warmup, steps, rounds):
+    """``warmup`` untimed steps of each contender, then :func:`interleaved_rounds`."""
+    for step in contenders.values():
+        for _ in range(warmup):
+            step()
+    return interleaved_rounds(contenders, device, steps, rounds)
+
+
+def cell_record(args, device, contenders, start, model, batch, model_name, precision, execution,
+                times, peaks, first, checks, warmup=None, steps=None, batch_size=None,
+                details=None):
+    """One cell's record, as every comparison script writes it: what was run (config, batch
+    size, unit and items per step from tbdzoo's ``model``; warm-up and steps, ``args``' unless
+    given), its times, peaks, first losses and checks, the script's ``details``, each
+    contender's profile with ``--profile``, and the seconds since ``start``."""
+    hp = model.hparams
+    cell = {"model": model_name, "precision": precision, "execution": execution,
+            "config": "tiny" if args.tiny else "paper",
+            "batch_size": hp["batch_size"] if batch_size is None else batch_size,
+            "unit": model.model_def.unit, "items_per_step": model.model_def.items(hp, batch),
+            "warmup": args.warmup if warmup is None else warmup,
+            "steps": args.steps if steps is None else steps,
+            "times": times, "peak_bytes": peaks, "first_loss": first, "checks": checks}
+    if details is not None:
+        cell["details"] = details
+    if args.profile:
+        cell["profile"] = {name: profile_summary(step, device) for name, step in contenders.items()}
+    cell["cell_seconds"] = time.perf_counter() - start
+    return cell
+
+
 def profile_summary(step, device, steps=3, top=12):
     """``steps`` steps of ``step`` under torch.profiler: per step, the kernels launched, their
     summed device time, the host's wall time, and the ``top`` costliest kernels."""
