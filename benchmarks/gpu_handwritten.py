@@ -66,7 +66,23 @@ def resnet_state(weights):
     return state
 
 
-class ResNetBaseline(object):
+class OneLossBaseline(object):
+    """A baseline's step: its ``loss()`` under its autocast, backward, its optimizer's update;
+    a subclass sets ``net``, ``opt``, ``autocast`` and ``loss``."""
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = self.loss()
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def held(self):
+        return harness.held_bytes([self.net], [self.opt])
+
+
+class ResNetBaseline(OneLossBaseline):
     def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
         from torchvision.models.resnet import Bottleneck, ResNet
         if hp["width"] != 64 or hp["stride_in_1x1"]:
@@ -96,17 +112,6 @@ class ResNetBaseline(object):
 
     def _loss(self):
         return F.cross_entropy(self.net(self.x), self.y, label_smoothing=self.smoothing)
-
-    def step(self):
-        self.opt.zero_grad(set_to_none=True)
-        with self.autocast:
-            loss = self.loss()
-        loss.backward()
-        self.opt.step()
-        return loss.detach()
-
-    def held(self):
-        return harness.held_bytes([self.net], [self.opt])
 
 
 # -- Transformer: MarianMTModel -----------------------------------------------------------------
@@ -168,7 +173,7 @@ def marian_from_tbdzoo(hp, weights):
     return net
 
 
-class MarianBaseline(object):
+class MarianBaseline(OneLossBaseline):
     def __init__(self, hp, weights, batch, device, precision, compiled, channels_last=False):
         try:
             import transformers  # noqa: F401
@@ -195,17 +200,6 @@ class MarianBaseline(object):
                           decoder_input_ids=self.tgt, decoder_attention_mask=self.tgt != self.pad).logits
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.labels.reshape(-1),
                                ignore_index=self.pad, label_smoothing=self.smoothing)
-
-    def step(self):
-        self.opt.zero_grad(set_to_none=True)
-        with self.autocast:
-            loss = self.loss()
-        loss.backward()
-        self.opt.step()
-        return loss.detach()
-
-    def held(self):
-        return harness.held_bytes([self.net], [self.opt])
 
 
 def baselines_of(model_name):
