@@ -63,7 +63,6 @@ from benchmarks import harness
 from benchmarks.gpu_programs import fast_optimizer
 
 synchronize = harness.synchronize
-time_rounds = harness.interleaved_rounds
 
 MODELS = ("seq2seq", "deepspeech2")
 # Timing defaults per model (warm-up steps, steps per round, rounds per process): a Seq2Seq step
