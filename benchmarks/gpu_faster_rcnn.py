@@ -238,7 +238,7 @@ def run_cell(model_name, precision, compiled, device, args):
              for name, cl in LAYOUTS.items()}
     contenders = {"tbdzoo": lambda: model.train_step(prepared, sync=False)}
     contenders.update({name: side[2] for name, side in sides.items()})
-    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values()))}
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], model.torch_optimizers)}
     held.update({name: (lambda side=side: harness.held_bytes([side[0]], [side[1]])) for name, side in sides.items()})
     their_losses = {name: {k: float(v) for k, v in side[2]().items()} for name, side in sides.items()}
     first = {"tbdzoo": first_loss(model.train_step(prepared))}

@@ -290,7 +290,7 @@ def run_cell(model_name, precision, compiled, device, args):
                  for name, (cls, cl) in baselines_of(model_name).items()}
     contenders = {"tbdzoo": lambda: model.train_step(prepared, sync=False)}
     contenders.update({name: b.step for name, b in baselines.items()})
-    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values()))}
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], model.torch_optimizers)}
     held.update({name: b.held for name, b in baselines.items()})
     first = {name: float(model.train_step(prepared) if name == "tbdzoo" else step())
              for name, step in contenders.items()}

@@ -313,7 +313,7 @@ def run_cell(model_name, precision, compiled, device, args):
     checks = {"first_step_weight_diff": weight_difference(model_name, model, net),
               "first_loss_rel_diff": abs(losses["tbdzoo"] - losses["handwritten"]) / max(
                   abs(losses["handwritten"]), 1e-12)}
-    held = {"tbdzoo": lambda: harness.held_bytes([model.native], list(model._optimizers.values())),
+    held = {"tbdzoo": lambda: harness.held_bytes([model.native], model.torch_optimizers),
             "handwritten": lambda: harness.held_bytes([net], [opt])}
     peaks = harness.peak_memory(contenders, held, device)
     times = harness.warm_and_time(contenders, device, warmup, steps,

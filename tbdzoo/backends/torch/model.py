@@ -621,10 +621,16 @@ class Model(BackendModel):
                 torch.where(where, saved, current, out=chosen)
             torch._foreach_copy_(self._statistics, shaped)
 
+    @property
+    def torch_optimizers(self):
+        """The ``torch.optim`` optimizers the step updates with: one, or one per parameter
+        group of a program."""
+        return [self.optimizer] if self.program is None else list(self._optimizers.values())
+
     def _save_state(self):
         """A copy of the weights, buffers and every optimizer's state (a program's step of
         several updates keeps one from its start)."""
-        optimizers_held = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        optimizers_held = self.torch_optimizers
         for optimizer, params in zip(optimizers_held, [self._trainable] if self.program is None
                                      else list(self._group_params.values())):
             _initial_state(optimizer, params)
@@ -735,7 +741,7 @@ class Model(BackendModel):
         cuda = self.device.startswith("cuda")
         trace = cuda_memory.memory_trace(step, self.device) if cuda else step()
         saved = max(per_update, key=lambda kept: sum(kept.values()))
-        optimizers_held = [self.optimizer] if self.program is None else list(self._optimizers.values())
+        optimizers_held = self.torch_optimizers
         slots = [v for o in optimizers_held for s in o.state.values() for v in s.values()
                  if torch.is_tensor(v) and v.dim() > 0]
         grads = [t.grad for t in self._trainable if t.grad is not None]
