@@ -18,10 +18,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tbdzoo.detection import anchors as anchor_grid  # noqa: E402
-from tbdzoo.detection import kernels, torch_proposals, torch_roi_align  # noqa: E402
-from tbdzoo.detection.proposals import proposals  # noqa: E402
-from tbdzoo.detection.roi_align import roi_align_points  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid  # noqa: E402
+from tbdzoo.detection import torch_proposals, torch_roi_align  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection import kernels
+from tbdzoo.models.faster_rcnn.detection.proposals import proposals  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points  # noqa: E402
 
 MAP_HW, IMAGE_HW = (38, 64), (600.0, 1000.0)
 

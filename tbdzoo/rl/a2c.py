@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from .. import environments
-from ..environments import EpisodeStats
+from ..models.a3c import environments
+from ..models.a3c.environments import EpisodeStats
 from ..errors import TbdError
-from .rollouts import observations_feed, sample_actions, split_output, update_batch
+from ..models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
 
 
 class EnvironmentMismatchError(TbdError, ValueError):

@@ -177,6 +177,6 @@ class DetectionTask(object):
 
     def evaluate(self, metrics=None):
         """{"map": VOC07 mAP of the test images' detections}; ``metrics`` changes nothing."""
-        from ..detection.evaluation import mean_average_precision
+        from ..models.faster_rcnn.detection.evaluation import mean_average_precision
         return {"map": mean_average_precision(self.detections(), self._truth,
                                               num_classes=self.hp["num_classes"])}

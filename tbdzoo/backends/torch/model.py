@@ -925,7 +925,8 @@ def _device_kernels(device):
     is the faster."""
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
-    from ...detection import kernels, torch_roi_align
+    from ...detection import torch_roi_align
+    from ...models.faster_rcnn.detection import kernels
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
         import torchvision  # noqa: F401

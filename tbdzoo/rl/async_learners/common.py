@@ -3,7 +3,7 @@ the learner count check, the per-learner counters, one learner's loop, the NumPy
 RMSProp, CPU accounting and the result (docs/a3c.md).
 
 A learner repeats: copy the shared parameters into its own copy, act ``t_max`` steps in its
-own environment, compute the n-step returns in NumPy (tbdzoo.rl.rollouts.update_batch), take
+own environment, compute the n-step returns in NumPy (tbdzoo.models.a3c.rollouts.update_batch), take
 the gradients on its copy and apply them to the shared parameters through the shared RMSProp,
 without locks (Mnih et al. 2016, Algorithm S3). The learning rate anneals linearly to 0 with
 the frames all learners have taken together.
@@ -16,11 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ... import environments
+from ...models.a3c import environments
 from ...errors import HyperparameterError
 from ...models import get_model
 from ..a2c import check_environment
-from ..rollouts import observations_feed, sample_actions, split_output, update_batch
+from ...models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
 
 
 def check_learners(learners):

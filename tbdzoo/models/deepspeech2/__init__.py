@@ -22,12 +22,12 @@ import math
 
 import numpy as np
 
-from ..datasets import spectrogram, synthetic
-from ..errors import BatchError
-from ..spec import Graph
-from ..spec.program import clip_of, single_objective
-from .constraints import integer, integers, number
-from .registry import register_model
+from ...datasets import spectrogram, synthetic
+from ...errors import BatchError
+from ...spec import Graph
+from ...spec.program import clip_of, single_objective
+from ..constraints import integer, integers, number
+from ..registry import register_model
 
 # The output classes: CTC's blank (id 0, written "_"), space, apostrophe and a-z.
 ALPHABET = "_ '" + "abcdefghijklmnopqrstuvwxyz"

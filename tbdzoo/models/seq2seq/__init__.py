@@ -23,12 +23,12 @@ tutorial gives them (recalled, not re-counted here: the files are not in this re
 """
 import numpy as np
 
-from ..datasets import synthetic
-from ..errors import BatchError
-from ..spec import Graph
-from ..spec.program import clip_of, single_objective
-from .constraints import boolean, integer, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...errors import BatchError
+from ...spec import Graph
+from ...spec.program import clip_of, single_objective
+from ..constraints import boolean, integer, number
+from ..registry import register_model
 
 PAPER = {
     "src_vocab": 17191,         # [V] vocab.en: 17,191 lines

@@ -2,7 +2,7 @@
 same boxes. A backend may lend it its framework's kernel (tbdzoo/detection/kernels.py)."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from . import kernels
 
 BLOCK = 256  # boxes compared at once: the result is the greedy one, only faster

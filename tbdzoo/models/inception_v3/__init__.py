@@ -9,11 +9,11 @@ is followed by BatchNorm (eps 1e-3, no bias before it) and ReLU.
 Every value below has its source next to it: [P] the paper (arXiv 1512.00567, sections 7-8),
 [TV] torchvision's model, [S] TF-slim's ``inception_v3_arg_scope``.
 """
-from ..datasets import synthetic
-from ..spec import Graph
-from ..spec.program import Program, optimizer_of, schedule_of
-from .constraints import boolean, integer, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...spec import Graph
+from ...spec.program import Program, optimizer_of, schedule_of
+from ..constraints import boolean, integer, number
+from ..registry import register_model
 
 IMAGENET_TRAIN_IMAGES = 1281167
 

@@ -3,7 +3,7 @@ drop boxes smaller than ``min_size``, keep the ``pre_nms`` best, NMS, keep the `
 A backend may lend the whole function a kernel of its framework (tbdzoo/detection/kernels.py)."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from .boxes import RPN_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
 from . import kernels
 from .nms import nms, score_order

@@ -20,19 +20,19 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..datasets.detection_batch import synthetic_detection_batch
-from ..detection import anchors as anchor_grid
-from ..detection.boxes import check_boxes, check_image_hw
-from ..detection.postprocess import detections
-from ..detection.proposals import proposals
-from ..detection.roi_align import roi_align_points
-from ..detection.targets import anchor_targets, check_labels, sample_rois
-from ..errors import BatchError, DetectionInputError
-from ..spec import Graph
-from ..spec.program import Program, clip_of, optimizer_of, schedule_of
-from ..spec.targets import register_targets, stack_written, value_shape
-from .constraints import Rule, boolean, integer, integers, number
-from .registry import register_model
+from ...datasets.detection_batch import synthetic_detection_batch
+from .detection import anchors as anchor_grid
+from .detection.boxes import check_boxes, check_image_hw
+from .detection.postprocess import detections
+from .detection.proposals import proposals
+from .detection.roi_align import roi_align_points
+from .detection.targets import anchor_targets, check_labels, sample_rois
+from ...errors import BatchError, DetectionInputError
+from ...spec import Graph
+from ...spec.program import Program, clip_of, optimizer_of, schedule_of
+from ...spec.targets import register_targets, stack_written, value_shape
+from ..constraints import Rule, boolean, integer, integers, number
+from ..registry import register_model
 
 VOC07_TRAINVAL = 5011  # images; [M] appends a flipped copy of each, so an epoch is twice this
 
@@ -124,7 +124,7 @@ def _conv_bn(g, hp, conv, bn, x, filters, kernel, stride, pad, relu=True):
 
 def _stage(g, hp, prefix, x, in_ch, stage, count):
     """ResNet's bottlenecks, v1.5 (the stride on the 3 x 3 convolution), as torchvision's
-    resnet101 and tbdzoo.models.resnet; returns (output, its channels)."""
+    resnet101 and tbdzoo.models.resnet50; returns (output, its channels)."""
     width = hp["width"] * 2 ** stage
     out_ch = width * 4
     for i in range(count):

@@ -3,10 +3,10 @@
 Parameter names follow torchvision's (``layer1.0.conv1.weight``), so a reader can map them at
 a glance. ``stride_in_1x1=True`` gives the original v1 (as in Keras and the Gluon model zoo).
 """
-from ..datasets import synthetic
-from ..spec import Graph
-from .constraints import boolean, integer, integers, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...spec import Graph
+from ..constraints import boolean, integer, integers, number
+from ..registry import register_model
 
 IMAGENET_TRAIN_IMAGES = 1281167
 

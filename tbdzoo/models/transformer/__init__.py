@@ -4,10 +4,10 @@ One embedding matrix serves the source embedding, the target embedding and the p
 projection, as in the paper. Batches are padded to fixed lengths; padding and causal masks are
 explicit attention inputs, so every backend sees the same static shapes.
 """
-from ..datasets import synthetic
-from ..spec import Graph
-from .constraints import integer, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...spec import Graph
+from ..constraints import integer, number
+from ..registry import register_model
 
 PAPER = {
     "vocab": 32000, "d_model": 512, "heads": 8, "ffn": 2048, "encoder_layers": 6,

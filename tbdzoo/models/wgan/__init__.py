@@ -11,11 +11,11 @@ Values carry their source: [G] ``gan_64x64.py`` of improved_wgan_training, [A] A
 """
 import numpy as np
 
-from ..spec import Graph
-from ..spec.derivative import input_gradient
-from ..spec.program import Program
-from .constraints import choice, integer, number
-from .registry import register_model
+from ...spec import Graph
+from ...spec.derivative import input_gradient
+from ...spec.program import Program
+from ..constraints import choice, integer, number
+from ..registry import register_model
 
 MODES = ("wgan-gp", "wgan")
 
@@ -193,5 +193,5 @@ def build(hp):
 
 
 def _optimizer(hp):
-    from ..spec.program import optimizer_of
+    from ...spec.program import optimizer_of
     return optimizer_of(hp)
