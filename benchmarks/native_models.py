@@ -568,14 +568,14 @@ MODELS = {
         "tbdzoo": {"v1.5": {}, "v1": {"stride_in_1x1": True}},
     },
     "inception_v3": {
-        "batch_size": 4, "image_size": 299,  # tbdzoo.suite.CPU_BATCH_SIZES
+        "batch_size": 4, "image_size": 299,  # its card's benchmark.cpu_batch_size
         "native": {"torch": ("torchvision.models.inception_v3", "aux", inception_v3_torch),
                    "tensorflow": ("keras.applications.InceptionV3", "no aux", inception_v3_tensorflow),
                    "mxnet": ("gluon.model_zoo.vision.inception_v3", "no aux", inception_v3_mxnet)},
         "tbdzoo": {"aux": {}, "no aux": {"aux_head": False}},
     },
     "seq2seq": {
-        "batch_size": 16, "unit": "tokens",  # tbdzoo.suite.CPU_BATCH_SIZES
+        "batch_size": 16, "unit": "tokens",  # its card's benchmark.cpu_batch_size
         "native": {"torch": ("torch.nn.LSTM", "paper", seq2seq_torch),
                    "tensorflow": ("keras.layers.LSTM", "paper", seq2seq_tensorflow),
                    "mxnet": ("gluon.rnn.LSTM", "paper", seq2seq_mxnet)},

@@ -21,6 +21,8 @@ import numpy as np
 
 from ...spec import Graph
 from ...spec.program import Program, optimizer_of, schedule_of
+from .. import metrics
+from ..card import Consistency, Measured, Training
 from ..constraints import Rule, boolean, choice, integer, integers, number
 from ..registry import register_model
 
@@ -143,10 +145,26 @@ def _frames(hp, batch):
     return len(batch["actions"]) * (4 if hp["network"] == "atari" else 1)
 
 
-@register_model("a3c", domain="reinforcement learning",
+# -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
+# Trained in its environments, not from a data folder (tbdzoo/training/a3c_task.py); the
+# proxy is the cartpole config as it is: an MLP, 16 synchronous learners. Its rollouts have
+# no data set to share between ranks.
+TRAINING = Training(metrics=(metrics.RETURN,), target="return=475", eval_every=10,
+                    runner="tbdzoo.training.a3c_task:run_a2c", base_config="cartpole", proxy={})
+# A recorded rollout's update.
+CONSISTENCY = Consistency()
+MEASURED = Measured(parameters=677943, flops_per_example=5972064)   # Pong, 6 actions
+
+
+# The name the registry, rl/ (A3C's trainers) and the suite's asynchronous runs use.
+NAME = "a3c"
+
+
+@register_model(NAME, domain="reinforcement learning",
                 configs={"paper": PAPER, "cartpole": CARTPOLE, "tiny": TINY},
                 unit="frames/s", items=_frames,
-                synthetic_batch=_batch, rules=RULES, checks=(_check_network,))
+                synthetic_batch=_batch, rules=RULES, checks=(_check_network,),
+                training=TRAINING, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("a3c")
     x = g.input("observations", tuple(hp["observation_shape"]))

@@ -16,11 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ...models.a3c import environments
 from ...errors import HyperparameterError
 from ...models import get_model
-from ..a2c import check_environment
+from ...models.a3c import NAME as A3C, environments
 from ...models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
+from ..a2c import check_environment
 
 
 def check_learners(learners):
@@ -350,7 +350,7 @@ def initial_weights(job):
     spec alone, so the parent process needs no framework."""
     from ...backends.base import check_buildable
     from ...spec.init import initial_weights as spec_weights
-    spec = check_buildable(get_model("a3c"), job.hp, job.backend)
+    spec = check_buildable(get_model(A3C), job.hp, job.backend)
     return spec_weights(spec, job.seed)
 
 
