@@ -3,8 +3,8 @@
 The network maps an observation to a softmax policy's logits and a linear value; the graph's
 output concatenates them, (N, A + 1), so one forward pass serves the actor (``predict``). The
 update reads a recorded rollout, flattened to T * n examples: the observations, the actions
-taken, the n-step advantages and returns computed in NumPy (tbdzoo.models.a3c.environments), so the value
-estimate inside an advantage is a constant: the paper's stop-gradient. Its objective is
+taken, the n-step advantages and returns computed in NumPy (environments/ beside this file), so
+the value estimate inside an advantage is a constant: the paper's stop-gradient. Its objective is
 ``policy_gradient - entropy_weight * entropy + value_weight * squared_error``.
 
 Atari frames enter as float32 holding the raw 0..255 bytes and are scaled to [0, 1] by the
@@ -29,7 +29,7 @@ from ..registry import register_model
 NETWORKS = ("atari", "mlp")
 
 PAPER = {
-    "env": "pong",                  # any Atari game of tbdzoo.models.a3c.environments; Pong as the default
+    "env": "pong",                  # any Atari game of its environments/; Pong as the default
     "network": "atari",             # [M] [D] 2013's: conv 16 8x8/4, conv 32 4x4/2, fc 256
     "observation_shape": (4, 84, 84),  # [D] 4 stacked 84 x 84 grey frames
     "num_actions": 6,               # Pong's full action set; the trainer checks it against the game

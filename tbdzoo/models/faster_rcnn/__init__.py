@@ -8,8 +8,8 @@ FasterRCNN assembled from these parts (``backbone.layer3.22.conv2.weight``,
 ``rpn.head.cls_logits.weight``, ``roi_heads.box_predictor.bbox_pred.weight``).
 
 The non-differentiable parts (anchor targets, proposals, RoI sampling, RoIAlign's sample
-points, post-processing) are the NumPy reference of tbdzoo/detection, run by the training
-program's targets step (``faster_rcnn.targets``) and by :func:`detect` for inference
+points, post-processing) are the NumPy reference in detection/ beside this file, run by the
+training program's targets step (``faster_rcnn.targets``) and by :func:`detect` for inference
 (docs/detection.md). Values carry their source: [M] mx-rcnn (TBD's implementation,
 ``rcnn/config.py``, ``symbol_resnet.py``, its VOC ResNet-101 scripts), [T] torchvision's
 detection models. docs/models.md lists them with each deliberate change. Valid Python 3.6:

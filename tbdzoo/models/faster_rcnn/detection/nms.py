@@ -1,5 +1,5 @@
 """Greedy non-maximum suppression with one stated tie order, so that every backend keeps the
-same boxes. A backend may lend it its framework's kernel (tbdzoo/detection/kernels.py)."""
+same boxes. A backend may lend it its framework's kernel (detection/kernels.py)."""
 import numpy as np
 
 from ....errors import DetectionInputError

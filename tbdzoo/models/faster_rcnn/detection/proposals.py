@@ -1,6 +1,6 @@
 """RPN outputs -> proposals, in mx-rcnn's order: decode every anchor, clip to the valid image,
 drop boxes smaller than ``min_size``, keep the ``pre_nms`` best, NMS, keep the ``post_nms`` best.
-A backend may lend the whole function a kernel of its framework (tbdzoo/detection/kernels.py)."""
+A backend may lend the whole function a kernel of its framework (detection/kernels.py)."""
 import numpy as np
 
 from ....errors import DetectionInputError
