@@ -1,5 +1,5 @@
 """Whether the kernels the PyTorch backend lends Faster R-CNN's targets step on a GPU
-(tbdzoo/detection/kernels.py) give the NumPy reference's results bit for bit at the paper's
+(tbdzoo/models/faster_rcnn/detection/kernels.py) give the NumPy reference's results bit for bit at the paper's
 size: proposals (a 38 x 64 map's 21,888 anchors, 12,000 -> NMS 0.7 -> 2,000) and RoIAlign's
 gather points (128 RoIs, 14 x 14 bins, 2 x 2 samples; the record counts the indices and weights
 that differ in each case). The tests check the same on the CPU
@@ -18,10 +18,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tbdzoo.detection import anchors as anchor_grid  # noqa: E402
-from tbdzoo.detection import kernels, torch_proposals, torch_roi_align  # noqa: E402
-from tbdzoo.detection.proposals import proposals  # noqa: E402
-from tbdzoo.detection.roi_align import roi_align_points  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid  # noqa: E402
+from tbdzoo.detection import torch_proposals, torch_roi_align  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection import kernels
+from tbdzoo.models.faster_rcnn.detection.proposals import proposals  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points  # noqa: E402
 
 MAP_HW, IMAGE_HW = (38, 64), (600.0, 1000.0)
 

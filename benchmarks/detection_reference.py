@@ -18,12 +18,12 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
-from tbdzoo.detection.anchors import anchors  # noqa: E402
-from tbdzoo.detection.boxes import iou  # noqa: E402
-from tbdzoo.detection.postprocess import detections  # noqa: E402
-from tbdzoo.detection.proposals import EVAL, TRAIN, proposals  # noqa: E402
-from tbdzoo.detection.roi_align import roi_align_points  # noqa: E402
-from tbdzoo.detection.targets import anchor_targets, sample_rois  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.anchors import anchors  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.boxes import iou  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.postprocess import detections  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.proposals import EVAL, TRAIN, proposals  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois  # noqa: E402
 
 HEIGHT, WIDTH = 600, 1000
 GT = np.array([[50.0, 60.0, 300.0, 400.0], [400.0, 100.0, 700.0, 500.0], [720.0, 300.0, 990.0, 590.0]])

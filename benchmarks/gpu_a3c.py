@@ -12,7 +12,7 @@ with the same network (tbdzoo's config: for Pong the paper's conv 16 8x8/4, conv
 with ReLUs, a softmax policy and a linear value), initial weights (tbdzoo's), hyperparameters
 (t_max 5, gamma 0.99, entropy 0.01, value 0.5, RMSProp alpha 0.99 and epsilon 0.1 inside the
 root, lr 7e-4 annealed linearly by frames, ``clip_grad_norm`` 40, rewards clipped to [-1, 1]) and
-environments (``tbdzoo.environments.make``: Gymnasium's AtariPreprocessing and
+environments (``tbdzoo.models.a3c.environments.make``: Gymnasium's AtariPreprocessing and
 FrameStackObservation, frame skip 4), learner i seeded seed + i; updates are lock-free:
 
 - ``tbdzoo``: ``tbdzoo.rl.train_a3c("torch", ...)`` (docs/a3c.md).
@@ -64,7 +64,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
-from tbdzoo import environments  # noqa: E402
+from tbdzoo.models.a3c import environments  # noqa: E402
 from tbdzoo.models import get_model  # noqa: E402
 
 CONTENDERS = ("tbdzoo", "classic", "hogwild")

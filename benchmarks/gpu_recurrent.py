@@ -6,7 +6,7 @@
         --steps 1 --rounds 2 --processes 1 --warmup 1 --out /tmp/check.json   # a check that it runs
 
 Run from the repository root. The baselines are what a PyTorch user who wants speed writes, with
-tbdzoo's shapes (tbdzoo/models/seq2seq.py, tbdzoo/models/deepspeech2.py, docs/models.md):
+tbdzoo's shapes (tbdzoo/models/seq2seq/, tbdzoo/models/deepspeech2/, docs/models.md):
 
 - **Seq2Seq** (``handwritten``): ``nn.Embedding`` for each language; a 2-layer cuDNN ``nn.LSTM``
   encoder over the padded (already reversed, right-padded) source: the encoder is

@@ -201,7 +201,7 @@ def inception_v3_mxnet(batch, _hp=None):
 
 
 # -- Seq2Seq as each framework's users write it ------------------------------------------------
-# tbdzoo's paper config (tbdzoo/models/seq2seq.py): 2 x 512 LSTM encoder and decoder, additive
+# tbdzoo's paper config (tbdzoo/models/seq2seq/): 2 x 512 LSTM encoder and decoder, additive
 # attention of 512 over the encoder's outputs (no input feeding), an attention layer of 512 and
 # the projection, neither with a bias; Adam 3e-4 (eps 1e-8), global-norm clipping at 1.0.
 def seq2seq_torch(batch, hp):
@@ -360,7 +360,7 @@ def seq2seq_mxnet(batch, hp):
 
 
 # -- Deep Speech 2 as each framework's users write it ------------------------------------------
-# tbdzoo's paper config (tbdzoo/models/deepspeech2.py): two convolutions (ReLU, then BatchNorm),
+# tbdzoo's paper config (tbdzoo/models/deepspeech2/): two convolutions (ReLU, then BatchNorm),
 # 7 x [BatchNorm over the sequence, bidirectional GRU of 1,760 (directions concatenated)], a
 # dense layer of 1,760 without bias, BatchNorm, ReLU, the output layer of 29, CTC with blank 0
 # summed per utterance and averaged over the batch; SGD 3e-4 with momentum 0.9, element-wise
@@ -568,14 +568,14 @@ MODELS = {
         "tbdzoo": {"v1.5": {}, "v1": {"stride_in_1x1": True}},
     },
     "inception_v3": {
-        "batch_size": 4, "image_size": 299,  # tbdzoo.suite.CPU_BATCH_SIZES
+        "batch_size": 4, "image_size": 299,  # its card's benchmark.cpu_batch_size
         "native": {"torch": ("torchvision.models.inception_v3", "aux", inception_v3_torch),
                    "tensorflow": ("keras.applications.InceptionV3", "no aux", inception_v3_tensorflow),
                    "mxnet": ("gluon.model_zoo.vision.inception_v3", "no aux", inception_v3_mxnet)},
         "tbdzoo": {"aux": {}, "no aux": {"aux_head": False}},
     },
     "seq2seq": {
-        "batch_size": 16, "unit": "tokens",  # tbdzoo.suite.CPU_BATCH_SIZES
+        "batch_size": 16, "unit": "tokens",  # its card's benchmark.cpu_batch_size
         "native": {"torch": ("torch.nn.LSTM", "paper", seq2seq_torch),
                    "tensorflow": ("keras.layers.LSTM", "paper", seq2seq_tensorflow),
                    "mxnet": ("gluon.rnn.LSTM", "paper", seq2seq_mxnet)},

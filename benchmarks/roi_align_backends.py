@@ -29,7 +29,7 @@ HW, SIZE, SR, STRIDE = (38, 50), (14, 14), 2, 16
 def inputs(rois, channels):
     """(features (1, C, H, W), indices, weights (1, R, S, 4)) from random RoIs on 600 x 800."""
     import numpy as np
-    from tbdzoo.detection.roi_align import roi_align_points
+    from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(0)
     x1, y1 = rng.uniform(0, 700, rois), rng.uniform(0, 500, rois)
     boxes = np.stack([x1, y1, x1 + rng.uniform(16, 800 - x1), y1 + rng.uniform(16, 600 - y1)], 1)

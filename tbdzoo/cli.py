@@ -259,7 +259,8 @@ def sweep_learners(args, overrides):
                          "A3C), not both")
     if args.learners is None:
         raise UsageError("a sweep needs --batch-sizes, or for a3c --learners (e.g. 1,2,4,8,16)")
-    if args.model != "a3c":
+    from .models.a3c import NAME as A3C
+    if args.model != A3C:
         raise UsageError("--learners sweeps asynchronous A3C's actor-learners; {} has none. Fix: "
                          "tbd sweep a3c --learners ..., or --batch-sizes for {}".format(
                              args.model, args.model))

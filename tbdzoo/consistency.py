@@ -53,52 +53,19 @@ def _case(model, overrides=None, seed=0, tolerances=None, backend_overrides=None
                 replays_targets)
 
 
-# Inception-v3 tiny (docs/consistency.md, "Inception-v3 tiny is ill-conditioned"): 94 BatchNorm
-# + ReLU layers hold 1.1 million ReLU inputs spread around zero, and float32 rounding carries
-# some across zero, so:
-# - lr 0.0045, not the config's 0.045: at 0.045 PyTorch in float32 lands 7e-3 from PyTorch in
-#   float64 at the third step, which no float32 implementation can be held to;
-# - its loss, in float32 on every backend, is 1e-6 to 5.4e-6 relative from PyTorch in float64
-#   (seeds 0-2; PyTorch itself 1.3e-6): 94 normalisations each scale their input's rounding by
-#   1 / std. rtol 1.5e-5 holds that and still catches a backend 2e-5 off;
-# - a gradient may miss the element-wise tolerance by float32 noise (PyTorch against itself,
-#   weights perturbed by 1e-6, misses it on most tensors), never the direction: every
-#   gradient keeps a cosine above 0.9995 (CNTK's lowest).
-INCEPTION_TOLERANCES = {
-    "loss": {"rtol": 1.5e-5, "atol": 1e-7},
-    "gradients": {"elementwise": False, "atol_of_global": 1e-6, "min_cosine": 0.9995},
-}
-
-
-# WGAN (both configs): the critic's loss is mean D(fake) - mean D(real), about -0.53 from terms
-# of about 1.05 and 1.6, and every backend's critic output is a few float32 roundings off
-# (6.4e-7 to 7.1e-7 of its largest on CNTK and TensorFlow, layer by layer as PyTorch's): the
-# difference keeps their absolute error, about 1e-6 (CNTK: 2e-6 relative on the original
-# WGAN's critic). atol 3e-6 holds that and still fails any of its losses 2e-5 off.
-WGAN_TOLERANCES = {"loss": {"rtol": 1e-6, "atol": 3e-6}}
-
-
 def cases():
-    """Case name -> Case. Consistency runs use the tiny configs without dropout, whose masks no
-    two frameworks draw alike."""
+    """Case name -> Case: every probe, then every model with a consistency card
+    (``get_model(name).consistency``: its overrides, seed and tolerances, each with its
+    reason). Consistency runs use the tiny configs without dropout, whose masks no two
+    frameworks draw alike."""
+    from .models import get_model, list_models
     from .models.probes import PROBES
     out = OrderedDict(("probe/" + p, _case("probe/" + p)) for p in PROBES)
-    out["resnet50"] = _case("resnet50")
-    out["transformer"] = _case("transformer", {"dropout": 0.0})
-    out["seq2seq"] = _case("seq2seq")          # ragged sentences: padding, masks and lengths
-    out["deepspeech2"] = _case("deepspeech2")  # ragged utterances, convolutions, GRUs and CTC
-    out["a3c"] = _case("a3c")                  # a recorded rollout's update
-    # the auxiliary loss, RMSProp and gradient clipping; TensorFlow eager: tracing and
-    # optimising each gradient and update graph costs more than the whole eager protocol
-    out["inception_v3"] = _case("inception_v3", {"dropout": 0.0, "lr": 0.0045},
-                                tolerances=INCEPTION_TOLERANCES,
-                                backend_overrides={"tensorflow": {"execution": "eager"}})
-    # WGAN-GP: the generator's and the critic's objectives, the gradient penalty included.
-    # Seed 1: at seed 0 inputs of the generator's ReLUs sit within float32 rounding of zero
-    # (docs/consistency.md), so which side they land on follows the order of float32 sums.
-    out["wgan"] = _case("wgan", seed=1, tolerances=WGAN_TOLERANCES)
-    # the targets step runs once, on the reference, and every backend trains on its targets
-    out["faster_rcnn"] = _case("faster_rcnn", replays_targets=True)
+    for name in list_models():
+        card = get_model(name).consistency
+        if card is not None:
+            out[name] = _case(name, card.overrides, card.seed, card.tolerances,
+                              card.backend_overrides, card.replays_targets)
     return out
 
 

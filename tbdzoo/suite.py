@@ -20,19 +20,7 @@ from .models import get_model, list_models
 from .models.registry import EXECUTION_DEFAULTS
 from .profiling.profile import failed_record
 
-# Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
-# configs' own batch sizes.
-CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 2, "seq2seq": 16,
-                   "deepspeech2": 1, "faster_rcnn": 1}
-
-# Where a smaller batch is not enough: one 16 s utterance is 0.6 TFLOP forward in Deep Speech 2
-# (docs/benchmarks.md), minutes per step on a small CPU, and even at 2 s a PyTorch step took
-# 81 s on a busy 2-core machine (the GRUs' 1,760-wide weights are read once per time step), so
-# a CPU suite run pads its synthetic utterances to 1 s. The record names the override.
-# Faster R-CNN's paper step is 1.7 TFLOP (a 1,000 x 1,000 canvas, 128 RoIs through layer4);
-# a 600 x 600 canvas and 32 RoIs make it 0.55 TFLOP, the same network and program.
-CPU_OVERRIDES = {"deepspeech2": {"max_frames": 100},
-                 "faster_rcnn": {"canvas": (600, 600), "rois_per_image": 32}}
+from .models.a3c import NAME as A3C
 
 # The device a backend's model picks when none is named, asked of the backend's own class in
 # its own environment (as a run's worker would build it), so this process imports no framework.
@@ -130,18 +118,22 @@ def on_gpu(backend, device=None):
 
 def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batches=True):
     """The batch a suite run uses: None (the config's own) on a GPU, for configs other than
-    the paper's and when ``cpu_batches`` is off; on a CPU, the model's CPU_BATCH_SIZES."""
-    if config != "paper" or not cpu_batches or model_name not in CPU_BATCH_SIZES:
+    the paper's and when ``cpu_batches`` is off; on a CPU, the model's card's
+    ``benchmark.cpu_batch_size`` (a GPU runs the configs' own batch sizes)."""
+    bench = get_model(model_name).benchmark
+    if config != "paper" or not cpu_batches or bench is None or bench.cpu_batch_size is None:
         return None
-    return None if on_gpu(backend, device) else CPU_BATCH_SIZES[model_name]
+    return None if on_gpu(backend, device) else bench.cpu_batch_size
 
 
 def bench_overrides(model_name, backend, config="paper", device=None, cpu_batches=True):
-    """Hyperparameters a suite run sets on a CPU besides the batch (CPU_OVERRIDES), under the
-    same conditions as :func:`bench_batch_size`; empty on a GPU."""
-    if config != "paper" or not cpu_batches or model_name not in CPU_OVERRIDES:
+    """Hyperparameters a suite run sets on a CPU besides the batch (the model's card's
+    ``benchmark.cpu_overrides``), under the same conditions as :func:`bench_batch_size`;
+    empty on a GPU."""
+    bench = get_model(model_name).benchmark
+    if config != "paper" or not cpu_batches or bench is None or not bench.cpu_overrides:
         return {}
-    return {} if on_gpu(backend, device) else dict(CPU_OVERRIDES[model_name])
+    return {} if on_gpu(backend, device) else dict(bench.cpu_overrides)
 
 
 def run_one(model_name, backend, config="paper", batch_size=None, overrides=None, **options):
@@ -337,16 +329,16 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
                            seed=seed, device=device, **overrides)
     except Exception as e:  # a failed run is a result, not the end of a sweep
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
-        record = failed_record("a3c", backend, config, None, message, command)
+        record = failed_record(A3C, backend, config, None, message, command)
         record["asynchronous"] = OrderedDict([("learners", learners)])
-        return _with_options(record, "a3c", config, overrides)
-    record = failed_record("a3c", backend, config, None, None, command, status="ok")
+        return _with_options(record, A3C, config, overrides)
+    record = failed_record(A3C, backend, config, None, None, command, status="ok")
     del record["error"]
     record["device"] = device or "cpu"
     record["throughput"] = OrderedDict([("value", result.frames_per_second),
                                         ("unit", "frames/s")])
     record["asynchronous"] = result.record()
-    return _with_options(record, "a3c", config, overrides)
+    return _with_options(record, A3C, config, overrides)
 
 
 def sweep_learners(backend, learners, run=run_async, on_record=None, **options):

@@ -6,11 +6,11 @@ import pytest
 from tbdzoo import consistency
 from tbdzoo.backends import programs
 from tbdzoo.backends.registry import build
-from tbdzoo.environments import Rollout, UnknownEnvironmentError
+from tbdzoo.models.a3c.environments import Rollout, UnknownEnvironmentError
 from tbdzoo.errors import HyperparameterError
 from tbdzoo.rl import sample_actions, train_a2c, update_batch
 from tbdzoo.rl.a2c import EnvironmentMismatchError
-from tbdzoo.rl.rollouts import split_output
+from tbdzoo.models.a3c.rollouts import split_output
 
 import numpy_reference
 from conftest import random_weights, require_backend
@@ -30,7 +30,7 @@ SMALL = {"hidden": (8, 8), "learners": 8, "entropy_weight": 0.01}
 def recorded(tmp_path_factory):
     """A CartPole rollout taken by the torch policy, written to its file and read back, and
     the reference protocol (forward, loss, gradients, three steps) on its update batch."""
-    from tbdzoo.environments import VectorEnv, collect
+    from tbdzoo.models.a3c.environments import VectorEnv, collect
     model = build("a3c", backend="torch", config="cartpole", seed=0, **SMALL)
     weights = model.get_weights()
     rng = np.random.default_rng(0)

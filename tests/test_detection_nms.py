@@ -5,7 +5,7 @@ and per class."""
 import numpy as np
 import pytest
 
-from tbdzoo.detection.nms import nms as reference_nms
+from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
 from tbdzoo.errors import DetectionInputError
 
 
@@ -50,7 +50,7 @@ def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
 
 
 def test_score_order_is_the_stable_descending_order_for_float32_and_float64_scores():
-    from tbdzoo.detection.nms import score_order
+    from tbdzoo.models.faster_rcnn.detection.nms import score_order
     rng = np.random.RandomState(2)
     single = rng.standard_normal(5000).astype(np.float32)
     single[::7] = single[1]                      # ties
@@ -89,8 +89,9 @@ def test_torch_nms_with_max_keep_on_a_prefix_keeps_the_boxes_of_the_whole(monkey
 def test_proposals_keep_their_boxes_with_torchvisions_kernel_lent():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import kernels, torch_nms
-    from tbdzoo.detection.proposals import proposals
+    from tbdzoo.detection import torch_nms
+    from tbdzoo.models.faster_rcnn.detection import kernels
+    from tbdzoo.models.faster_rcnn.detection.proposals import proposals
     rng = np.random.RandomState(3)
     anchors, _ = float_boxes(rng, 600)
     objectness = np.round(rng.uniform(size=600), 1)  # ties
@@ -117,8 +118,9 @@ def test_proposals_on_pytorch_are_the_numpy_boxes_bit_for_bit():
     the CPU here; the same float64 operations run on a GPU."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import kernels, torch_proposals
-    from tbdzoo.detection.proposals import proposals
+    from tbdzoo.detection import torch_proposals
+    from tbdzoo.models.faster_rcnn.detection import kernels
+    from tbdzoo.models.faster_rcnn.detection.proposals import proposals
     from tbdzoo.errors import DetectionInputError
     kernel = torch_proposals.host_kernel(torch.device("cpu"))
     rng = np.random.RandomState(4)

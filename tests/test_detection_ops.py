@@ -73,7 +73,7 @@ def _roi_align_case():
     feature gradient for them."""
     import torch
     import torchvision
-    from tbdzoo.detection.roi_align import roi_align_points
+    from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(3)
     features = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
     boxes = [[[0.0, 0.0, 11.0, 9.0], [2.3, 1.7, 6.1, 8.4], [-3.0, -2.0, 4.0, 30.0]],
@@ -329,8 +329,9 @@ def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned, devi
     torch = pytest.importorskip("torch")
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from tbdzoo.detection import kernels, torch_roi_align
-    from tbdzoo.detection.roi_align import roi_align_points
+    from tbdzoo.detection import torch_roi_align
+    from tbdzoo.models.faster_rcnn.detection import kernels
+    from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(1)
     xy = rng.uniform(-40, 300, (96, 2))
     rois = np.concatenate([xy, xy + rng.uniform(0, 200, (96, 2))], 1)  # some past the map
@@ -346,7 +347,7 @@ def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned, devi
 
 
 def test_a_kernel_is_lent_only_for_its_block_and_only_by_a_known_name():
-    from tbdzoo.detection import kernels
+    from tbdzoo.models.faster_rcnn.detection import kernels
     with kernels.lending(nms=len):
         assert kernels.lent("nms") is len
         with kernels.lending(nms=None):

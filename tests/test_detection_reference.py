@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 
 from tbdzoo.errors import DetectionInputError
-from tbdzoo.detection import boxes as B
-from tbdzoo.detection.anchors import anchors
-from tbdzoo.detection.evaluation import average_precisions, mean_average_precision
-from tbdzoo.detection.nms import nms
-from tbdzoo.detection.postprocess import detections
-from tbdzoo.detection.proposals import EVAL, TRAIN, proposals
-from tbdzoo.detection.randomness import step_rng
-from tbdzoo.detection.roi_align import roi_align_numpy, roi_align_points
-from tbdzoo.detection.targets import anchor_targets, sample_rois
+from tbdzoo.models.faster_rcnn.detection import boxes as B
+from tbdzoo.models.faster_rcnn.detection.anchors import anchors
+from tbdzoo.models.faster_rcnn.detection.evaluation import average_precisions, mean_average_precision
+from tbdzoo.models.faster_rcnn.detection.nms import nms
+from tbdzoo.models.faster_rcnn.detection.postprocess import detections
+from tbdzoo.models.faster_rcnn.detection.proposals import EVAL, TRAIN, proposals
+from tbdzoo.models.faster_rcnn.detection.randomness import step_rng
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_numpy, roi_align_points
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois
 
 from conftest import require_backend, run_in_env
 
@@ -379,10 +379,10 @@ def test_a_generator_instead_of_a_random_state_is_refused():
 
 SAME_DRAWS = r"""
 import hashlib, numpy as np
-from tbdzoo.detection.anchors import anchors
-from tbdzoo.detection.targets import anchor_targets, sample_rois
-from tbdzoo.detection.proposals import proposals, TRAIN
-from tbdzoo.detection.randomness import step_rng
+from tbdzoo.models.faster_rcnn.detection.anchors import anchors
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois
+from tbdzoo.models.faster_rcnn.detection.proposals import proposals, TRAIN
+from tbdzoo.models.faster_rcnn.detection.randomness import step_rng
 grid = anchors(20, 25, 16)
 rng = np.random.RandomState(11)
 gt = np.array([[10., 20., 150., 200.], [200., 50., 390., 300.]])

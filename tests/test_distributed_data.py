@@ -181,5 +181,6 @@ def test_a_task_without_rank_shares_refuses_nproc_by_name(model, tmp_path):
     from tbdzoo.training import train_to_target
     from tbdzoo.training.errors import TrainingError
     with pytest.raises(TrainingError, match=r"^{} does not train data-parallel to a target.*"
-                                            r"resnet50, inception_v3.*tbd run --nproc".format(model)):
+                                            r"resnet50, transformer, inception_v3.*"
+                                            r"tbd run --nproc".format(model)):
         train_to_target(model, "torch", str(tmp_path / "absent"), None, nproc=2)

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from tbdzoo import environments as E
+from tbdzoo.models.a3c import environments as E
 from tbdzoo.backends import environments as venvs
 from tbdzoo.errors import TbdError
 
@@ -311,7 +311,7 @@ def test_a_recorded_rollout_loads_in_the_cntk_worker_interpreter(tmp_path):
     r = E.collect(E.VectorEnv("cartpole", 2, seed=0), random_policy(2), 25)
     path = str(tmp_path / "rollout.npz")
     r.save(path)
-    code = ("import sys\nfrom tbdzoo.environments.rollout import Rollout\n"
+    code = ("import sys\nfrom tbdzoo.models.a3c.environments.rollout import Rollout\n"
             "r = Rollout.load(sys.argv[1])\nprint(repr(r.returns(0.99).tobytes().hex()))\n"
             "print('gymnasium' in sys.modules)\n")
     proc = run_in_env(venvs.python_of("cntk"), ["-c", code, path])

@@ -11,8 +11,8 @@ import pytest
 import tbdzoo
 from tbdzoo import consistency
 from tbdzoo.backends.registry import build, build_native
-from tbdzoo.detection import anchors as anchor_grid
-from tbdzoo.detection.targets import anchor_targets
+from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets
 from tbdzoo.errors import BatchError, HyperparameterError
 from tbdzoo.models import faster_rcnn
 from tbdzoo.spec.targets import seeded_rng
@@ -75,7 +75,7 @@ def test_torchvisions_model_takes_tbdzoos_weights_and_computes_the_same_outputs(
     trains it from them) give the same RPN outputs and, on the same RoIs, class scores."""
     require_backend("torch")
     import torch
-    from tbdzoo.detection.roi_align import roi_align_points
+    from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     torchvision_reference = _torchvision_reference()
     model = build_native(NAME, "torch", config="tiny", seed=0)
     hp = model.hparams
@@ -236,7 +236,8 @@ def test_the_targets_step_writes_the_same_targets_with_pytorchs_kernels_lent():
     """What the PyTorch backend lends the targets step on a GPU, run here on the CPU."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import kernels, torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.detection import torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.models.faster_rcnn.detection import kernels
     model = build_native(NAME, "torch", config="tiny", seed=0)
     try:
         batch = model.synthetic_batch(seed=2)
@@ -261,7 +262,8 @@ def test_gather_points_a_lent_kernel_leaves_on_the_device_reach_roi_align_withou
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
     from tbdzoo.backends.torch import model as torch_model_module
-    from tbdzoo.detection import kernels, torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.detection import torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.models.faster_rcnn.detection import kernels
     device = torch.device("cpu")
 
     def lent_on_the_cpu(_):
@@ -355,7 +357,7 @@ def test_predict_runs_the_head_on_its_proposals_in_chunks_of_the_graphs_rois(tor
         model.set_weights(torch_model.get_weights())
         found.append(model.predict(batch))
     values = torch_model.values(batch, [faster_rcnn.RPN_LOGITS, faster_rcnn.RPN_DELTAS])
-    from tbdzoo.detection.proposals import proposals
+    from tbdzoo.models.faster_rcnn.detection.proposals import proposals
     boxes, _ = proposals(*faster_rcnn._rpn_per_anchor(values, 0, torch_model.hparams),
                          anchors=faster_rcnn._anchors(torch_model.spec, torch_model.hparams),
                          valid_hw=batch["image_hw"][0], pre_nms=60, post_nms=20, threshold=0.7,

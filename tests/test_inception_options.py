@@ -74,7 +74,7 @@ def test_without_the_aux_head_the_tiny_model_trains():
 # -- the smallest inputs: 75 pixels without the auxiliary head, 299 with it ----------------------
 
 def test_the_smallest_inputs_are_computed_from_the_layers():
-    from tbdzoo.models import inception
+    from tbdzoo.models import inception_v3 as inception
     assert (inception.MIN_IMAGE_SIZE, inception.MIN_AUX_IMAGE_SIZE) == (75, 299)
     assert inception.grid_sizes(75)["Mixed_7a"] == 1 and inception.grid_sizes(74)["Mixed_7a"] < 1
     aux = inception.grid_sizes(299, aux_head=True)
@@ -84,7 +84,7 @@ def test_the_smallest_inputs_are_computed_from_the_layers():
 
 @pytest.mark.parametrize("size,aux_head", [(75, False), (107, False), (299, True)])
 def test_the_computed_grids_are_the_graphs(size, aux_head):
-    from tbdzoo.models import inception
+    from tbdzoo.models import inception_v3 as inception
     graph = _spec(image_size=size, aux_head=aux_head, width_divisor=16)
     nodes = {"Conv2d_1a_3x3": "Conv2d_1a_3x3.relu", "Conv2d_2a_3x3": "Conv2d_2a_3x3.relu",
              "maxpool1": "maxpool1", "Conv2d_4a_3x3": "Conv2d_4a_3x3.relu", "maxpool2": "maxpool2",

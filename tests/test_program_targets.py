@@ -171,7 +171,7 @@ def test_each_update_of_a_step_gets_its_targets_before_the_first_update(spy):
 def test_the_random_state_gives_detection_its_streams():
     """The function's RandomState is seeded_rng of its step; its streams are the detection
     samplers' step_rng (docs/detection.md)."""
-    from tbdzoo.detection.randomness import step_rng
+    from tbdzoo.models.faster_rcnn.detection.randomness import step_rng
     rng = targets.StepRandomState(4, 2, "targets/sample", 1)
     np.testing.assert_array_equal(rng.randint(1000, size=8), targets.seeded_rng(
         4, 2, "targets/sample", 1).randint(1000, size=8))

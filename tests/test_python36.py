@@ -6,14 +6,14 @@ from tbdzoo.backends import environments
 from conftest import require_backend, run_in_env
 
 SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo/schedules.py",
-          "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets", "tbdzoo/detection",
+          "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets",
           "tbdzoo/profiling/__init__.py", "tbdzoo/profiling/timing.py", "tbdzoo/profiling/profile.py",
           "tbdzoo/profiling/cpu.py", "tbdzoo/profiling/gpu.py", "tbdzoo/profiling/memory.py",
           "tbdzoo/profiling/resident.py",
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
-          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/environments"]
+          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk"]
 
 
 def test_shared_code_compiles_under_python36():

@@ -28,7 +28,7 @@ from .errors import DatasetError
 __all__ = ["ALPHABET", "LibriSpeech", "Utterance", "transcript_labels", "labels_text",
            "read_transcripts", "make_batch", "TOO_LONG_POLICIES"]
 
-# Deep Speech 2's classes (tbdzoo/models/deepspeech2.py ALPHABET): blank "_", space,
+# Deep Speech 2's classes (tbdzoo/models/deepspeech2/ ALPHABET): blank "_", space,
 # apostrophe, a-z. Kept here too so that the reader needs no model import.
 ALPHABET = "_ '" + "abcdefghijklmnopqrstuvwxyz"
 TOO_LONG_POLICIES = ("error", "skip")

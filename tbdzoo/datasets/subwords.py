@@ -1,7 +1,7 @@
 """Subword vocabularies for the translation models: sentencepiece models trained to a config's
 vocabulary size, and padded int32 batches in the inputs Seq2Seq and the Transformer read.
 
-The ids follow the models' conventions (tbdzoo/models/seq2seq.py, transformer.py): ``pad_id``,
+The ids follow the models' conventions (tbdzoo/models/seq2seq/, transformer/): ``pad_id``,
 ``bos_id`` and ``eos_id`` from the config (0, 1, 2), ``<unk>`` on the lowest id left (3), the
 pieces after. Training is deterministic: one thread, every sentence used in order
 (``input_sentence_size`` 0, no shuffling), so the same text gives the same model byte for byte.

@@ -1,5 +1,5 @@
 """NMS on PyTorch tensors with torchvision's kernel (CPU or CUDA), keeping exactly the boxes of
-the NumPy reference ``tbdzoo.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
+the NumPy reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
 
 Two choices make it exact. The order is fixed before torchvision sees the boxes: a stable sort
 by score descending (equal scores by index ascending, the reference's tie rule), then strictly
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import DetectionInputError
-from . import kernels, nms as reference
+from ..models.faster_rcnn.detection import kernels, nms as reference
 
 PREFIX_PER_KEPT = 2  # with max_keep, NMS first runs on the best 2 * max_keep boxes
 
@@ -88,7 +88,7 @@ def batched_nms(boxes, scores, labels, threshold):
 
 def host_kernel(device):
     """``nms`` on NumPy arrays done by torchvision on ``device``, for
-    ``tbdzoo.detection.kernels.lending``: a backend's targets step keeps its NumPy code and
+    ``tbdzoo.models.faster_rcnn.detection.kernels.lending``: a backend's targets step keeps its NumPy code and
     the greedy walk, its slowest part, runs on the device."""
     def kernel(boxes, scores, threshold, max_keep=None):
         kept = nms(torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float64)).to(device),

@@ -1,5 +1,5 @@
 """Proposals (``proposals.proposals``) computed by PyTorch on a device, for
-``tbdzoo.detection.kernels.lending``: the decode, clip, size filter, score order and NMS of the
+``tbdzoo.models.faster_rcnn.detection.kernels.lending``: the decode, clip, size filter, score order and NMS of the
 NumPy reference with the same float64 operations, one elementwise kernel each (no fused
 multiply-add, no division by a reciprocal: ``torch_roi_align.divide``), so the boxes are the
 reference's bit for bit (tests/test_detection_nms.py). The exponentials of the decode stay on
@@ -10,7 +10,7 @@ import torch
 
 from ..errors import DetectionInputError
 from . import torch_nms
-from .boxes import SCALE_CLIP
+from ..models.faster_rcnn.detection.boxes import SCALE_CLIP
 from .torch_roi_align import divide
 
 

@@ -1,5 +1,5 @@
 """RoIAlign's gather points (``roi_align.roi_align_points``) computed by PyTorch on a device,
-for ``tbdzoo.detection.kernels.lending``: the same float32 operations, one elementwise kernel
+for ``tbdzoo.models.faster_rcnn.detection.kernels.lending``: the same float32 operations, one elementwise kernel
 each (no fused multiply-add, no division turned into a multiplication: ``divide``), so the
 indices and weights are those of the NumPy reference, bit for bit (tests/test_detection_ops.py
 on the CPU, benchmarks/detection_kernels_check.py on a GPU). At Faster R-CNN's size (128 RoIs,

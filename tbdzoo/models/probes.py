@@ -551,7 +551,7 @@ def ctc_labels(rng, frames, max_labels, num_classes):
 def roi_align_inputs(rng, batch_size, rois, samples, height, width):
     """(indices (N, R, S, 4) int32, weights (N, R, S, 4)): each sample's four bilinear taps,
     the neighbouring cells (y, x), (y, x + 1), (y + 1, x), (y + 1, x + 1) of a random point
-    with their interpolation weights, as tbdzoo/detection computes them."""
+    with their interpolation weights, as tbdzoo/models/faster_rcnn/detection/ computes them."""
     shape = (batch_size, rois, samples)
     y, x = rng.randint(0, height - 1, size=shape), rng.randint(0, width - 1, size=shape)
     ly, lx = rng.uniform(size=shape), rng.uniform(size=shape)

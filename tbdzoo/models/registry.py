@@ -34,10 +34,15 @@ class ModelDef(object):
     and the inputs ``inference_inputs`` names (without a hook: those the output reads).
     Every hyperparameter has a rule (tbdzoo/models/constraints.py): the shared table plus the
     model's own, set with :meth:`constrain`, with ``checks`` for values that must agree.
+    The rest of the model's card (tbdzoo/models/card.py), each None where it does not apply:
+    ``training`` (its task, metrics, default target and proxy config), ``benchmark`` (the
+    suite's CPU batch and overrides), ``consistency`` (its cross-framework case), ``image``
+    (the image pipelines' normalisation) and ``measured`` (parameters, FLOPs per example).
     """
 
     def __init__(self, name, domain, configs, build_graph, synthetic_batch, unit, items,
-                 check_batch=None, inference=None, inference_inputs=None):
+                 check_batch=None, inference=None, inference_inputs=None, training=None,
+                 benchmark=None, consistency=None, image=None, measured=None):
         configs = {k: _with_steps_per_epoch(dict(EXECUTION_DEFAULTS, **v)) for k, v in configs.items()}
         self.name, self.domain, self.configs = name, domain, configs
         self.build_graph, self.synthetic_batch = build_graph, synthetic_batch
@@ -45,6 +50,8 @@ class ModelDef(object):
         self.check_batch = check_batch
         self.inference = inference
         self.inference_inputs = None if inference_inputs is None else tuple(inference_inputs)
+        self.training, self.benchmark, self.consistency = training, benchmark, consistency
+        self.image, self.measured = image, measured
         self.constrain()
 
     def constrain(self, rules=None, checks=()):
@@ -90,14 +97,15 @@ def _with_steps_per_epoch(hp, derive=False):
 
 
 def register_model(name, domain, configs, unit, items, synthetic_batch, rules=None, checks=(),
-                   check_batch=None, inference=None, inference_inputs=None):
-    """Decorator for a graph builder ``fn(hp) -> Graph``."""
+                   check_batch=None, inference=None, inference_inputs=None, **card):
+    """Decorator for a graph builder ``fn(hp) -> Graph``; ``card`` takes ModelDef's card
+    fields (training, benchmark, consistency, image, measured)."""
     def wrap(build_graph):
         if name in _MODELS:
             raise ValueError("model {!r} is registered twice".format(name))
         _MODELS[name] = ModelDef(name, domain, configs, build_graph, synthetic_batch, unit,
-                                 items, check_batch, inference,
-                                 inference_inputs).constrain(rules, checks)
+                                 items, check_batch, inference, inference_inputs,
+                                 **card).constrain(rules, checks)
         return build_graph
     return wrap
 
@@ -127,5 +135,5 @@ def list_models():
 
 
 def _load_builtin():
-    from . import resnet, transformer, inception, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
+    from . import resnet50, transformer, inception_v3, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
     from . import faster_rcnn  # noqa: F401

@@ -19,16 +19,11 @@ import math
 import numpy as np
 
 __all__ = ["AugmentSpec", "CropParams", "spec_for_model", "draw", "crop_window", "eval_geometry",
-           "reference", "NORMALISATION"]
+           "reference"]
 
-# Per-channel mean and std of each model's input, on the [0, 1] scale. ResNet-50: the ImageNet
-# statistics torchvision's and Keras' ResNets use; Inception-v3: inputs in [-1, 1], as
-# Keras' and TF-slim's Inception-v3 preprocess them. A config that holds "mean" and "std"
-# (sequences of three numbers) overrides these.
-NORMALISATION = {
-    "resnet50": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "inception_v3": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
-}
+# Per-channel mean and std of the input, on the [0, 1] scale, of a model without its own (its
+# card's ``image``): the ImageNet statistics.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 EVAL_CROP_FRACTION = 0.875
 TRIES = 10
 
@@ -41,7 +36,7 @@ class AugmentSpec(collections.namedtuple(
     ``train=True`` with ``scale=(1, 1)``, ``ratio=(w/h...)`` is still random in position, so
     "no augmentation" is ``train=False``."""
 
-    def __new__(cls, size, train=True, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+    def __new__(cls, size, train=True, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                 scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), flip=0.5, resize=None):
         if resize is None:
             resize = int(round(size / EVAL_CROP_FRACTION))
@@ -60,13 +55,16 @@ class AugmentSpec(collections.namedtuple(
 
 
 def spec_for_model(model_name, hparams, train=True):
-    """The AugmentSpec of ``model_name``'s config: its image size and its normalisation."""
+    """The AugmentSpec of ``model_name``'s config: its image size and its normalisation (its
+    card's ``image``; a config that holds "mean" and "std", sequences of three numbers,
+    overrides them)."""
     if "image_size" not in hparams:
         raise ValueError("{} takes no images (no image_size in its config); image input "
                          "pipelines feed image classification models".format(model_name))
-    default = NORMALISATION.get(model_name, NORMALISATION["resnet50"])
-    mean = tuple(hparams.get("mean", default[0]))
-    std = tuple(hparams.get("std", default[1]))
+    from ..models import get_model
+    image = get_model(model_name).image
+    mean = tuple(hparams.get("mean", image.mean if image else IMAGENET_MEAN))
+    std = tuple(hparams.get("std", image.std if image else IMAGENET_STD))
     return AugmentSpec(hparams["image_size"], train=train, mean=mean, std=std)
 
 

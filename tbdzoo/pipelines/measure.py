@@ -13,11 +13,14 @@ from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
 
-__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS"]
+__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "image_models"]
 
-# The models whose inputs the image pipelines build; the others need readers of their own
-# (docs/pipelines.md: "Other data").
-IMAGE_MODELS = ("resnet50", "inception_v3")
+
+def image_models():
+    """The models whose inputs the image pipelines build (those whose card has ``image``);
+    the others need readers of their own (docs/pipelines.md: "Other data")."""
+    from ..models import get_model, list_models
+    return [m for m in list_models() if get_model(m).image is not None]
 
 
 class TreeCpuMeter(object):
@@ -108,10 +111,10 @@ def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=N
 
 def open_source(model_name, hparams, data_dir, split="train"):
     """The reader of ``data_dir`` for ``model_name``, checked against the model's classes."""
-    if model_name not in IMAGE_MODELS:
+    if model_name not in image_models():
         raise DatasetError("--data feeds image classification models ({}) for now; {} needs a "
                            "reader of its own data (docs/pipelines.md)".format(
-                               ", ".join(IMAGE_MODELS), model_name))
+                               ", ".join(image_models()), model_name))
     from ..datasets.imagenet import ImageNetFolder
     source = ImageNetFolder(data_dir, split)
     if len(source.classes) > hparams["num_classes"]:

@@ -55,7 +55,8 @@ def main(argv=None):
         p.error("--learners and --device are options of --mode async")
     from ..backends.registry import build
     from .a2c import train_a2c
-    model = build("a3c", backend=args.backend, config=args.config, seed=args.seed, **overrides)
+    from ..models.a3c import NAME as A3C
+    model = build(A3C, backend=args.backend, config=args.config, seed=args.seed, **overrides)
     hparams = dict(model.hparams)
     try:
         result = train_a2c(model, args.env, seed=args.seed, max_frames=args.max_frames,

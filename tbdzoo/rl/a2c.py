@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from .. import environments
-from ..environments import EpisodeStats
 from ..errors import TbdError
-from .rollouts import observations_feed, sample_actions, split_output, update_batch
+from ..models.a3c import NAME as A3C, environments
+from ..models.a3c.environments import EpisodeStats
+from ..models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
 
 
 class EnvironmentMismatchError(TbdError, ValueError):
@@ -90,8 +90,8 @@ def train_a2c(model, env=None, seed=0, max_frames=None, max_updates=None, max_se
         raise ValueError("train_a2c needs a stopping rule: max_frames, max_updates, "
                          "max_seconds or target_return")
     hp = model.hparams
-    if hp.get("model") != "a3c":
-        raise ValueError("train_a2c trains the a3c model, not {!r}".format(hp.get("model")))
+    if hp.get("model") != A3C:
+        raise ValueError("train_a2c trains the {} model, not {!r}".format(A3C, hp.get("model")))
     envs = environments.VectorEnv(env or hp["env"], n=hp["learners"], seed=seed, window=window)
     try:
         check_environment(model, envs)

@@ -4,8 +4,8 @@ data folder and how to score the held-out split), the loop that trains until the
 docs/training.md."""
 from .errors import TrainingError
 from .loop import TrainResult, train_to_target
-from .proxies import PROXIES, proxy_overrides
-from .targets import METRICS, Target, parse_target
+from .proxies import proxy_overrides
+from .targets import Target, parse_target
 
 __all__ = ["train_to_target", "TrainResult", "TrainingError", "Target", "parse_target",
-           "METRICS", "PROXIES", "proxy_overrides"]
+           "proxy_overrides"]

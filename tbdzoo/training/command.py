@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 from ..argtypes import integer, non_negative, positive_number
 from .errors import TrainingError
-from .proxies import DEFAULTS, proxy_overrides
+from .proxies import proxy_overrides, training_of
 from .targets import metrics_of, parse_target
 
 __all__ = ["add_parser", "cmd_train"]
@@ -79,7 +79,7 @@ def cmd_train(args, console):
     from .loop import task_check, train_to_target
     from .mllog import TrainingMllog
     metrics_of(args.model)
-    target = parse_target(args.model, args.target or DEFAULTS[args.model]["target"])
+    target = parse_target(args.model, args.target or training_of(args.model).target)
     if args.max_minutes <= 0:
         raise TrainingError("--max-minutes must be positive, not {:g}".format(args.max_minutes))
     overrides = _overrides(args.model, args.set)

@@ -25,7 +25,6 @@ from ..datasets.makers import read_manifest
 from ..datasets.voc import CLASSES, VOCDetection
 from .errors import TrainingError
 from .image_task import dataset_name
-from .proxies import DATA_COMMAND
 
 __all__ = ["DetectionTask", "LAYOUT", "open_sets", "class_names", "resize_sides"]
 
@@ -35,6 +34,9 @@ TRAIN_SET, HELD_OUT_SET = "trainval", "test"
 MODEL_INPUTS = ("images", "image_hw", "gt_boxes", "gt_labels", "gt_count")
 EVAL_BATCH = 16
 PAPER_SHORT_FRACTION = 0.6   # 600 of the paper's 1,000-pixel canvas
+# The command that writes the proxy's data in this layout.
+DATA_COMMAND = ("tbd data make voc-composed --out DIR --set images=1000 "
+                "--set long_side=128 --set min_side=48 --set max_objects=2")
 
 
 def class_names(data_dir):
@@ -51,7 +53,7 @@ def class_names(data_dir):
 
 def _fail(data_dir, problem):
     return TrainingError("{}: not a data set Faster R-CNN trains from ({}); expected {}; make one "
-                         "with: {}".format(data_dir, problem, LAYOUT, DATA_COMMAND["detection"]))
+                         "with: {}".format(data_dir, problem, LAYOUT, DATA_COMMAND))
 
 
 def open_sets(data_dir):
@@ -101,7 +103,7 @@ class _Decoded(object):
 class DetectionTask(object):
     metric_names = ("map",)
 
-    layout, data_command = LAYOUT, DATA_COMMAND["detection"]   # what a missing --data is told
+    layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told
 
     @staticmethod
     def check_data(data_dir):
@@ -177,6 +179,6 @@ class DetectionTask(object):
 
     def evaluate(self, metrics=None):
         """{"map": VOC07 mAP of the test images' detections}; ``metrics`` changes nothing."""
-        from ..detection.evaluation import mean_average_precision
+        from ..models.faster_rcnn.detection.evaluation import mean_average_precision
         return {"map": mean_average_precision(self.detections(), self._truth,
                                               num_classes=self.hp["num_classes"])}

@@ -10,17 +10,16 @@ from collections import OrderedDict
 from ..errors import DistributedError
 from .errors import TrainingError
 
-__all__ = ["train_distributed", "train_rank", "DATA_PARALLEL_MODELS"]
+__all__ = ["train_distributed", "train_rank", "data_parallel_models"]
 
-# The models whose tasks read a rank's share (the image pipelines, the translation and speech
-# batches). A3C's rollouts have no data set to share; WGAN's and Faster R-CNN's tasks draw
-# their batches for one process (docs/training.md, "Not covered yet").
-DATA_PARALLEL_MODELS = ("resnet50", "inception_v3", "seq2seq", "transformer", "deepspeech2")
 
-SHARDING = {
-    "image": "strided: rank r reads positions r, r + W, ... of each epoch's seeded order",
-    "batch slices": "contiguous: rank r trains on rows [r B/W, (r+1) B/W) of the global batch",
-}
+def data_parallel_models():
+    """The models whose tasks read a rank's share (their card's ``training.data_parallel``:
+    the image pipelines, the translation and speech batches). docs/training.md, "Not covered
+    yet", says why the others do not."""
+    from ..models import get_model, list_models
+    return [m for m in list_models()
+            if get_model(m).training is not None and get_model(m).training.data_parallel]
 
 WORLD_OPTIONS = ("nnodes", "node_rank", "master", "hosts", "interface", "global_batch",
                  "bn_mode", "rank_timeout", "step_timeout", "command", "device")
@@ -34,17 +33,18 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     from ..distributed.world import batch_sizes
     from ..models import get_model
     from .loop import TrainResult, task_check
-    from .proxies import proxy_overrides
+    from .proxies import proxy_overrides, training_of
     unknown = set(world) - set(WORLD_OPTIONS)
     if unknown:
         raise TrainingError("train_to_target takes no option {}; the data-parallel ones are "
                             "nproc, {}".format(", ".join(sorted(unknown)),
                                                ", ".join(WORLD_OPTIONS)))
-    if name not in DATA_PARALLEL_MODELS:
+    training = training_of(name)
+    if training.data_parallel is None:
         raise TrainingError("{} does not train data-parallel to a target (its task reads no "
                             "rank's share of its batches); data-parallel runs train {}: drop "
                             "--nproc, or measure its data-parallel throughput with tbd run "
-                            "--nproc".format(name, ", ".join(DATA_PARALLEL_MODELS)))
+                            "--nproc".format(name, ", ".join(data_parallel_models())))
     if backend is None:
         raise TrainingError("give the backend to build {} on".format(name))
     task_check(name, data_dir)
@@ -52,7 +52,7 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
                  world.get("master"), world.get("hosts"), world.get("interface"),
                  world.get("bn_mode", "replica"), world.get("device", "cpu"))
     engine_agrees = backend != "cntk"
-    if backend == "cntk" and name in ("resnet50", "inception_v3") and node.world_size > 1:
+    if backend == "cntk" and get_model(name).image is not None and node.world_size > 1:
         raise TrainingError("{} on cntk with --nproc: CNTK's ranks run in its Python 3.6 "
                             "environment, which has no Pillow to decode the JPEGs; use torch, "
                             "tensorflow or mxnet, or drop --nproc".format(name))
@@ -92,12 +92,11 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     else:
         losses = "rank 0's own loss of each step (the other nodes' ranks are theirs)"
     record["batch_size"] = global_size
-    kind = "image" if name in ("resnet50", "inception_v3") else "batch slices"
     record["distributed"] = OrderedDict([
         ("world_size", node.world_size), ("nnodes", node.nnodes), ("nproc_per_node", node.nproc),
         ("per_replica_batch", per_replica), ("global_batch", global_size), ("scaling", scaling),
         ("engine", results["0"].get("engine")), ("communication", results["0"].get("communication")),
-        ("bn_mode", node.bn_mode), ("sharding", SHARDING[kind]),
+        ("bn_mode", node.bn_mode), ("sharding", training.sharding),
         ("stop", results["0"]["stop"]), ("losses", losses)])
     return TrainResult.from_record(record)
 

@@ -7,14 +7,13 @@ at evaluations, so a run may pass its minutes by up to one interval, and steps-t
 multiple of ``eval_every``. Training and evaluation time are timed apart: the
 seconds to target count training steps only (batches included), eval_seconds the evaluations.
 """
-import importlib
 import os
 import time
 from collections import OrderedDict
 
 from .errors import TrainingError
-from .proxies import DEFAULTS, proxy_overrides
-from .targets import Target, metrics_of, parse_target
+from .proxies import proxy_overrides, training_of
+from .targets import Target, parse_target
 
 __all__ = ["train_to_target", "TrainResult", "build_proxy"]
 
@@ -80,7 +79,7 @@ def _round(x):
 
 
 def build_proxy(model_name, backend, seed=0, overrides=None):
-    """The model's proxy config (tbdzoo/training/proxies.py) with ``overrides`` on top."""
+    """The model's proxy config (its card's ``training.proxy``) with ``overrides`` on top."""
     import tbdzoo
     config, proxy = proxy_overrides(model_name)
     proxy.update(overrides or {})
@@ -98,11 +97,10 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     interface, global_batch, bn_mode, rank_timeout, step_timeout, command, device) trains
     data-parallel on the backend's engine (docs/distributed.md, "Training to a target")."""
     name = model if isinstance(model, str) else model.name
-    metrics_of(name)
-    defaults = DEFAULTS.get(name, {})
+    training = training_of(name)
     target = target if isinstance(target, Target) else parse_target(
-        name, target if target is not None else defaults["target"])
-    eval_every = eval_every or defaults.get("eval_every", 20)
+        name, target if target is not None else training.target)
+    eval_every = eval_every or training.eval_every
     if eval_every < 1:
         raise TrainingError("eval_every must be at least 1 step, not {}".format(eval_every))
     if max_minutes is not None and max_minutes <= 0:
@@ -128,10 +126,9 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     result.details["overrides"] = OrderedDict(sorted((overrides or {}).items()))
     result.details["batch_size"] = model.hparams.get("batch_size")
     try:
-        if name == "a3c":
-            from .a3c_task import run_a2c
-            run_a2c(model, result, target, seed, max_minutes, eval_every, progress, mllog,
-                    max_steps)
+        if training.runner is not None:   # trains without a data folder (A3C: a3c_task.py)
+            training.run()(model, result, target, seed, max_minutes, eval_every, progress,
+                           mllog, max_steps)
         else:
             _run_supervised(model, result, data_dir, target, seed, max_minutes, eval_every,
                             progress, mllog, max_steps, workers)
@@ -145,26 +142,17 @@ def train_to_target(model, backend=None, data_dir=None, target=None, seed=0, max
     return result
 
 
-# The task that feeds and evaluates each model: its module in tbdzoo/training/ and its class.
-# The image classifiers share one; A3C has none (it trains in its environments, a3c_task.py).
-TASKS = {"deepspeech2": ("speech_task", "SpeechTask"),
-         "faster_rcnn": ("detection_task", "DetectionTask"),
-         "seq2seq": ("translation_task", "TranslationTask"),
-         "transformer": ("translation_task", "TranslationTask"),
-         "wgan": ("gan_task", "GanTask")}
-IMAGE_TASK = ("image_task", "ImageClassificationTask")
-
-
 def task_class(name):
-    module, cls = TASKS.get(name, IMAGE_TASK)
-    return getattr(importlib.import_module("." + module, __package__), cls)
+    """The task that feeds and evaluates the model (its card's ``training.task``); None for a
+    model that trains without a data folder."""
+    return training_of(name).task_class()
 
 
 def task_check(name, data_dir):
     """Open the data folder before a model is built, so a wrong layout fails at once."""
-    if name == "a3c":
-        return
     task = task_class(name)
+    if task is None:
+        return
     if data_dir is None:
         raise TrainingError("{} trains from a data folder (--data DIR) in {}; make one with: "
                             "{}".format(name, task.layout, task.data_command))

@@ -1,50 +1,12 @@
-"""Which metric each model is trained to, its range and direction, and the parsing of
-``METRIC=VALUE``. A model missing from METRICS has no task yet (docs/training.md lists them)."""
+"""Which metric each model is trained to (its card's ``training.metrics``: range and
+direction), and the parsing of ``METRIC=VALUE``. A model without a training card has no task
+yet (docs/training.md lists them)."""
 import collections
 
 from .errors import TrainingError
+from .proxies import training_of
 
-__all__ = ["Metric", "Target", "METRICS", "metrics_of", "parse_target"]
-
-Metric = collections.namedtuple("Metric", "name low high higher_is_better what")
-
-_TOP1 = Metric("top1", 0.0, 1.0, True, "top-1 accuracy on the held-out split (val/)")
-# CartPole-v1's episodes end at 500 steps, one reward a step.
-_RETURN = Metric("return", 0.0, 500.0, True,
-                 "mean return of the last 100 finished training episodes (train_a2c's window)")
-
-_TOKENS = Metric("token_accuracy", 0.0, 1.0, True,
-                 "teacher-forced next-word accuracy on the held-out split (tst2013)")
-_SENTENCES = Metric("sentence_accuracy", 0.0, 1.0, True,
-                    "fraction of held-out sentences with every word right, teacher-forced")
-_EXACT = Metric("exact_match", 0.0, 1.0, True,
-                "fraction of held-out sentences that greedy decoding writes word for word")
-_BLEU = Metric("bleu", 0.0, 100.0, True,
-               "corpus BLEU (0-100, sacrebleu on the data set's words) of greedy decoding on "
-               "the held-out split")
-
-_CER = Metric("cer", 0.0, 1.0, False, "character error rate of greedy CTC decoding on the "
-              "held-out voices (test-clean); lower is better")
-_WER = Metric("wer", 0.0, 1.0, False, "word error rate of the same decoding; lower is better")
-
-_MAP = Metric("map", 0.0, 1.0, True, "PASCAL VOC2007 mAP (11-point AP at IoU 0.5, difficult "
-              "objects ignored) of the detections on the held-out images (ImageSets/Main/test)")
-_FRECHET = Metric("frechet", 0.0, 1000.0, False,
-                  "Frechet distance of 500 generated images from the held-out images, on a "
-                  "frozen classifier's features (valid_64x64/; training/frechet.py); lower is "
-                  "better")
-
-METRICS = {
-    "resnet50": (_TOP1,),
-    "inception_v3": (_TOP1,),
-    "a3c": (_RETURN,),
-    "seq2seq": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
-    "transformer": (_TOKENS, _SENTENCES, _EXACT, _BLEU),
-    "deepspeech2": (_CER, _WER),
-    "faster_rcnn": (_MAP,),
-    "wgan": (_FRECHET,),
-}
-
+__all__ = ["Target", "metrics_of", "parse_target"]
 
 class Target(collections.namedtuple("Target", "metric value")):
     """A metric and the value to reach; ``met(x)`` says whether ``x`` reaches it."""
@@ -59,15 +21,7 @@ class Target(collections.namedtuple("Target", "metric value")):
 
 
 def metrics_of(model_name):
-    if model_name not in METRICS:
-        from ..models import list_models
-        if model_name not in list_models():
-            raise TrainingError("unknown model {!r}; tbd train trains {}".format(
-                model_name, ", ".join(sorted(METRICS))))
-        raise TrainingError(  # a model registered elsewhere, without a task here
-            "{} has no training task yet: tbd train trains {} (docs/training.md says what is "
-            "not covered)".format(model_name, ", ".join(sorted(METRICS))))
-    return METRICS[model_name]
+    return training_of(model_name).metrics
 
 
 def parse_target(model_name, text):

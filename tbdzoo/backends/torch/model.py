@@ -964,11 +964,12 @@ class _TargetsInForward(object):
 
 def _device_kernels(device):
     """On a GPU, the targets step's proposals and NMS (torchvision's NMS, where it imports) and
-    RoIAlign gather points run there (tbdzoo/detection/kernels.py); on the CPU the NumPy code
+    RoIAlign gather points run there (tbdzoo/models/faster_rcnn/detection/kernels.py); on the CPU the NumPy code
     is the faster."""
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
-    from ...detection import kernels, torch_roi_align
+    from ...detection import torch_roi_align
+    from ...models.faster_rcnn.detection import kernels
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
         import torchvision  # noqa: F401

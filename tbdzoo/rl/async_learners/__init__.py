@@ -10,6 +10,7 @@ import importlib
 
 from ...errors import UnknownNameError, UnsupportedOptionError
 from ...models import get_model
+from ...models.a3c import NAME as A3C
 from .common import AsyncResult, Settings, Stop, check_learners, checked_env
 
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
@@ -31,7 +32,7 @@ class Job(object):
     def build_native(self, backend=None, device=None):
         """The learner's own copy (or the shared model): the job's a3c model, built here."""
         from ...backends.registry import build_native
-        return build_native("a3c", backend or self.backend, config=self.config, seed=self.seed,
+        return build_native(A3C, backend or self.backend, config=self.config, seed=self.seed,
                             device=device, **self.overrides)
 
 
@@ -49,7 +50,7 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
         raise UnsupportedOptionError(
             "device {!r}: asynchronous learners on {} run on the CPU; fix: drop device, or use "
             "backend torch, whose learners' copies can be on a GPU".format(device, backend))
-    hp = get_model("a3c").hparams(config, **overrides)
+    hp = get_model(A3C).hparams(config, **overrides)
     check_learners(hp["learners"] if learners is None else learners)
     learners = hp["learners"] if learners is None else learners
     stop = Stop(frames, seconds)

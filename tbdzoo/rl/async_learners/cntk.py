@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ...backends.registry import build
+from ...models.a3c import NAME as A3C
 from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
                      numpy_learning, predictor, run_in_threads, run_learner,
                      thread_counters)
@@ -30,7 +31,7 @@ def train(job):
     copies = []
     try:
         for _ in range(job.learners):
-            copies.append(build("a3c", backend="cntk", config=job.config, seed=job.seed,
+            copies.append(build(A3C, backend="cntk", config=job.config, seed=job.seed,
                                 isolate=True, **job.overrides))
         return _run(job, copies, initial, params, square_averages, updates, optimizer, counters)
     finally:

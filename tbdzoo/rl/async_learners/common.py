@@ -3,7 +3,7 @@ the learner count check, the per-learner counters, one learner's loop, the NumPy
 RMSProp, CPU accounting and the result (docs/a3c.md).
 
 A learner repeats: copy the shared parameters into its own copy, act ``t_max`` steps in its
-own environment, compute the n-step returns in NumPy (tbdzoo.rl.rollouts.update_batch), take
+own environment, compute the n-step returns in NumPy (tbdzoo.models.a3c.rollouts.update_batch), take
 the gradients on its copy and apply them to the shared parameters through the shared RMSProp,
 without locks (Mnih et al. 2016, Algorithm S3). The learning rate anneals linearly to 0 with
 the frames all learners have taken together.
@@ -16,11 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ... import environments
 from ...errors import HyperparameterError
 from ...models import get_model
+from ...models.a3c import NAME as A3C, environments
+from ...models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
 from ..a2c import check_environment
-from ..rollouts import observations_feed, sample_actions, split_output, update_batch
 
 
 def check_learners(learners):
@@ -350,7 +350,7 @@ def initial_weights(job):
     spec alone, so the parent process needs no framework."""
     from ...backends.base import check_buildable
     from ...spec.init import initial_weights as spec_weights
-    spec = check_buildable(get_model("a3c"), job.hp, job.backend)
+    spec = check_buildable(get_model(A3C), job.hp, job.backend)
     return spec_weights(spec, job.seed)
 
 

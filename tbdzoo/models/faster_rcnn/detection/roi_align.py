@@ -9,7 +9,7 @@ one past the last row or column reads that row or column. Samples are ordered
 """
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from . import kernels
 from .boxes import check_boxes
 

@@ -22,12 +22,14 @@ import math
 
 import numpy as np
 
-from ..datasets import spectrogram, synthetic
-from ..errors import BatchError
-from ..spec import Graph
-from ..spec.program import clip_of, single_objective
-from .constraints import integer, integers, number
-from .registry import register_model
+from ...datasets import spectrogram, synthetic
+from ...errors import BatchError
+from ...spec import Graph
+from ...spec.program import clip_of, single_objective
+from .. import metrics
+from ..card import Benchmark, Consistency, Measured, Training
+from ..constraints import integer, integers, number
+from ..registry import register_model
 
 # The output classes: CTC's blank (id 0, written "_"), space, apostrophe and a-z.
 ALPHABET = "_ '" + "abcdefghijklmnopqrstuvwxyz"
@@ -170,9 +172,28 @@ def _xavier(fan_in):
     return ("uniform", math.sqrt(2.0 / fan_in))
 
 
+# -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
+# The proxy: the paper's two convolutions with 8 channels, 2 bidirectional GRU layers of 64
+# (not 7 of 1,760), utterances of up to 4 s (400 frames); SGD with momentum at the paper's 3e-4.
+TRAINING = Training(metrics=(metrics.CER, metrics.WER), target="cer=0.7", eval_every=50,
+                    task="tbdzoo.training.speech_task:SpeechTask", data_parallel="batch slices",
+                    proxy={"channels": 8, "rnn_layers": 2, "rnn_units": 64, "fc_units": 64,
+                           "batch_size": 16, "max_frames": 400})
+# On a CPU the suite runs one utterance a step, and a smaller batch is not enough: one 16 s
+# utterance is 0.6 TFLOP forward (docs/benchmarks.md), minutes per step on a small CPU, and
+# even at 2 s a PyTorch step took 81 s on a busy 2-core machine (the GRUs' 1,760-wide weights
+# are read once per time step), so a CPU suite run pads its synthetic utterances to 1 s. The
+# record names the override.
+BENCHMARK = Benchmark(cpu_batch_size=1, cpu_overrides={"max_frames": 100})
+# Ragged utterances, convolutions, GRUs and CTC.
+CONSISTENCY = Consistency()
+MEASURED = Measured(parameters=366865757, flops_per_example=584872723040)
+
+
 @register_model("deepspeech2", domain="speech recognition", configs={"paper": PAPER, "tiny": TINY},
                 unit="audio seconds/s", items=_audio_seconds, synthetic_batch=_batch, rules=RULES,
-                checks=(_pairs, _input_fits), check_batch=check_batch)
+                checks=(_pairs, _input_fits), check_batch=check_batch,
+                training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("deepspeech2")
     bins = spectrogram.num_bins(hp["sample_rate"], hp["window_ms"])

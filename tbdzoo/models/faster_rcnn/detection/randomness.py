@@ -1,7 +1,7 @@
 """The one source of randomness of the detection samplers: a ``numpy.random.RandomState`` per
 (run seed, step, purpose, image). RandomState's stream is frozen across NumPy versions, so the
 CNTK worker (NumPy 1.19) and the main environment (NumPy 1.26) draw the same samples."""
-from ..spec.targets import seeded_rng
+from ....spec.targets import seeded_rng
 
 ANCHOR_TARGETS = "anchor_targets"
 SAMPLE_ROIS = "sample_rois"

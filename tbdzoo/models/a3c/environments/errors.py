@@ -1,6 +1,6 @@
 """Errors of the environment side; free of gymnasium so the CNTK worker (CPython 3.6)
 can import them with a recorded rollout."""
-from ..errors import TbdError, UnknownNameError
+from ....errors import TbdError, UnknownNameError
 
 SHOWN = 12  # how many known names an error lists before pointing at the full list
 

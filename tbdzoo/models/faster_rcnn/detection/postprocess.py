@@ -3,7 +3,7 @@ softmax, class-specific decode with weights (10, 10, 5, 5), clip, drop backgroun
 > 0.05, drop boxes under 0.01 pixels, NMS 0.5 per class, the 100 best."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from .boxes import HEAD_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
 from .nms import nms, score_order
 

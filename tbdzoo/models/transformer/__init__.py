@@ -4,10 +4,12 @@ One embedding matrix serves the source embedding, the target embedding and the p
 projection, as in the paper. Batches are padded to fixed lengths; padding and causal masks are
 explicit attention inputs, so every backend sees the same static shapes.
 """
-from ..datasets import synthetic
-from ..spec import Graph
-from .constraints import integer, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...spec import Graph
+from .. import metrics
+from ..card import Benchmark, Consistency, Measured, Training
+from ..constraints import integer, number
+from ..registry import register_model
 
 PAPER = {
     "vocab": 32000, "d_model": 512, "heads": 8, "ffn": 2048, "encoder_layers": 6,
@@ -55,9 +57,27 @@ def _target_tokens(hp, batch):
     return int((batch["labels"] != hp["pad_id"]).sum())
 
 
+# -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
+# The proxy: numbers-en-vi in one shared vocabulary (4 special ids, then the English and the
+# Vietnamese words); 2 + 2 layers of d_model 64, 4 heads; the paper's inverse-square-root
+# schedule (lr 1.0 x d_model^-0.5) with 100 warm-up steps instead of 4,000.
+TRAINING = Training(metrics=(metrics.TOKENS, metrics.SENTENCES, metrics.EXACT, metrics.BLEU),
+                    target="token_accuracy=0.5", eval_every=25,
+                    task="tbdzoo.training.translation_task:TranslationTask", data_parallel="batch slices",
+                    proxy={"vocab": 128, "d_model": 64, "heads": 4, "ffn": 128,
+                           "encoder_layers": 2, "decoder_layers": 2, "src_len": 12,
+                           "tgt_len": 14, "batch_size": 32, "warmup_steps": 100})
+# A batch that keeps a full-size training step to seconds on a small CPU.
+BENCHMARK = Benchmark(cpu_batch_size=16)
+# Without dropout, whose masks no two frameworks draw alike.
+CONSISTENCY = Consistency(overrides={"dropout": 0.0})
+MEASURED = Measured(parameters=60522496, flops_per_example=3913531392)
+
+
 @register_model("transformer", domain="machine translation", configs={"paper": PAPER, "tiny": TINY},
                 unit="tokens/s", items=_target_tokens, synthetic_batch=_batch, rules=RULES,
-                checks=(_heads_divide_d_model, _special_ids_fit))
+                checks=(_heads_divide_d_model, _special_ids_fit),
+                training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("transformer")
     d, pad = hp["d_model"], hp["pad_id"]

@@ -6,7 +6,7 @@ That is also the order of an RPN output (A*4, H, W) transposed to (H, W, A, 4).
 """
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 
 SIZES = (128, 256, 512)
 RATIOS = (0.5, 1.0, 2.0)

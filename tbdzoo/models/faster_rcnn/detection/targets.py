@@ -7,7 +7,7 @@ the draw order.
 """
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from .boxes import HEAD_WEIGHTS, RPN_WEIGHTS, check_boxes, check_image_hw, encode, iou
 
 IGNORE = -1
@@ -24,7 +24,7 @@ def _check_rng(rng):
     if not isinstance(rng, np.random.RandomState):
         raise DetectionInputError(
             "rng must be a numpy.random.RandomState (its stream is the same on every NumPy "
-            "version); got {}: use tbdzoo.detection.randomness.step_rng(run_seed, step, purpose)"
+            "version); got {}: use tbdzoo.models.faster_rcnn.detection.randomness.step_rng(run_seed, step, purpose)"
             .format(type(rng).__name__))
 
 

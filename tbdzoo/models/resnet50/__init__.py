@@ -3,10 +3,12 @@
 Parameter names follow torchvision's (``layer1.0.conv1.weight``), so a reader can map them at
 a glance. ``stride_in_1x1=True`` gives the original v1 (as in Keras and the Gluon model zoo).
 """
-from ..datasets import synthetic
-from ..spec import Graph
-from .constraints import boolean, integer, integers, number
-from .registry import register_model
+from ...datasets import synthetic
+from ...spec import Graph
+from .. import metrics
+from ..card import Benchmark, Consistency, ImageInput, Measured, Training
+from ..constraints import boolean, integer, integers, number
+from ..registry import register_model
 
 IMAGENET_TRAIN_IMAGES = 1281167
 
@@ -38,9 +40,26 @@ def _batch(hp, batch_size, seed):
     return synthetic.image_classification(batch_size, 3, hp["image_size"], hp["num_classes"], seed)
 
 
+# -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
+# The proxy: one bottleneck block a stage, 8 channels wide, 32 pixels, ten classes; SGD with
+# momentum at the paper's lr 0.1. train_examples sets steps_per_epoch from the data set's size,
+# so the step schedule's milestones (epochs 30, 60, 80) stay far beyond the target.
+TRAINING = Training(metrics=(metrics.TOP1,), target="top1=0.65", eval_every=20,
+                    task="tbdzoo.training.image_task:ImageClassificationTask", data_parallel="image",
+                    proxy={"image_size": 32, "num_classes": 10, "blocks": (1, 1, 1, 1),
+                           "width": 8, "batch_size": 32, "train_examples": 2000})
+# A batch that keeps a full-size training step to seconds on a small CPU.
+BENCHMARK = Benchmark(cpu_batch_size=8)
+CONSISTENCY = Consistency()
+# The ImageNet statistics torchvision's and Keras' ResNets use.
+IMAGE = ImageInput(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+MEASURED = Measured(parameters=25557032, flops_per_example=8239859200)
+
+
 @register_model("resnet50", domain="image classification", configs={"paper": PAPER, "tiny": TINY},
                 unit="images/s", items=lambda hp, batch: len(batch["labels"]), synthetic_batch=_batch,
-                rules=RULES)
+                rules=RULES,
+                training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, image=IMAGE, measured=MEASURED)
 def build(hp):
     g = Graph("resnet50")
     size = hp["image_size"]

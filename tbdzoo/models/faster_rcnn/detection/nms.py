@@ -1,8 +1,8 @@
 """Greedy non-maximum suppression with one stated tie order, so that every backend keeps the
-same boxes. A backend may lend it its framework's kernel (tbdzoo/detection/kernels.py)."""
+same boxes. A backend may lend it its framework's kernel (detection/kernels.py)."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from . import kernels
 
 BLOCK = 256  # boxes compared at once: the result is the greedy one, only faster

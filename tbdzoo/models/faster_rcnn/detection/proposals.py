@@ -1,9 +1,9 @@
 """RPN outputs -> proposals, in mx-rcnn's order: decode every anchor, clip to the valid image,
 drop boxes smaller than ``min_size``, keep the ``pre_nms`` best, NMS, keep the ``post_nms`` best.
-A backend may lend the whole function a kernel of its framework (tbdzoo/detection/kernels.py)."""
+A backend may lend the whole function a kernel of its framework (detection/kernels.py)."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from .boxes import RPN_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
 from . import kernels
 from .nms import nms, score_order

@@ -3,8 +3,8 @@
 The network maps an observation to a softmax policy's logits and a linear value; the graph's
 output concatenates them, (N, A + 1), so one forward pass serves the actor (``predict``). The
 update reads a recorded rollout, flattened to T * n examples: the observations, the actions
-taken, the n-step advantages and returns computed in NumPy (tbdzoo.environments), so the value
-estimate inside an advantage is a constant: the paper's stop-gradient. Its objective is
+taken, the n-step advantages and returns computed in NumPy (environments/ beside this file), so
+the value estimate inside an advantage is a constant: the paper's stop-gradient. Its objective is
 ``policy_gradient - entropy_weight * entropy + value_weight * squared_error``.
 
 Atari frames enter as float32 holding the raw 0..255 bytes and are scaled to [0, 1] by the
@@ -19,15 +19,17 @@ MlpPolicy, [U] universe-starter-agent's a3c.py, [Z] rl-baselines3-zoo's tuned A2
 """
 import numpy as np
 
-from ..spec import Graph
-from ..spec.program import Program, optimizer_of, schedule_of
-from .constraints import Rule, boolean, choice, integer, integers, number
-from .registry import register_model
+from ...spec import Graph
+from ...spec.program import Program, optimizer_of, schedule_of
+from .. import metrics
+from ..card import Consistency, Measured, Training
+from ..constraints import Rule, boolean, choice, integer, integers, number
+from ..registry import register_model
 
 NETWORKS = ("atari", "mlp")
 
 PAPER = {
-    "env": "pong",                  # any Atari game of tbdzoo.environments; Pong as the default
+    "env": "pong",                  # any Atari game of its environments/; Pong as the default
     "network": "atari",             # [M] [D] 2013's: conv 16 8x8/4, conv 32 4x4/2, fc 256
     "observation_shape": (4, 84, 84),  # [D] 4 stacked 84 x 84 grey frames
     "num_actions": 6,               # Pong's full action set; the trainer checks it against the game
@@ -143,10 +145,26 @@ def _frames(hp, batch):
     return len(batch["actions"]) * (4 if hp["network"] == "atari" else 1)
 
 
-@register_model("a3c", domain="reinforcement learning",
+# -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
+# Trained in its environments, not from a data folder (tbdzoo/training/a3c_task.py); the
+# proxy is the cartpole config as it is: an MLP, 16 synchronous learners. Its rollouts have
+# no data set to share between ranks.
+TRAINING = Training(metrics=(metrics.RETURN,), target="return=475", eval_every=10,
+                    runner="tbdzoo.training.a3c_task:run_a2c", base_config="cartpole", proxy={})
+# A recorded rollout's update.
+CONSISTENCY = Consistency()
+MEASURED = Measured(parameters=677943, flops_per_example=5972064)   # Pong, 6 actions
+
+
+# The name the registry, rl/ (A3C's trainers) and the suite's asynchronous runs use.
+NAME = "a3c"
+
+
+@register_model(NAME, domain="reinforcement learning",
                 configs={"paper": PAPER, "cartpole": CARTPOLE, "tiny": TINY},
                 unit="frames/s", items=_frames,
-                synthetic_batch=_batch, rules=RULES, checks=(_check_network,))
+                synthetic_batch=_batch, rules=RULES, checks=(_check_network,),
+                training=TRAINING, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("a3c")
     x = g.input("observations", tuple(hp["observation_shape"]))

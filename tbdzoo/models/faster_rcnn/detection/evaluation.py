@@ -2,7 +2,7 @@
 truth neither a true nor a false positive (docs/detection.md)."""
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 from .boxes import check_boxes, iou
 from .nms import score_order
 from .targets import check_labels

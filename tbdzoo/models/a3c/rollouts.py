@@ -35,7 +35,7 @@ def update_batch(rollout, gamma, reward_clip=0.0):
     rewards = rollout.rewards
     if reward_clip:
         rewards = np.clip(rewards, -reward_clip, reward_clip)
-    from ..environments import targets
+    from .environments import targets
     returns = targets.returns(rewards, rollout.dones, rollout.bootstrap, gamma,
                               rollout.truncated, rollout.truncation_values)
     advantages = returns - rollout.values

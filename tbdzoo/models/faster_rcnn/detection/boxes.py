@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ..errors import DetectionInputError
+from ....errors import DetectionInputError
 
 RPN_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 HEAD_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # mx-rcnn's BBOX_STDS (0.1, 0.1, 0.2, 0.2), inverted
