@@ -96,7 +96,7 @@ def image_hw(config_canvas):
 def benchmark_batch(hp, config_canvas, seed=0):
     """One image of IMAGE_HEIGHT of the config's canvas height and its whole width, OBJECTS
     rectangles of distinct colours, on the model's canvas (tbdzoo's batch layout,
-    docs/models.md)."""
+    docs/models/faster_rcnn.md)."""
     from tbdzoo.datasets.detection_batch import empty_batch, normalize, put_example, \
         synthetic_image
     h, w = image_hw(config_canvas)

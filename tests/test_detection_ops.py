@@ -323,7 +323,7 @@ def test_sigmoid_cross_entropy_at_a_logit_of_exactly_zero_has_the_gradient_sigmo
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("aligned", [False, True])
 def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned, device):
-    """The kernel the PyTorch backend lends the targets step (tbdzoo/detection/kernels.py).
+    """The kernel the PyTorch backend lends the targets step (tbdzoo/models/faster_rcnn/detection/kernels.py).
     On a GPU it once differed in the last bit of most weights: CUDA divides by a Python number
     as a multiplication by its reciprocal (torch_roi_align.divide)."""
     torch = pytest.importorskip("torch")

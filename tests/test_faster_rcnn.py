@@ -1,4 +1,4 @@
-"""Faster R-CNN (tbdzoo/models/faster_rcnn.py, docs/models.md): the paper network's parameters
+"""Faster R-CNN (tbdzoo/models/faster_rcnn/, docs/models/faster_rcnn.md): the paper network's parameters
 against torchvision's FasterRCNN assembled from resnet101, the program and its targets step,
 and on PyTorch, TensorFlow, MXNet and CNTK: native objects, weights through the canonical .npz,
 the four losses, the gradients, three steps and the detections of ``predict`` against the

@@ -1,4 +1,4 @@
-"""torchvision's ``FasterRCNN`` assembled as tbdzoo's ``faster_rcnn`` (docs/models.md): the
+"""torchvision's ``FasterRCNN`` assembled as tbdzoo's ``faster_rcnn`` (docs/models/faster_rcnn.md): the
 reference the parameter test compares names and shapes with, and the contender
 ``benchmarks/gpu_faster_rcnn.py`` times against tbdzoo's step.
 

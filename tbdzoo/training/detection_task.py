@@ -9,7 +9,7 @@ make`, or VOC itself): training on ``trainval``, scoring on ``test``.
   R-CNN's training does, objects marked difficult are left out and images left without
   objects are skipped (counted in the record). Images are decoded once and kept.
 - **``map``** is PASCAL VOC2007's mAP (11-point AP at IoU 0.5, difficult objects neither hit
-  nor miss; tbdzoo/detection/evaluation.py) of ``model.predict``'s detections on the test
+  nor miss; tbdzoo/models/faster_rcnn/detection/evaluation.py) of ``model.predict``'s detections on the test
   images, mapped back to the original pixels and compared with the annotations as written.
 
 The class names are voc-composed's garments when the folder's manifest says voc-composed,

@@ -56,7 +56,7 @@ PAPER = {
     "grad_clip_norm": 40.0,         # [U] clip_by_global_norm(grads, 40.0)
 }
 
-# CartPole-v1 for the synchronous trainer on a CPU; docs/models.md has the runs that chose it,
+# CartPole-v1 for the synchronous trainer on a CPU; docs/models/a3c.md has the runs that chose it,
 # docs/environments.md those that reach 475 (benchmarks/results/a3c_cartpole.json).
 # [S]: MlpPolicy's separate policy and value networks of two tanh layers of 64, global-norm
 # clip 0.5, no reward clipping. Chosen by runs: 16 learners x 5 steps (8 oscillated), Adam 1e-3

@@ -8,7 +8,7 @@ convolution are computed in the graph (``lengths_after_conv``), so CTC reads exa
 output steps. The channels of each step are flattened (channel-major, as the MXNet model's
 transpose and reshape do) into the GRUs' input.
 
-One deliberate change from TBD's model (docs/models.md): BatchNorm sits on each recurrent
+One deliberate change from TBD's model (docs/models/deepspeech2.md): BatchNorm sits on each recurrent
 layer's input, over the batch and the valid steps (``sequence_batchnorm``, as the DS2 paper and
 deepspeech.pytorch do), instead of on the input projection inside the GRU's gates, so that every
 framework runs its fused GRU kernel.
@@ -38,7 +38,7 @@ PAPER = {
     # the front-end [D]: 16 kHz, 20 ms Hamming window, 10 ms hop: 161 bins ([T] width = 161)
     "sample_rate": 16000, "window_ms": 20.0, "hop_ms": 10.0,
     "max_frames": 1600,              # [T] max_duration = 16.0 s: a synthetic batch pads to it
-    "chars_per_second": 15.0,        # synthetic transcripts (docs/models.md: an assumption)
+    "chars_per_second": 15.0,        # synthetic transcripts (docs/models/deepspeech2.md: an assumption)
     # [T] channel_num 32; filter and stride as (time, frequency): conv_layer1 [11, 41] stride
     # [2, 2], conv_layer2 [11, 21] stride [1, 2] ([P]: 41x11 and 21x11 over (frequency, time));
     # no padding ([M] Convolution's default).
@@ -49,7 +49,7 @@ PAPER = {
     "relu_ceiling": 0.0,
     "rnn_layers": 7, "rnn_units": 1760,   # [T] num_rnn_layer 7, num_hidden_rnn_list, rnn_type bigru
     "fc_units": 1760,                # [T] num_rear_fc_layers 1 of 1760, relu (0: no such layer)
-    "num_classes": len(ALPHABET),    # 29 ([T] used bi-graphemes: docs/models.md)
+    "num_classes": len(ALPHABET),    # 29 ([T] used bi-graphemes: docs/models/deepspeech2.md)
     "bn_eps": 1e-3,                  # [M] batchnorm eps 0.001
     "bn_momentum": 0.1,              # [M] momentum 0.9 of the running value: new-batch weight 0.1
     "batch_size": 8,                 # [T]

@@ -12,7 +12,7 @@ points, post-processing) are the NumPy reference in detection/ beside this file,
 training program's targets step (``faster_rcnn.targets``) and by :func:`detect` for inference
 (docs/detection.md). Values carry their source: [M] mx-rcnn (TBD's implementation,
 ``rcnn/config.py``, ``symbol_resnet.py``, its VOC ResNet-101 scripts), [T] torchvision's
-detection models. docs/models.md lists them with each deliberate change. Valid Python 3.6:
+detection models. docs/models/faster_rcnn.md lists them with each deliberate change. Valid Python 3.6:
 the CNTK worker builds the graph itself.
 """
 import functools

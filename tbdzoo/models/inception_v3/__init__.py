@@ -198,7 +198,7 @@ class _Builder(object):
 
 # -- the rest of the card (tbdzoo/models/card.py) -------------------------------------------
 # The proxy: every layer of the paper at 75 pixels, the smallest input without the auxiliary
-# head (which needs 299: docs/models.md), each channel count divided by 16; RMSProp as in the
+# head (which needs 299: docs/models/inception_v3.md), each channel count divided by 16; RMSProp as in the
 # paper.
 TRAINING = Training(metrics=(metrics.TOP1,), target="top1=0.5", eval_every=20,
                     task="tbdzoo.training.image_task:ImageClassificationTask", data_parallel="image",

@@ -7,7 +7,7 @@ layer mixes the decoder output with its context, and a projection gives the targ
 vocabulary's logits. Sequences are padded batches with per-example lengths.
 
 Two deliberate changes from TF NMT, so that the decoder is one fused recurrent node on every
-framework (docs/models.md says what each costs):
+framework (docs/models/seq2seq.md says what each costs):
   - no input feeding: TF NMT's AttentionWrapper feeds the previous step's attention vector into
     the next decoder step, which makes the decoder a cell loop; here attention is computed from
     each decoder output after the whole decoder has run;
@@ -43,7 +43,7 @@ PAPER = {
     "attention_layer": 512,     # [N] attention_layer_size = num_units: Dense over [output; context]
     "forget_bias": 1.0,         # [T]
     "init_weight": 0.1,         # [T] every parameter U(-0.1, 0.1) (the scope's initializer [N])
-    "pad_id": 0, "bos_id": 1, "eos_id": 2,   # [V] <s> 1, </s> 2; 0 pads (docs/models.md)
+    "pad_id": 0, "bos_id": 1, "eos_id": 2,   # [V] <s> 1, </s> 2; 0 pads (docs/models/seq2seq.md)
     # Padded lengths of a synthetic batch. [T] filters training pairs at 100 tokens but
     # buckets them (num_buckets 10), so a batch pads to its own longest sentence, not to 100;
     # 50 is TF NMT's own cap for this data set (standard_hparams/iwslt15.json src_max_len and
