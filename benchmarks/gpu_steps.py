@@ -1,5 +1,5 @@
 """tbdzoo's PyTorch training step on one GPU, for models that have no hand-written contender
-here yet (docs/h200-results.md): throughput, step time and peak allocator memory per precision.
+here yet (docs/gpu-comparisons.md): throughput, step time and peak allocator memory per precision.
 
     python3 benchmarks/gpu_steps.py --models seq2seq,deepspeech2 --precisions bf16,tf32
 

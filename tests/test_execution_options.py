@@ -1,5 +1,5 @@
 """Precision, execution and memory format: chosen per model, honoured or refused by name.
-GPU paths run on the H200 (docs/h200-results.md); here the CPU exercises the same selection."""
+GPU paths run on the H200 (docs/gpu-comparisons.md); here the CPU exercises the same selection."""
 import numpy as np
 import pytest
 import torch
