@@ -14,7 +14,7 @@ from conftest import require_backend, require_framework
 
 require_framework("torch")
 
-import numpy_reference as ref  # noqa: E402
+from tbdzoo import reference as ref  # noqa: E402
 
 
 def bilinear_taps(box, output_size, sampling_ratio, height, width):

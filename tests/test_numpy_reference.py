@@ -1,10 +1,11 @@
-"""The PyTorch backend, the consistency reference, checked against an independent NumPy forward.
+"""The NumPy reference (tbdzoo/reference/) by hand, and the PyTorch backend against it.
 
-tests/numpy_reference.py implements every spec op in float64 from the spec's definitions; the
-PyTorch backend's float32 output must match it at the per-layer tolerance of docs/consistency.md
-(rtol 1e-5, atol 1e-6) on every probe, so "every backend agrees with PyTorch" also means "every
-backend computes the spec". Weights are random (non-zero biases, shifted statistics), so a term
-a backend forgets cannot hide behind an initial zero.
+tbdzoo/reference/ implements every spec op in float64 from the spec's definitions; `tbd
+consistency` holds every backend to it (tests/test_consistency.py). Here the PyTorch backend's
+float32 output must match it at rtol 1e-5, atol 1e-6 on every probe with random weights
+(non-zero biases, shifted statistics), so that a term a backend forgets cannot hide behind an
+initial zero; and the reference's ops, losses and optimizers are checked against values worked
+out by hand.
 """
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from conftest import require_framework
 
 require_framework("torch")
 
-import numpy_reference as ref  # noqa: E402  (tests/ is on sys.path, as for conftest)
+from tbdzoo import reference as ref  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 
