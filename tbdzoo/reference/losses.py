@@ -51,35 +51,6 @@ def ctc(logits, labels, input_lengths, label_lengths, blank=0):
     return float(np.mean(costs))
 
 
-def loss_term(kind, values, attrs):
-    """One loss term of a training program (tbdzoo/spec/losses.py) on float64 values."""
-    if kind == "softmax_cross_entropy":
-        return softmax_cross_entropy(values["logits"], values["labels"], attrs["label_smoothing"],
-                                     attrs["ignore_index"])
-    if kind == "ctc":
-        return ctc(values["logits"], values["labels"], values["input_lengths"],
-                   values["label_lengths"], attrs["blank"])
-    if kind == "policy_gradient":
-        log_p = log_softmax(np.asarray(values["logits"], np.float64))
-        actions = np.asarray(values["actions"]).astype(int)
-        picked = log_p[np.arange(len(actions)), actions]
-        return float(-np.mean(picked * np.asarray(values["advantages"], np.float64)))
-    if kind == "entropy":
-        log_p = log_softmax(np.asarray(values["logits"], np.float64))
-        return float(np.mean(-(np.exp(log_p) * log_p).sum(axis=-1)))
-    if kind == "squared_error":
-        diff = np.asarray(values["prediction"], np.float64) - np.asarray(values["target"])
-        return float(0.5 * np.mean(diff ** 2))
-    if kind == "mean":
-        return float(np.mean(values["x"]))
-    if kind == "norm_penalty":
-        x = np.asarray(values["x"]).reshape(len(values["x"]), -1)
-        return float(np.mean((np.sqrt((x ** 2).sum(axis=1)) - attrs["target"]) ** 2))
-    if kind in _LOSS_TERMS:
-        return _LOSS_TERMS[kind](values, attrs)
-    raise NotImplementedError("no NumPy reference for loss kind {!r}".format(kind))
-
-
 def smooth_l1(prediction, target, weight, sigma=1.0, normalizer=1.0):
     """sum(weight * smoothL1_sigma(d)) / (normalizer * rows); 0.5 (sigma d)^2 below 1 / sigma^2."""
     d = np.abs(np.asarray(prediction, np.float64) - target)
@@ -95,9 +66,52 @@ def sigmoid_cross_entropy(logits, labels, weight):
     return float((weight * bce).sum() / max(float(np.sum(weight)), 1.0))
 
 
-_LOSS_TERMS = {
+def policy_gradient(logits, actions, advantages):
+    """-mean(log softmax(logits)[action] * advantage)."""
+    log_p = log_softmax(np.asarray(logits, np.float64))
+    actions = np.asarray(actions).astype(int)
+    picked = log_p[np.arange(len(actions)), actions]
+    return float(-np.mean(picked * np.asarray(advantages, np.float64)))
+
+
+def entropy(logits):
+    """mean over rows of -sum_k p_k log p_k."""
+    log_p = log_softmax(np.asarray(logits, np.float64))
+    return float(np.mean(-(np.exp(log_p) * log_p).sum(axis=-1)))
+
+
+def squared_error(prediction, target):
+    """0.5 mean((prediction - target)^2)."""
+    diff = np.asarray(prediction, np.float64) - np.asarray(target)
+    return float(0.5 * np.mean(diff ** 2))
+
+
+def norm_penalty(x, target):
+    """mean over rows of (||row|| - target)^2 (WGAN-GP's gradient penalty)."""
+    x = np.asarray(x, np.float64).reshape(len(x), -1)
+    return float(np.mean((np.sqrt((x ** 2).sum(axis=1)) - target) ** 2))
+
+
+# loss kind -> fn(values by role, attrs): every kind of tbdzoo/spec/losses.py
+LOSSES = {
+    "softmax_cross_entropy": lambda v, a: softmax_cross_entropy(
+        v["logits"], v["labels"], a["label_smoothing"], a["ignore_index"]),
+    "ctc": lambda v, a: ctc(v["logits"], v["labels"], v["input_lengths"], v["label_lengths"],
+                            a["blank"]),
+    "policy_gradient": lambda v, a: policy_gradient(v["logits"], v["actions"], v["advantages"]),
+    "entropy": lambda v, a: entropy(v["logits"]),
+    "squared_error": lambda v, a: squared_error(v["prediction"], v["target"]),
+    "mean": lambda v, a: float(np.mean(v["x"])),
+    "norm_penalty": lambda v, a: norm_penalty(v["x"], a["target"]),
     "smooth_l1": lambda v, a: smooth_l1(v["prediction"], v["target"], v["weight"], a["sigma"],
                                         a["normalizer"]),
     "sigmoid_cross_entropy": lambda v, a: sigmoid_cross_entropy(v["logits"], v["labels"],
                                                                 v["weight"]),
 }
+
+
+def loss_term(kind, values, attrs):
+    """One loss term of a training program (tbdzoo/spec/losses.py) on float64 values."""
+    if kind not in LOSSES:
+        raise NotImplementedError("no NumPy reference for loss kind {!r}".format(kind))
+    return LOSSES[kind](values, attrs)
