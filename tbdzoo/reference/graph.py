@@ -9,10 +9,11 @@ from .losses import loss_term, softmax_cross_entropy
 from .ops import OPS
 
 
-def forward(graph, weights, batch, training=False, masks=None, names=None):
+def forward(graph, weights, batch, training=False, masks=None, names=None, held=None):
     """Every node's output (float64), in graph order; with ``names``, only the nodes those
     depend on (and only the inputs they read are taken from ``batch``). ``masks``: dropout
-    node name -> keep mask."""
+    node name -> keep mask; ``held``: node name -> the value it takes whatever its inputs (a
+    derivative through a stop_gradient holds the stopped value fixed)."""
     needed = None if names is None else values_read(graph, names)
     values = OrderedDict()
     for name, inp in graph.inputs.items():
@@ -28,6 +29,9 @@ def forward(graph, weights, batch, training=False, masks=None, names=None):
                              for suffix, full in graph.param_names(node).items())
         xs = [values[i] for i in node.inputs]
         mask = (masks or {}).get(node.name)
+        if held is not None and node.name in held:
+            values[node.name] = outputs[node.name] = held[node.name]
+            continue
         if node.op not in OPS:
             raise NotImplementedError("no NumPy reference for op {!r}".format(node.op))
         values[node.name] = outputs[node.name] = OPS[node.op](xs, params, node.attrs, training,

@@ -71,16 +71,28 @@ class Model(object):
     def objective_name(self, phase_index):
         return "loss" if phase_index is None else self.program.phases[phase_index]["objective"]
 
-    def objective(self, phase_index, batch, weights=None):
-        """The training-mode value of the objective phase ``phase_index`` (None: the graph's
-        loss) minimises, on ``batch`` (one update's)."""
-        weights = self.weights if weights is None else weights
+    def _objective_nodes(self, phase_index):
         if phase_index is None:
-            names = [self.spec.loss["logits"]]
-        else:
-            names = [v for v in objective_values(self.program, self.objective_name(phase_index))
-                     if v in self.spec.nodes]
-        outputs = reference_graph.forward(self.spec, weights, batch, training=True, names=names)
+            return [self.spec.loss["logits"]]
+        return [v for v in objective_values(self.program, self.objective_name(phase_index))
+                if v in self.spec.nodes]
+
+    def stopped(self, phase_index, batch, weights=None):
+        """{stop_gradient node: its training-mode value} for the objective of phase
+        ``phase_index`` on ``batch``: what :meth:`objective` holds fixed (``held``) so that its
+        derivative is the one a backend's gradient is."""
+        weights = self.weights if weights is None else weights
+        outputs = reference_graph.forward(self.spec, weights, batch, training=True,
+                                          names=self._objective_nodes(phase_index))
+        return OrderedDict((n, v) for n, v in outputs.items()
+                           if self.spec.nodes[n].op == "stop_gradient")
+
+    def objective(self, phase_index, batch, weights=None, held=None):
+        """The training-mode value of the objective phase ``phase_index`` (None: the graph's
+        loss) minimises, on ``batch`` (one update's); ``held``: node values held fixed."""
+        weights = self.weights if weights is None else weights
+        outputs = reference_graph.forward(self.spec, weights, batch, training=True,
+                                          names=self._objective_nodes(phase_index), held=held)
         if phase_index is None:
             return reference_graph.loss(self.spec, outputs, batch)
         return reference_graph.objective(self.spec, self.objective_name(phase_index), outputs,
