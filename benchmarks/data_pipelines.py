@@ -1,6 +1,6 @@
 """Images per second of each framework's input pipeline on this CPU, without a model.
 
-    .venv/bin/python benchmarks/data_pipelines.py      # benchmarks/results/data_pipelines_cpu.json
+    .venv/bin/python -m benchmarks.data_pipelines      # benchmarks/results/data_pipelines_cpu.json
 
 Writes a folder of ImageNet-sized JPEGs (500 x 375 and 375 x 500, quality 90, photographic
 noise so the decoder has real work), then for each pipeline (NumPy feed, PyTorch DataLoader,
@@ -19,7 +19,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 FRAMEWORKS = ("numpy", "torch", "tensorflow", "mxnet")
 
 
@@ -87,10 +86,11 @@ def main():
     rows, load = [], []
     for framework in args.frameworks.split(","):
         load.append(os.getloadavg()[0])
-        out = subprocess.run([sys.executable, __file__, "--framework", framework, "--dir", args.dir,
-                              "--batches", str(args.batches), "--rounds", str(args.rounds),
-                              "--batch-size", str(args.batch_size)],
-                             stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-m", "benchmarks.data_pipelines", "--framework",
+                              framework, "--dir", args.dir, "--batches", str(args.batches),
+                              "--rounds", str(args.rounds), "--batch-size", str(args.batch_size)],
+                             stdout=subprocess.PIPE, universal_newlines=True, check=True,
+                             cwd=ROOT).stdout
         rows += json.loads(out.split("ROWS ", 1)[1])
     load.append(os.getloadavg()[0])
     result = {"machine": {"cpu_count": os.cpu_count(), "load_average_1min": load},

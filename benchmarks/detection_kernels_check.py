@@ -5,7 +5,7 @@ gather points (128 RoIs, 14 x 14 bins, 2 x 2 samples; the record counts the indi
 that differ in each case). The tests check the same on the CPU
 (tests/test_detection_nms.py, tests/test_detection_ops.py); this is their check on the device.
 
-    python3 benchmarks/detection_kernels_check.py --cases 20 --out check.json
+    python3 -m benchmarks.detection_kernels_check --cases 20 --out check.json
 """
 import argparse
 import json
@@ -13,7 +13,6 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -1,7 +1,7 @@
 """CPU cost of the detection reference per image at Faster R-CNN's paper size (docs/detection.md).
 
-    .venv/bin/python benchmarks/detection_reference.py
-    .venv-cntk/bin/python benchmarks/detection_reference.py      # NumPy 1.19, the CNTK worker's
+    .venv/bin/python -m benchmarks.detection_reference
+    .venv-cntk/bin/python -m benchmarks.detection_reference      # NumPy 1.19, the CNTK worker's
 
 A 600 x 1000 image, a 38 x 63 feature map (21,546 anchors), three objects. The RPN outputs are
 drawn two ways, because NMS's cost depends on them: ``random`` (an untrained RPN: few boxes
@@ -10,11 +10,9 @@ and NMS walks far down the 12,000). Each time is the best of ``--repeats`` runs.
 """
 import argparse
 import os
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 

@@ -2,8 +2,8 @@
 FasterRCNN, on the CPU: the bytes of every distinct storage that autograd saves during the
 forward pass (``torch.autograd.graph.saved_tensors_hooks``), by shape.
 
-    .venv/bin/python benchmarks/faster_rcnn_saved_tensors.py                    # paper config
-    .venv/bin/python benchmarks/faster_rcnn_saved_tensors.py --frozen-bn initial
+    .venv/bin/python -m benchmarks.faster_rcnn_saved_tensors                    # paper config
+    .venv/bin/python -m benchmarks.faster_rcnn_saved_tensors --frozen-bn initial
 
 Both sides are set up as ``benchmarks/gpu_faster_rcnn.py`` sets them up (the same 600 x 1,000
 image, tbdzoo's canvas 608 x 1,024 as torchvision pads it, frozen batch norm calibrated on the
@@ -14,15 +14,12 @@ weights, gradients and momentum that both hold alike.
 import argparse
 import collections
 import os
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-import gpu_faster_rcnn as bench  # noqa: E402
+from benchmarks import gpu_faster_rcnn as bench  # noqa: E402
 
 
 def saved_bytes(step):

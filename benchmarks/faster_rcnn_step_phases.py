@@ -3,8 +3,8 @@ reads, the targets step on the host (anchor targets, proposals with their NMS, R
 RoIAlign's gather points), the upload of what it writes, and the whole step; with
 ``--profile``, the GPU kernel time of a step on each side (tbdzoo and torchvision).
 
-    python3 benchmarks/faster_rcnn_step_phases.py --out phases.json            # on a GPU
-    .venv/bin/python benchmarks/faster_rcnn_step_phases.py --device cpu --tiny   # a check
+    python3 -m benchmarks.faster_rcnn_step_phases --out phases.json            # on a GPU
+    .venv/bin/python -m benchmarks.faster_rcnn_step_phases --device cpu --tiny   # a check
 
 The same model, image and calibrated frozen batch norm as benchmarks/gpu_faster_rcnn.py (tf32
 or bf16, channels-last, learning rate 1e-12). Every phase is timed on its own, with the device
@@ -16,17 +16,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-import gpu_faster_rcnn as bench  # noqa: E402
-from gpu_recurrent import synchronize  # noqa: E402
+from benchmarks import gpu_faster_rcnn as bench  # noqa: E402
+from benchmarks.gpu_recurrent import synchronize  # noqa: E402
 
 # (module attribute, phase name): what each phase times
 PHASES = (("models.faster_rcnn", "rpn_targets", "anchor targets"),

@@ -1,6 +1,6 @@
 """How far Inception-v3's gradients at small inputs agree across backends, and why they part.
 
-    .venv/bin/python benchmarks/inception_small_input_gradients.py --size 75 --batch 8 --seed 1
+    .venv/bin/python -m benchmarks.inception_small_input_gradients --size 75 --batch 8 --seed 1
 
 The tiny config without the auxiliary head (channels / 16, dropout 0) at ``--size`` pixels:
 PyTorch's weights and synthetic batch, then the loss and every gradient on PyTorch with those
@@ -11,12 +11,9 @@ fall below the 0.9999 of docs/consistency.md, and the lowest cosine of the last 
 classifier against that of the stem and the first blocks. docs/consistency.md has the results.
 """
 import argparse
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tbdzoo.backends.tensorflow  # noqa: E402,F401  (first: it orders the triton import)
 from tbdzoo import consistency  # noqa: E402

@@ -1,18 +1,15 @@
 """MXNet's paper-config train step with training-mode batch norm in float64 (the backend's) or
 MXNet's fused float32 operator (less exact: docs/backends.md), one variant per process.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mxnet_batchnorm_step.py resnet50 --batch 4 \\
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.mxnet_batchnorm_step resnet50 --batch 4 \\
         --batchnorm fused
 
 Prints the fastest and the median of ``--steps`` timed steps after two warm-up steps, in
 seconds; run the variants alternately, each in a fresh process.
 """
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tbdzoo.backends.mxnet import ops  # noqa: E402
 from tbdzoo.backends.registry import build  # noqa: E402

@@ -1,9 +1,9 @@
 """tbdzoo's train step against the framework's own model, one backend per process.
 
-    .venv/bin/python benchmarks/native_models.py --model inception_v3            # all three
-    .venv/bin/python benchmarks/native_models.py --model resnet50 --backend torch  # one, here
-    .venv/bin/python benchmarks/native_models.py --model deepspeech2 --set max_frames=200
-    .venv/bin/python benchmarks/native_models.py --model deepspeech2 --backends mxnet --alone
+    .venv/bin/python -m benchmarks.native_models --model inception_v3            # all three
+    .venv/bin/python -m benchmarks.native_models --model resnet50 --backend torch  # one, here
+    .venv/bin/python -m benchmarks.native_models --model deepspeech2 --set max_frames=200
+    .venv/bin/python -m benchmarks.native_models --model deepspeech2 --backends mxnet --alone
 
 What users would pick instead, trained the framework's idiomatic way (a PyTorch loop,
 ``train_on_batch``, a Gluon ``Trainer``), on the same synthetic batch, the loss read back every
@@ -80,7 +80,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 BACKENDS = ("torch", "tensorflow", "mxnet")
 UNIT_KEY = "{}_per_s"   # images_per_s, tokens_per_s (target tokens), audio_s_per_s
@@ -699,8 +698,9 @@ def run_alone(model_name, backend, batch_size, warmup, steps, repeats, knobs):
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             proc = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--backend", backend, "--only", name]
-                + _with(knobs, "--repeats", "1"), stdout=subprocess.PIPE, universal_newlines=True)
+                [sys.executable, "-m", "benchmarks.native_models", "--backend", backend, "--only",
+                 name] + _with(knobs, "--repeats", "1"), stdout=subprocess.PIPE,
+                universal_newlines=True, cwd=os.path.dirname(HERE))
             if proc.returncode != 0:
                 raise RuntimeError("{} {} failed in repeat {} (its error is above)".format(
                     backend, name, r + 1))
@@ -802,8 +802,9 @@ def main(argv=None, default_model=None):
     rows, load_before = [], os.getloadavg()
     for backend in backends:
         print("timing {} ...".format(backend), file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--backend", backend] + knobs,
-                              stdout=subprocess.PIPE, universal_newlines=True)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.native_models", "--backend",
+                               backend] + knobs, stdout=subprocess.PIPE, universal_newlines=True,
+                              cwd=os.path.dirname(HERE))
         if proc.returncode != 0:
             print("{} failed (its error is above)".format(backend), file=sys.stderr)
             continue
@@ -825,7 +826,7 @@ def _write(out, knobs, load_before, rows):
     the run began and now."""
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"command": " ".join([os.path.relpath(__file__)] + knobs),
+        json.dump({"command": " ".join(["-m benchmarks.native_models"] + knobs),
                    "cpus": os.cpu_count(), "load_average": [load_before, os.getloadavg()],
                    "rows": rows}, f, indent=1)
 

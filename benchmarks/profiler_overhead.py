@@ -1,7 +1,7 @@
 """The profiler's own cost: the same run with and without the samplers, interleaved.
 
-    .venv/bin/python benchmarks/profiler_overhead.py --model resnet50 --config tiny
-    python3 benchmarks/profiler_overhead.py --model resnet50 --batch-size 256 --precision bf16   # on a GPU
+    .venv/bin/python -m benchmarks.profiler_overhead --model resnet50 --config tiny
+    python3 -m benchmarks.profiler_overhead --model resnet50 --batch-size 256 --precision bf16   # on a GPU
 
 Each round profiles the model once with samplers (CPU meter, and the NVML/GPM sampler thread
 on a GPU) and once without, alternating which goes first; the overhead is the ratio of the
@@ -9,11 +9,9 @@ median step times. The target is under 2%.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():

@@ -3,7 +3,7 @@ the gather form (every tap gathered, weighted and summed), forward and backward 
 Faster R-CNN C4's size: layer3 features (1024, 38, 50) of one 600 x 800 image, 128 RoIs,
 14 x 14 bins with 2 x 2 samples (docs/detection.md, "RoIAlign on each backend").
 
-    .venv/bin/python benchmarks/roi_align_backends.py --out benchmarks/results/roi_align_cpu.json
+    .venv/bin/python -m benchmarks.roi_align_backends --out benchmarks/results/roi_align_cpu.json
 
 Each (framework, form) runs in a process of its own, so its peak resident memory is its own:
 ``peak_extra_mb`` is the growth of the process's peak RSS over the run (inputs built, before
@@ -20,7 +20,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 FORMS = {"tensorflow": ("sparse", "gathered", "gathered_xla"), "mxnet": ("sparse", "gathered")}
 HW, SIZE, SR, STRIDE = (38, 50), (14, 14), 2, 16
@@ -120,9 +119,10 @@ def main():
     for framework in args.frameworks.split(","):
         for form in FORMS[framework]:
             proc = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--one", framework + ":" + form,
+                [sys.executable, "-m", "benchmarks.roi_align_backends", "--one",
+                 framework + ":" + form,
                  "--rois", str(args.rois), "--channels", str(args.channels),
-                 "--repeats", str(args.repeats)], capture_output=True, text=True)
+                 "--repeats", str(args.repeats)], capture_output=True, text=True, cwd=ROOT)
             if proc.returncode != 0:
                 raise SystemExit("{}:{} failed:\n{}".format(framework, form, proc.stderr[-3000:]))
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -137,7 +137,7 @@ def main():
               "cpu_count": os.cpu_count(), "load_average": [round(v, 2) for v in os.getloadavg()],
               "gathered_taps_mb": round(args.rois * SIZE[0] * SIZE[1] * SR * SR * 4 *
                                         args.channels * 4 / 2 ** 20, 1),
-              "command": "python benchmarks/roi_align_backends.py " + " ".join(sys.argv[1:]),
+              "command": "python -m benchmarks.roi_align_backends " + " ".join(sys.argv[1:]),
               "results": rows}
     if args.out:
         with open(args.out, "w") as f:

@@ -2,22 +2,17 @@
 the same by gathering every tap first (index_select), and torchvision's fused RoIAlign kernel, forward and backward, at Faster R-CNN C4's size: layer3 features (1024,
 38, 50) of one 600 x 800 image, 14 x 14 bins with 2 x 2 samples.
 
-    .venv/bin/python benchmarks/roi_align_torch.py --rois 64
-    python3 benchmarks/roi_align_torch.py --rois 128 --device cuda   # on a GPU
+    .venv/bin/python -m benchmarks.roi_align_torch --rois 64
+    python3 -m benchmarks.roi_align_torch --rois 128 --device cuda   # on a GPU
 
 Gathering every tap (R x 14 x 14 x 4 x 4 rows of C floats) before averaging moves sr^2 x 4 =
 16 times the output's memory; the numbers say what that costs.
 """
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests"))
 
 
 def main():
@@ -31,7 +26,7 @@ def main():
     import numpy as np
     import torch
     import torchvision
-    from test_detection_ops import bilinear_taps
+    from tbdzoo.reference import bilinear_taps
     from tbdzoo.backends.torch import ops
 
     h, w, size, sr = 38, 50, (14, 14), 2

@@ -2,9 +2,9 @@
 
     .venv/bin/tbd data make fashion-mnist-imagenet --out data/fm32 --set size=32 \\
         --set train_per_class=200 --set val_per_class=50
-    .venv/bin/python benchmarks/time_to_accuracy.py --data data/fm32 \\
+    .venv/bin/python -m benchmarks.time_to_accuracy --data data/fm32 \\
         --models resnet50 --backends torch,tensorflow,mxnet,cntk --seeds 0,1,2
-    .venv/bin/python benchmarks/time_to_accuracy.py --summary      # the table and the plot
+    .venv/bin/python -m benchmarks.time_to_accuracy --summary      # the table and the plot
 
 Each run is `tbdzoo.training.train_to_target` on the model's proxy config with its default
 target (docs/training.md), in a process of its own (no framework's threads or memory touch the
@@ -24,7 +24,6 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 OUT = os.path.join(ROOT, "benchmarks", "results", "time_to_accuracy.json")
 PLOT = os.path.join(ROOT, "docs", "time_to_accuracy.png")
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
@@ -58,7 +57,7 @@ def one_run(args):
 
 
 def run_in_child(model, backend, seed, args):
-    command = [sys.executable, os.path.abspath(__file__), "--one", "--model", model,
+    command = [sys.executable, "-m", "benchmarks.time_to_accuracy", "--one", "--model", model,
                "--backend", backend, "--seed", str(seed), "--max-minutes", str(args.max_minutes)]
     if args.data:
         command += ["--data", args.data]
@@ -66,9 +65,8 @@ def run_in_child(model, backend, seed, args):
         command += ["--target", args.target]
     if args.eval_every:
         command += ["--eval-every", str(args.eval_every)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=env, cwd=ROOT)
+                          universal_newlines=True, cwd=ROOT)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("RECORD "):
             return json.loads(line[len("RECORD "):])

@@ -1,12 +1,24 @@
-"""Cross-framework consistency: one reference record, every backend compared against it.
+"""Cross-framework consistency: every backend, PyTorch included, against the float64 NumPy
+reference (tbdzoo/reference/), and against PyTorch where a pairwise comparison adds something.
 
-The reference backend (PyTorch on the CPU) runs a fixed protocol on each case's initial
-weights and one synthetic batch; another backend runs the same protocol from the same weights
-and batch, and its results are compared at the tolerances below (docs/consistency.md).
+The reference interprets each case's spec on its initial weights and one synthetic batch. Every
+backend runs a fixed protocol from the same weights and batch: set weights -> predict (inference
+mode) -> loss and gradients (training mode, no update) -> ``steps`` optimizer steps (their
+losses form the trajectory). Against the reference (docs/consistency.md):
 
-Protocol: set weights -> predict (inference mode) -> loss and gradients (training mode, no
-update) -> ``steps`` optimizer steps (their losses form the trajectory; the first is the
-first-step loss, a training-mode forward pass from the reference's weights).
+- forward output(s) and each objective's loss, directly;
+- gradients through directional derivatives: a few random unit directions per slice of each
+  parameter group, where the reference's central difference of the objective (float64, two
+  forward passes a direction) must equal the backend's gradient projected on the direction;
+- the trajectory: the reference applies its own optimizer (tbdzoo/reference/optimizers.py) to
+  the backend's gradients, update by update (the backend gives its gradients at the
+  reference's weights), and its objective values at each step's weights are what the
+  backend's steps must report.
+
+Against PyTorch, which runs the same protocol once when the cases are recorded: each
+parameter's gradient element-wise and by cosine, which sees a wrong entry of one tensor that a
+few directions over many tensors can miss. ``run_protocol`` and ``compare`` are the pairwise
+comparison of any two backends (tests use it).
 
 ``tbd consistency record`` writes one .npz per case; ``tbd consistency check`` runs every
 backend on them from the main environment (CNTK through its worker) and prints a table per
@@ -20,12 +32,23 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from .backends.programs import step_result
 from .backends.registry import build, build_native
 from .errors import ConsistencyReferenceError, UnknownNameError
 from .weights import load_arrays, save_arrays
 
-REFERENCE_BACKEND = "torch"
+# The backend the pairwise gradient comparison holds the others to (each parameter's gradient
+# element by element); every backend, this one included, is checked against the reference.
+PAIRWISE_BACKEND = "torch"
 STEPS = 3
+# Directional derivatives: each parameter group's trainable parameters, in graph order, are cut
+# into at most SLICES runs of whole tensors, with DIRECTIONS random unit directions each; EPSILON
+# is the central difference's step along a unit direction. Small, because a step that carries
+# some ReLU input or max-pool winner across its kink makes the difference no derivative: at 1e-5
+# the tiny ResNet-50's second direction is 3e-3 off (every backend agreeing elsewhere), at 1e-6
+# and 1e-7 the same to eight digits; float64 rounding, about 1e-16 / EPSILON of the loss, stays
+# far below the tolerance.
+SLICES, DIRECTIONS, EPSILON = 3, 2, 1e-7
 
 # docs/consistency.md. Gradients also get an absolute floor scaled to the tensor: a gradient is
 # a sum over the batch, and entries that nearly cancel have no meaningful relative error.
@@ -42,6 +65,9 @@ TOLERANCES = {
     "loss": {"rtol": 1e-6, "atol": 1e-7},
     "gradients": {"rtol": 1e-3, "atol_of_max": 1e-4, "atol_of_global": 1e-6, "min_cosine": 0.9999},
     "trajectory": {"atol": 1e-3},
+    # a backend's gradient projected on a unit direction against the reference's central
+    # difference: |g.d - D| <= rtol |D| + atol_of_norm ||g|| (g: the slice's gradient)
+    "directions": {"rtol": 1e-3, "atol_of_norm": 1e-5},
 }
 
 Case = namedtuple("Case", "model overrides seed tolerances backend_overrides replays_targets")
@@ -269,8 +295,8 @@ def cosine(a, b):
 
 
 def reference(model_name, config="tiny", seed=0, steps=STEPS, **overrides):
-    """(weights, batch, record) from the reference backend, in a worker of its own."""
-    ref = build(model_name, backend=REFERENCE_BACKEND, config=config, seed=seed, isolate=True,
+    """(weights, batch, record) from the pairwise backend (PyTorch), in a worker of its own."""
+    ref = build(model_name, backend=PAIRWISE_BACKEND, config=config, seed=seed, isolate=True,
                 device="cpu", **overrides)
     try:
         weights = ref.get_weights()
@@ -282,8 +308,8 @@ def reference(model_name, config="tiny", seed=0, steps=STEPS, **overrides):
 
 
 def check_backend(model_name, backend, config="tiny", seed=0, steps=STEPS, **overrides):
-    """Run the reference and ``backend`` (each in a worker) and return the failures (empty:
-    consistent)."""
+    """Run the pairwise backend and ``backend`` (each in a worker) and return the failures of
+    their comparison (empty: consistent)."""
     weights, batch, record = reference(model_name, config, seed, steps, **overrides)
     other = build(model_name, backend=backend, config=config, seed=seed + 1, isolate=True,
                   **overrides)
@@ -291,6 +317,182 @@ def check_backend(model_name, backend, config="tiny", seed=0, steps=STEPS, **ove
         return compare(record, run_protocol(other, weights, batch, steps))
     finally:
         other.close()
+
+
+# -- against the reference ------------------------------------------------------------------------
+
+def reference_model(case):
+    """The case's model run by the NumPy reference (tbdzoo/reference/model.py)."""
+    from .reference.model import Model
+    return Model(case.model, "tiny", case.seed, **case.overrides)
+
+
+def directions(ref):
+    """[(phase index, {parameter: unit-direction slice})]: DIRECTIONS random directions on each of
+    at most SLICES runs of whole tensors of each parameter group, for the objective of the
+    group's first phase; drawn from the case's seed, so a record and a check agree."""
+    rng = np.random.RandomState(ref.seed)
+    out = []
+    for names, phases in ref.groups().values():
+        for chunk in np.array_split(np.arange(len(names)), min(SLICES, len(names))):
+            chunk_names = [names[i] for i in chunk]
+            for _ in range(DIRECTIONS):
+                d = OrderedDict((n, rng.standard_normal(ref.weights[n].shape))
+                                for n in chunk_names)
+                norm = np.sqrt(sum(float(np.sum(v * v)) for v in d.values()))
+                out.append((phases[0], OrderedDict((n, v / norm) for n, v in d.items())))
+    return out
+
+
+def _first_batches(ref, batch):
+    """{phase index: the batch of its first update}."""
+    out = OrderedDict()
+    for phase_index, part in ref.updates(batch):
+        out.setdefault(phase_index, part)
+    return out
+
+
+def directional_derivatives(ref, weights, batch):
+    """The reference's central difference of each direction's objective, in float64, with
+    every stop_gradient's value held at ``weights``' (a gradient does not flow through it)."""
+    weights = OrderedDict((k, np.asarray(v, np.float64)) for k, v in weights.items())
+    firsts = _first_batches(ref, batch)
+    held = OrderedDict((p, ref.stopped(p, part, weights)) for p, part in firsts.items())
+    out = []
+    for phase_index, d in directions(ref):
+        values = []
+        for sign in (1.0, -1.0):
+            moved = OrderedDict(weights)
+            for name, v in d.items():
+                moved[name] = weights[name] + sign * EPSILON * v
+            values.append(ref.objective(phase_index, firsts[phase_index], moved,
+                                        held[phase_index]))
+        out.append((values[0] - values[1]) / (2.0 * EPSILON))
+    return np.asarray(out, np.float64)
+
+
+def projections(ref, grads):
+    """(g.d, ||g||) of a backend's gradients ``grads`` for each direction (g: the slice's)."""
+    dots, norms = [], []
+    for _, d in directions(ref):
+        g = [np.asarray(grads[n], np.float64) for n in d]
+        dots.append(sum(float(np.sum(a * b)) for a, b in zip(g, d.values())))
+        norms.append(np.sqrt(sum(float(np.sum(a * a)) for a in g)))
+    return np.asarray(dots, np.float64), np.asarray(norms, np.float64)
+
+
+def reference_record(ref, weights, batch):
+    """What the reference says of the protocol's first three parts: forward output(s), each
+    objective's loss, the directional derivatives."""
+    out = OrderedDict()
+    predicted = ref.predict(batch)
+    if isinstance(predicted, dict):  # detections: boxes, scores, labels, counts
+        out.update(("forward/" + k, np.asarray(v, np.float64)) for k, v in predicted.items())
+    else:
+        out["forward"] = np.asarray(predicted, np.float64)
+    out.update(_per_objective("loss", [ref.losses(batch, weights)]))
+    out["derivative"] = directional_derivatives(ref, weights, batch)
+    return out
+
+
+def _step_batch_for(ref, parts, k):
+    """The step's batch in which update ``k``'s batch comes first within its phase: a backend's
+    loss_and_gradients takes each group's gradient on its phase's first batch."""
+    from .reference.model import step_batch
+    same = [i for i, (p, _) in enumerate(parts) if p == parts[k][0]]
+    order = list(range(len(parts)))
+    order[same[0]], order[k] = order[k], order[same[0]]
+    return step_batch(ref, [parts[i] for i in order])
+
+
+def reference_steps(ref, model, weights, batch, first_grads, steps):
+    """The losses ``steps`` training steps report when the reference optimizer takes every
+    update with ``model``'s gradients at the reference's weights (``first_grads``: the
+    model's at ``weights``, from the protocol). Each update's objective is the reference's,
+    on the update's batch; ``model``'s weights are left at the last ones asked about."""
+    from .reference.optimizers import clip_weights
+    w = OrderedDict((k, np.asarray(v, np.float64)) for k, v in weights.items())
+    groups = ref.optimizer_groups()
+    group_of = OrderedDict((p, g) for g, (_, phases) in ref.groups().items() for p in phases)
+    parts = ref.updates(batch)
+    out = []
+    for step in range(steps):
+        values = OrderedDict()
+        for k, (phase_index, part) in enumerate(parts):
+            values[ref.objective_name(phase_index)] = ref.objective(phase_index, part, w)
+            if step == 0 and k == 0:
+                grads = first_grads
+            else:
+                model.set_weights(OrderedDict((n, v.astype(np.asarray(weights[n]).dtype))
+                                              for n, v in w.items()))
+                grads = model.loss_and_gradients(_step_batch_for(ref, parts, k))[1]
+            groups[group_of[phase_index]].update(w, grads)
+            for hook in ref.hooks(phase_index):  # clip_weights, the one hook kind
+                names = groups[hook["group"]].names
+                for n, v in zip(names, clip_weights([w[n] for n in names], hook["value"])):
+                    w[n] = v
+        out.append(values["loss"] if ref.program is None else
+                   step_result(ref.program, values))
+    return out
+
+
+def expected_of(ref, model, weights, batch, record, other, steps):
+    """The reference's side of the check: ``record`` (its forward, losses, derivatives and the
+    pairwise backend's gradients) with the trajectory the reference steps through with
+    ``model``'s gradients (``other``: the model's protocol results)."""
+    first = OrderedDict((k[len("grad/"):], v) for k, v in other.items() if k.startswith("grad/"))
+    expected = OrderedDict(record)
+    expected.update(_per_objective(
+        "trajectory", reference_steps(ref, model, weights, batch, first, steps)))
+    return expected
+
+
+def reference_rows(expected, other, tolerances=None):
+    """One Row per quantity against the reference: forward output(s), each objective's loss,
+    the gradient directions, each objective's first-step loss and later losses; then the
+    pairwise gradient rows (element-wise and cosine) where ``expected`` holds the pairwise
+    backend's gradients (``pairwise/grad/...``)."""
+    t = tolerances or TOLERANCES
+    rows = []
+    for key in (k for k in expected if k == "forward" or k.startswith("forward/")):
+        rows.append(_forward_row(key, expected[key], other.get(key), t["forward"]))
+    for key in (k for k in expected if k == "loss" or k.startswith("loss/")):
+        rows.append(_loss_row(key, expected[key], other.get(key), t["loss"]))
+    if "derivative" in expected:
+        rows.append(_direction_row(expected["derivative"], other.get("derivative"),
+                                   other.get("derivative_norm"), t["directions"]))
+    for key in (k for k in expected if k == "trajectory" or k.startswith("trajectory/")):
+        objective = key[len("trajectory"):]
+        ours = other.get(key)
+        rows.append(_loss_row("first-step loss" + objective, expected[key][0],
+                              None if ours is None else ours[0], t["loss"]))
+        if len(expected[key]) > 1:
+            rows.append(_trajectory_row("later losses" + objective, expected[key][1:],
+                                        None if ours is None else ours[1:], t["trajectory"]))
+    pairwise = OrderedDict((k[len("pairwise/"):], v) for k, v in expected.items()
+                           if k.startswith("pairwise/grad/"))
+    if pairwise:
+        for row in _gradient_rows(pairwise, other, t["gradients"]):
+            rows.append(row._replace(quantity=row.quantity.replace(
+                "gradient", "{} gradient".format(PAIRWISE_BACKEND), 1)))
+    return rows
+
+
+def _direction_row(expected, dots, norms, tol):
+    quantity = "gradient directions ({})".format(len(expected))
+    if dots is None:
+        return _missing(quantity)
+    bound = tol["rtol"] * np.abs(expected) + tol["atol_of_norm"] * norms
+    excess = np.abs(dots - expected)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound > 0, excess / bound, np.where(excess > 0, np.inf, 0.0))
+    worst = int(np.argmax(ratio)) if ratio.size else 0
+    failures = ["gradient direction {}: g.d {:.8g} vs reference {:.8g} (||g|| {:.3g})".format(
+        i, dots[i], expected[i], norms[i]) for i in np.flatnonzero(ratio > 1)]
+    return Row(quantity, "{:.3g} x tolerance (direction {})".format(
+        float(ratio[worst]) if ratio.size else 0.0, worst),
+        "rtol {:g}, atol {:g} x ||g||".format(tol["rtol"], tol["atol_of_norm"]),
+        not failures, failures)
 
 
 # -- record and check -----------------------------------------------------------------------------
@@ -304,18 +506,24 @@ def _overrides(case, backend):
 
 
 def record_case(name, case, directory, steps=STEPS):
-    """Run the reference backend on one case in this process and write its .npz: weights, the
-    batch (with the targets step's inputs when the case replays them), the record."""
-    ref = build_native(case.model, REFERENCE_BACKEND, config="tiny", seed=case.seed,
-                       device="cpu", **_overrides(case, REFERENCE_BACKEND))
+    """Write one case's .npz: the initial weights and the batch every backend starts from (with
+    the reference's targets step's inputs when the case replays them), what the reference
+    says of them, and the pairwise backend's gradients (run in this process)."""
+    ref = reference_model(case)
+    weights = OrderedDict((k, v.astype(np.float32)) for k, v in ref.weights.items())
+    batch = ref.synthetic_batch(seed=case.seed)
+    if case.replays_targets:
+        batch = OrderedDict(batch, **ref.step_targets(batch))
+    record = reference_record(ref, weights, batch)
+    record["steps"] = np.asarray(steps)
+    pairwise = build_native(case.model, PAIRWISE_BACKEND, config="tiny", seed=case.seed,
+                            device="cpu", **_overrides(case, PAIRWISE_BACKEND))
     try:
-        weights = ref.get_weights()
-        batch = ref.synthetic_batch(seed=case.seed)
-        if case.replays_targets:
-            batch = OrderedDict(batch, **ref.step_targets(batch))
-        record = run_protocol(ref, weights, batch, steps)
+        pairwise.set_weights(weights)
+        grads = pairwise.loss_and_gradients(batch)[1]
     finally:
-        ref.close()
+        pairwise.close()
+    record.update(("pairwise/grad/" + k, np.asarray(v, np.float64)) for k, v in grads.items())
     arrays = OrderedDict()
     arrays.update(("weight/" + k, v) for k, v in weights.items())
     arrays.update(("batch/" + k, v) for k, v in batch.items())
@@ -355,34 +563,41 @@ def missing_references(directory, names):
 def check_case(name, case, backend, directory):
     """The backend's rows for one case against its reference file. Every backend runs from
     this process: natively where this interpreter has the framework, else (CNTK) through its
-    worker, from a different seed than the reference's."""
+    worker, from a different seed than the case's (its weights are set)."""
     weights, batch, record = read_reference(directory, name)
-    steps = len(next(v for k, v in record.items() if k.startswith("trajectory")))
+    steps = int(record.pop("steps"))
+    if backend == PAIRWISE_BACKEND:  # against itself the pairwise rows would say nothing
+        record = OrderedDict((k, v) for k, v in record.items() if not k.startswith("pairwise/"))
+    ref = reference_model(case)
     model = build(case.model, backend=backend, config="tiny", seed=case.seed + 1, device="cpu",
                   **_overrides(case, backend))
     try:
         other = run_protocol(model, weights, batch, steps)
+        grads = OrderedDict((k[len("grad/"):], v) for k, v in other.items()
+                            if k.startswith("grad/"))
+        other["derivative"], other["derivative_norm"] = projections(ref, grads)
+        expected = expected_of(ref, model, weights, batch, record, other, steps)
     finally:
         model.close()
-    return compare_rows(record, other, tolerances_of(case))
+    return reference_rows(expected, other, tolerances_of(case))
 
 
 def default_backends():
-    """Every ready backend but the reference."""
+    """Every ready backend."""
     from .backends.registry import list_backends
-    return [b["name"] for b in list_backends() if b["ready"] and b["name"] != REFERENCE_BACKEND]
+    return [b["name"] for b in list_backends() if b["ready"]]
 
 
 # -- the command ----------------------------------------------------------------------------------
 
 def add_parser(sub):
     """``tbd consistency record|check``: the subcommand's parser under ``sub``."""
-    p = sub.add_parser("consistency", help="every backend against the PyTorch reference, case "
+    p = sub.add_parser("consistency", help="every backend against the NumPy reference, case "
                        "by case (docs/consistency.md)")
     actions = p.add_subparsers(dest="consistency_command", metavar="{record,check}")
     actions.required = True
-    record = actions.add_parser("record", help="run the reference (PyTorch, CPU) and write one "
-                                ".npz per case")
+    record = actions.add_parser("record", help="run the NumPy reference (and PyTorch's gradients, "
+                                "CPU) and write one .npz per case")
     check = actions.add_parser("check", help="run each backend on the recorded cases; a table "
                                "per case; exit 1 on any failure")
     for q in (record, check):
@@ -392,7 +607,7 @@ def add_parser(sub):
         q.add_argument("--dir", default="consistency-reference",
                        help="folder of the reference .npz files (default: %(default)s)")
     check.add_argument("--backends", default=None,
-                       help="comma-separated backends (default: every ready one but torch)")
+                       help="comma-separated backends (default: every ready one)")
     check.add_argument("--list", action="store_true", help="list the cases and exit")
     return p
 

@@ -12,7 +12,7 @@ from tbdzoo.rl import sample_actions, train_a2c, update_batch
 from tbdzoo.rl.a2c import EnvironmentMismatchError
 from tbdzoo.models.a3c.rollouts import split_output
 
-import numpy_reference
+from tbdzoo import reference as numpy_ref
 from conftest import random_weights, require_backend
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,7 +57,7 @@ def test_the_loss_is_its_three_terms(recorded):
     from the reference's own logits and values."""
     weights, batch, record = recorded
     logits, values = record["forward"][:, :2], record["forward"][:, 2:]
-    terms = {kind: numpy_reference.loss_term(kind, values_, {}) for kind, values_ in (
+    terms = {kind: numpy_ref.loss_term(kind, values_, {}) for kind, values_ in (
         ("policy_gradient", {"logits": logits, "actions": batch["actions"],
                              "advantages": batch["advantages"]}),
         ("entropy", {"logits": logits}),

@@ -98,7 +98,7 @@ def test_a_transformer_with_tied_weights_trains_in_the_worker():
 _OPTIMIZER_CHECK = r"""
 import numpy as np, cntk as C
 from tbdzoo.backends.cntk import optimizers
-from tbdzoo.backends.common.optimizers import ReferenceOptimizer
+from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer
 
 def run(hp):
     rng = np.random.RandomState(0)

@@ -14,29 +14,7 @@ from conftest import require_backend, require_framework
 
 require_framework("torch")
 
-import numpy_reference as ref  # noqa: E402
-
-
-def bilinear_taps(box, output_size, sampling_ratio, height, width):
-    """(indices (S, 4), weights (S, 4)) of one box, as torchvision's RoIAlign with
-    aligned=True samples it (samples ordered (oh, ow, sr_y, sr_x), the edge rule included)."""
-    x1, y1, x2, y2 = [v - 0.5 for v in box]
-    (oh, ow), sr = output_size, sampling_ratio
-    bin_h, bin_w = (y2 - y1) / oh, (x2 - x1) / ow
-    indices, weights = [], []
-    for i in range(oh):
-        for j in range(ow):
-            for u in range(sr):
-                for v in range(sr):
-                    y = min(max(y1 + i * bin_h + (u + 0.5) * bin_h / sr, 0.0), height - 1.0)
-                    x = min(max(x1 + j * bin_w + (v + 0.5) * bin_w / sr, 0.0), width - 1.0)
-                    y0, x0 = int(np.floor(y)), int(np.floor(x))
-                    y1_, x1_ = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
-                    ly, lx = y - y0, x - x0
-                    indices.append([y0 * width + x0, y0 * width + x1_, y1_ * width + x0,
-                                    y1_ * width + x1_])
-                    weights.append([(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx])
-    return np.array(indices, np.int32), np.array(weights, np.float32)
+from tbdzoo import reference as ref  # noqa: E402
 
 
 def test_roi_align_is_torchvisions_roi_align_with_its_sample_points_as_inputs():
@@ -48,7 +26,7 @@ def test_roi_align_is_torchvisions_roi_align_with_its_sample_points_as_inputs():
     boxes = [[[0.0, 0.0, 11.0, 9.0], [2.3, 1.7, 6.1, 8.4]], [[5.5, 3.25, 10.9, 4.0],
                                                              [0.2, 0.4, 1.1, 0.9]]]
     a = {"output_size": (3, 2), "sampling_ratio": 2}
-    taps = [[bilinear_taps(b, a["output_size"], 2, 9, 11) for b in image] for image in boxes]
+    taps = [[ref.bilinear_taps(b, a["output_size"], 2, 9, 11) for b in image] for image in boxes]
     indices = np.array([[t[0] for t in image] for image in taps])
     weights = np.array([[t[1] for t in image] for image in taps])
     theirs = torchvision.ops.roi_align(

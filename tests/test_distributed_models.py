@@ -88,7 +88,8 @@ def assert_per_replica_first_step(backend, model, global_batch, **overrides):
     global loss is the shards' weighted mean, and the update is the program's clipping and
     optimizer (tbdzoo's NumPy reference, docs/optimizers.md) applied to the weighted mean of
     the shards' gradients."""
-    from tbdzoo.backends.common.optimizers import ReferenceOptimizer, reference_clip
+    from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer
+    from tbdzoo.reference.optimizers import clip_gradients as reference_clip
     md = get_model(model)
     spec = md.build_graph(md.hparams("tiny", **dict(overrides, batch_size=global_batch)))
     (group,) = spec.program.groups.values()  # one group of every parameter

@@ -23,7 +23,7 @@ import tbdzoo
 
 from conftest import require_backend
 
-import numpy_reference as ref
+from tbdzoo import reference as ref
 
 RATE = 0.3
 LENGTH, WIDTH = 2000, 6  # the probe's input (T, D): 12,000 Bernoulli draws per step

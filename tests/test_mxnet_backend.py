@@ -13,7 +13,7 @@ require_framework("mxnet")
 
 import tbdzoo.backends.mxnet  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
 from mxnet import gluon, nd  # noqa: E402
-from tbdzoo.backends.common.optimizers import ReferenceOptimizer  # noqa: E402
+from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer  # noqa: E402
 from tbdzoo.backends.mxnet import optimizers  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 

@@ -122,7 +122,7 @@ def test_rmsprop_follows_the_documented_formula_over_several_steps(momentum, cen
     the float64 reference of docs/optimizers.md over the concatenated parameters: eps inside
     the root, lr inside the momentum buffer, coupled weight decay after the clipping. The
     gradients grow and shrink so that the global norm clips some steps and not others."""
-    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
     from mxnet import nd
     rng = np.random.RandomState(3)
@@ -152,7 +152,7 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     """Steps far below the weights' float32 resolution (tiny gradient, tiny rate): the
     momentum route recovers lr g / sqrt(v + eps) from w - 2^64 s, so every step still lands
     in the momentum buffer at float32 precision."""
-    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
     from mxnet import nd
     start, grad = np.array([[100.0, -3.0], [0.5, 1e-3]], np.float32), np.float32(1e-6)
@@ -176,7 +176,7 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     ids=["adam", "sgd-momentum", "sgd-nesterov", "sgd"])
 def test_sgd_and_adam_take_the_global_norm_factor_as_their_gradient_scale(kind, hp):
     """The clipping factor enters SGD's and Adam's fused operators too (before weight decay)."""
-    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
     from mxnet import nd
     rng = np.random.RandomState(0)

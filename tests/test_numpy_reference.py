@@ -1,23 +1,25 @@
-"""The PyTorch backend, the consistency reference, checked against an independent NumPy forward.
+"""The NumPy reference (tbdzoo/reference/) by hand, and the PyTorch backend against it.
 
-tests/numpy_reference.py implements every spec op in float64 from the spec's definitions; the
-PyTorch backend's float32 output must match it at the per-layer tolerance of docs/consistency.md
-(rtol 1e-5, atol 1e-6) on every probe, so "every backend agrees with PyTorch" also means "every
-backend computes the spec". Weights are random (non-zero biases, shifted statistics), so a term
-a backend forgets cannot hide behind an initial zero.
+tbdzoo/reference/ implements every spec op in float64 from the spec's definitions; `tbd
+consistency` holds every backend to it (tests/test_consistency.py). Here the PyTorch backend's
+float32 output must match it at rtol 1e-5, atol 1e-6 on every probe with random weights
+(non-zero biases, shifted statistics), so that a term a backend forgets cannot hide behind an
+initial zero; and the reference's ops, losses and optimizers are checked against values worked
+out by hand.
 """
 import numpy as np
 import pytest
 
 import tbdzoo
 from tbdzoo.models.probes import PROBES
+from tbdzoo.spec import losses as spec_losses
 from tbdzoo.spec import ops as spec_ops
 
 from conftest import require_framework
 
 require_framework("torch")
 
-import numpy_reference as ref  # noqa: E402  (tests/ is on sys.path, as for conftest)
+from tbdzoo import reference as ref  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -41,8 +43,9 @@ def random_weights(model, seed=3):
     return out
 
 
-def _torch_model(name, **overrides):
-    return tbdzoo.build(name, backend="torch", config="tiny", device="cpu", **overrides)
+def _torch_model(name, seed=0, **overrides):
+    return tbdzoo.build(name, backend="torch", config="tiny", device="cpu", seed=seed,
+                        **overrides)
 
 
 @pytest.mark.parametrize("probe", list(PROBES))
@@ -68,6 +71,31 @@ def test_every_spec_op_has_a_reference_and_a_probe():
         md = tbdzoo.get_model("probe/" + probe)
         probed.update(n.op for n in md.build_graph(md.hparams("tiny")).nodes.values())
     assert probed == set(spec_ops.names()) == set(ref.OPS)
+
+
+def test_every_loss_kind_and_every_models_op_has_a_reference():
+    assert set(ref.LOSSES) == set(spec_losses.names())
+    for name in tbdzoo.list_models():
+        md = tbdzoo.get_model(name)
+        graph = md.build_graph(md.hparams("tiny"))
+        assert {n.op for n in graph.nodes.values()} <= set(ref.OPS), name
+        if graph.program is not None:
+            assert {t["kind"] for t in graph.program.losses.values()} <= set(ref.LOSSES), name
+
+
+def test_the_reference_model_starts_where_a_backend_does():
+    """The weights and synthetic batch `tbd consistency record` writes are those every backend
+    builds from the same seed; and the reference's loss there is the backend's."""
+    from tbdzoo.reference.model import Model
+    ref_model = Model("probe/conv2d", seed=4)
+    model = _torch_model("probe/conv2d", seed=4)
+    for name, value in model.get_weights().items():
+        np.testing.assert_array_equal(ref_model.weights[name], value)
+    batch = model.synthetic_batch(seed=6)
+    for name, value in ref_model.synthetic_batch(seed=6).items():
+        np.testing.assert_array_equal(batch[name], value)
+    assert ref_model.losses(batch) == pytest.approx(model.loss_and_gradients(batch)[0],
+                                                    rel=RTOL, abs=ATOL)
 
 
 def test_torch_transformer_matches_numpy_with_padding_ignored():
@@ -129,3 +157,39 @@ def test_reference_conv_and_pools_by_hand():
     two = np.concatenate([x, x + 100], axis=1)
     out = ref.conv2d(two, grouped, dict(a, kernel=(1, 1), dilation=(1, 1), groups=2))
     assert out[0, 0].tolist() == x[0, 0].tolist() and out[0, 1].tolist() == (10 * (x[0, 0] + 100)).tolist()
+
+
+def test_reference_optimizers_by_hand():
+    """One step and a second from w = 1, g = 2 (then g = 1), lr 0.1, worked out on paper."""
+    from tbdzoo.reference.optimizers import Optimizer
+    sgd = Optimizer({"optimizer": "sgd", "momentum": 0.9, "nesterov": False, "weight_decay": 0.5})
+    w = sgd.step(1.0, 2.0, 0.1)  # g = 2 + 0.5 = 2.5, b = 2.5, w = 1 - 0.25
+    assert w == pytest.approx(0.75, rel=1e-15)
+    assert sgd.step(w, 1.0, 0.1) == pytest.approx(0.75 - 0.1 * (0.9 * 2.5 + 1.375), rel=1e-15)
+    nesterov = Optimizer({"optimizer": "sgd", "momentum": 0.9, "nesterov": True,
+                          "weight_decay": 0.0})
+    assert nesterov.step(1.0, 2.0, 0.1) == pytest.approx(1 - 0.1 * (2 + 0.9 * 2), rel=1e-15)
+    adam = Optimizer({"optimizer": "adam", "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                      "weight_decay": 0.0})
+    # first step: m_hat = g, v_hat = g^2, so w moves by lr * g / (|g| + eps)
+    assert adam.step(1.0, 2.0, 0.1) == pytest.approx(1 - 0.1 * 2 / (2 + 1e-8), rel=1e-15)
+    m, v = 0.9 * 0.2 + 0.1 * 1.0, 0.999 * 0.004 + 0.001 * 1.0
+    m_hat, v_hat = m / (1 - 0.81), v / (1 - 0.999 ** 2)
+    assert adam.step(0.9, 1.0, 0.1) == pytest.approx(0.9 - 0.1 * m_hat / (np.sqrt(v_hat) + 1e-8),
+                                                      rel=1e-14)
+    rms = Optimizer({"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.5,
+                     "centered": True, "weight_decay": 0.0})
+    # v = 0.1 * 4 = 0.4, a = 0.1 * 2 = 0.2, d = 0.4 - 0.04, b = 0.1 * 2 / sqrt(0.36 + 1)
+    b = 0.2 / np.sqrt(1.36)
+    assert rms.step(1.0, 2.0, 0.1) == pytest.approx(1 - b, rel=1e-15)
+
+
+def test_reference_clipping_and_weight_hook_by_hand():
+    from tbdzoo.reference.optimizers import clip_gradients, clip_weights
+    a, b = clip_gradients([np.array([3.0]), np.array([4.0])], {"kind": "global_norm", "value": 1.0})
+    assert (a[0], b[0]) == (pytest.approx(3 / (5 + 1e-6)), pytest.approx(4 / (5 + 1e-6)))
+    same = clip_gradients([np.array([0.3, -0.4])], {"kind": "global_norm", "value": 1.0})[0]
+    assert same.tolist() == [0.3, -0.4]  # below the norm: untouched
+    assert clip_gradients([np.array([3.0, -0.5])], {"kind": "value", "value": 1.0})[0].tolist() \
+        == [1.0, -0.5]
+    assert clip_weights([np.array([0.02, -0.3])], 0.01)[0].tolist() == [0.01, -0.01]

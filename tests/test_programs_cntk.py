@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tbdzoo import consistency
-from tbdzoo.backends.common.optimizers import reference_trajectory
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory
 from tbdzoo.backends.registry import build
 
 from conftest import require_backend

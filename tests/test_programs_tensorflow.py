@@ -130,7 +130,7 @@ def test_rmsprop_and_clipping_follow_the_documented_formula(spec, clip, rates):
     """One variable, three steps, against the float64 reference of docs/optimizers.md: eps
     inside the root, lr inside the momentum buffer, clipping before the coupled weight decay."""
     import tensorflow as tf
-    from tbdzoo.backends.common.optimizers import reference_trajectory
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.tensorflow import optimizers
     start, grads = [1.0, -2.0, 3.0], ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0])
     w = tf.Variable(start)

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tbdzoo.backends import programs  # noqa: E402
-from tbdzoo.backends.common.optimizers import reference_trajectory  # noqa: E402
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 
 

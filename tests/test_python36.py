@@ -13,7 +13,8 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
-          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk"]
+          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk",
+           "tbdzoo/reference"]
 
 
 def test_shared_code_compiles_under_python36():

@@ -12,7 +12,7 @@ import pytest
 from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
 
-import numpy_reference as ref
+from tbdzoo import reference as ref
 from conftest import random_weights, require_backend, run_in_env
 
 PROBES = ("lstm", "lstm_bidirectional_sum", "gru", "gru_bidirectional", "additive_attention",

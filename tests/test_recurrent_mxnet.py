@@ -1,6 +1,6 @@
 """The recurrent ops and the CTC loss on the MXNet backend, on small ragged batches.
 
-Each op's output against the NumPy reference (tests/numpy_reference.py), its loss and every
+Each op's output against the NumPy reference (tbdzoo/reference/), its loss and every
 canonical parameter's gradient against the PyTorch backend, and what the reference alone cannot
 show: padding exactly 0, the clipped ReLU's gradient at its two ends, the running statistics of
 sequence_batchnorm over valid steps, batches MXNet would score silently wrong, and weights
@@ -17,7 +17,7 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-import numpy_reference as ref  # noqa: E402
+from tbdzoo import reference as ref  # noqa: E402
 import tbdzoo.backends.mxnet as mx_backend  # noqa: E402  (sets numpy.bool before mxnet)
 import tbdzoo.backends.torch as torch_backend  # noqa: E402
 from mxnet import autograd, nd  # noqa: E402

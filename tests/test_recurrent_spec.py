@@ -1,6 +1,6 @@
 """The recurrent ops and the CTC loss in the spec, and their NumPy reference on hand-worked cases.
 
-The reference (tests/numpy_reference.py) is what the PyTorch backend, and through it every
+The reference (tbdzoo/reference/) is what the PyTorch backend, and through it every
 backend, is checked against; these cases pin the reference itself to numbers worked out on
 paper: one LSTM and one GRU step, the backward direction within each example's length, CTC of
 two frames by enumerating its alignments, and statistics over valid steps only.
@@ -14,7 +14,7 @@ from tbdzoo.spec import Graph, initial_weights
 from tbdzoo.spec import losses
 from tbdzoo.spec.program import Program, ProgramError
 
-import numpy_reference as ref
+from tbdzoo import reference as ref
 
 
 def _sequence_graph(t=5, d=3):

@@ -1,5 +1,5 @@
 """The recurrent ops and the CTC loss on the TensorFlow backend: forward values against the NumPy
-reference (tests/numpy_reference.py), gradients against the PyTorch backend, on the probes'
+reference (tbdzoo/reference/), gradients against the PyTorch backend, on the probes'
 small ragged batches (one example at full length, one short), and the contract's edge cases:
 exact zeros at padding, gradients at the clipping points, running statistics over valid steps
 only, weights that round-trip per canonical parameter, and batches refused with the reason."""
@@ -17,7 +17,7 @@ import tensorflow as tf  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 from tbdzoo.backends.tensorflow import model as tf_model, ops  # noqa: E402
 
-import numpy_reference as ref  # noqa: E402
+from tbdzoo import reference as ref  # noqa: E402
 
 # probe -> the node that holds the op under test
 PROBES = OrderedDict([

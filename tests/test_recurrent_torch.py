@@ -15,7 +15,7 @@ require_framework("torch")
 
 import torch  # noqa: E402
 
-import numpy_reference as ref  # noqa: E402
+from tbdzoo import reference as ref  # noqa: E402
 import tbdzoo  # noqa: E402
 from tbdzoo.backends.torch import ops  # noqa: E402
 from tbdzoo.errors import BatchError  # noqa: E402

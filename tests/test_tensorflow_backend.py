@@ -13,7 +13,7 @@ require_framework("tensorflow")
 import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tbdzoo.backends.common.optimizers import reference_trajectory  # noqa: E402
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 from tbdzoo.backends.tensorflow import model as tf_model, optimizers  # noqa: E402
 from tbdzoo.models.registry import ModelDef  # noqa: E402

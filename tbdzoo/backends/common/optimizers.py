@@ -23,7 +23,7 @@ DEFINITIONS = OrderedDict([
 ])
 NAMES = tuple(DEFINITIONS)
 # Optimizers that only a training program's parameter groups use (every backend implements them
-# in its program code, docs/programs.md); the reference below computes them too.
+# in its program code, docs/programs.md); tbdzoo/reference/optimizers.py computes them too.
 GROUP_DEFINITIONS = OrderedDict([
     ("rmsprop", ("alpha", "eps", "momentum", "centered", "weight_decay")),
 ])
@@ -70,79 +70,3 @@ def adam_kernel_arguments(lr, beta1, beta2, eps, t):
     """(lr_t, eps') for a kernel that applies no bias correction itself (see above)."""
     c1, c2 = adam_bias_corrections(beta1, beta2, t)
     return lr * math.sqrt(c2) / c1, adam_kernel_epsilon(eps, beta2 ** t)
-
-
-# -- the NumPy reference -------------------------------------------------------------------------
-class ReferenceOptimizer(object):
-    """The formulas above in float64 NumPy, for one array: what tests hold every backend to.
-    Written out plainly, apart from the argument transforms the backends use, so a mistake in
-    one of those cannot hide in both. ``hparams``: a model's flat hyperparameters (the name
-    under ``optimizer``) or a program group's optimizer entry (the name under ``kind``)."""
-
-    def __init__(self, hparams):
-        name = hparams["kind"] if "kind" in hparams else hparams["optimizer"]
-        if name in GROUP_DEFINITIONS:
-            self.name = name
-            self.hp = OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
-                                  for k in GROUP_DEFINITIONS[name])
-        else:
-            self.name = check(dict(hparams, optimizer=name))
-            self.hp = hyperparameters(dict(hparams, optimizer=name))
-        self.t = 0
-        self.state = {}
-
-    def step(self, weight, grad, lr):
-        """The weight after one step with gradient ``grad`` and learning rate ``lr``."""
-        hp, self.t = self.hp, self.t + 1
-        w = np.asarray(weight, np.float64)
-        g = np.asarray(grad, np.float64) + hp["weight_decay"] * w
-        if self.name == "sgd":
-            if not hp["momentum"]:
-                return w - lr * g
-            buf = hp["momentum"] * self.state.get("buf", 0.0) + g
-            self.state["buf"] = buf
-            return w - lr * (g + hp["momentum"] * buf if hp["nesterov"] else buf)
-        if self.name == "rmsprop":
-            return w - self._rmsprop_buffer(g, lr)
-        b1, b2 = hp["beta1"], hp["beta2"]
-        m = b1 * self.state.get("m", 0.0) + (1.0 - b1) * g
-        v = b2 * self.state.get("v", 0.0) + (1.0 - b2) * g * g
-        self.state["m"], self.state["v"] = m, v
-        m_hat, v_hat = m / (1.0 - b1 ** self.t), v / (1.0 - b2 ** self.t)
-        return w - lr * m_hat / (np.sqrt(v_hat) + hp["eps"])
-
-    def _rmsprop_buffer(self, g, lr):
-        """RMSProp's momentum buffer after this step: epsilon inside the root, the learning rate
-        inside the buffer (docs/optimizers.md)."""
-        hp, alpha = self.hp, self.hp["alpha"]
-        v = alpha * self.state.get("v", 0.0) + (1.0 - alpha) * g * g
-        self.state["v"] = v
-        if hp["centered"]:
-            a = alpha * self.state.get("a", 0.0) + (1.0 - alpha) * g
-            self.state["a"] = a
-            v = v - a * a
-        b = hp["momentum"] * self.state.get("b", 0.0) + lr * g / np.sqrt(v + hp["eps"])
-        self.state["b"] = b
-        return b
-
-
-def reference_clip(grads, clip):
-    """A group's gradients after its clipping (docs/optimizers.md), in float64: ``global_norm``
-    scales all by min(1, c / (norm + 1e-6)), ``value`` clips each element to [-c, c]."""
-    grads = [np.asarray(g, np.float64) for g in grads]
-    if clip is None:
-        return grads
-    if clip["kind"] == "global_norm":
-        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads))
-        return [g * min(1.0, clip["value"] / (norm + 1e-6)) for g in grads]
-    return [np.clip(g, -clip["value"], clip["value"]) for g in grads]
-
-
-def reference_trajectory(hparams, weight, grads, rates, clip=None):
-    """The weights after each step of the reference optimizer, one gradient and rate a step,
-    each gradient clipped by ``clip`` first."""
-    optimizer, out = ReferenceOptimizer(hparams), []
-    for grad, lr in zip(grads, rates):
-        weight = optimizer.step(weight, reference_clip([grad], clip)[0], lr)
-        out.append(weight)
-    return out

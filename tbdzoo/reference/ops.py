@@ -1,12 +1,10 @@
 """Every spec op's forward pass in plain NumPy (float64), written from tbdzoo/spec/ops.py alone.
 
-The consistency suite compares each backend with PyTorch; this module is what PyTorch itself is
-checked against, so that agreement also means correctness. It interprets a whole graph, node by
-node, in the canonical layouts (images (N, C, H, W), sequences (N, T, D)), with loops over
-kernel taps rather than any framework's convolution, so it shares no code with the backends.
+Each op is a function of (inputs, params, attrs, training, dropout mask) in :data:`OPS`, in the
+canonical layouts (images (N, C, H, W), sequences (N, T, D)), with loops over kernel taps rather
+than any framework's convolution, so it shares no code with the backends. tbdzoo/reference/graph.py
+interprets a whole graph with these.
 """
-from collections import OrderedDict
-
 import numpy as np
 
 
@@ -302,119 +300,6 @@ OPS.update({
 })
 
 
-def forward(graph, weights, batch, training=False, masks=None):
-    """Every node's output (float64), in graph order. ``masks``: dropout node name -> keep mask."""
-    values = OrderedDict()
-    for name, inp in graph.inputs.items():
-        arr = np.asarray(batch[name])
-        values[name] = arr if inp.dtype == "int32" else arr.astype(np.float64)
-    outputs = OrderedDict()
-    for node in graph.nodes.values():
-        params = OrderedDict((suffix, np.asarray(weights[full], np.float64))
-                             for suffix, full in graph.param_names(node).items())
-        xs = [values[i] for i in node.inputs]
-        mask = (masks or {}).get(node.name)
-        if node.op not in OPS:
-            raise NotImplementedError("no NumPy reference for op {!r}".format(node.op))
-        values[node.name] = outputs[node.name] = OPS[node.op](xs, params, node.attrs, training,
-                                                              mask)
-    return outputs
-
-
-def softmax_cross_entropy(logits, labels, label_smoothing=0.0, ignore_index=None):
-    """Mean over counted positions of -sum_k q_k log p_k, q = (1 - eps) onehot + eps / K;
-    positions whose label is ``ignore_index`` count neither in the sum nor in the mean."""
-    logits = np.asarray(logits, np.float64)
-    k = logits.shape[-1]
-    z = logits.reshape(-1, k)
-    y = np.asarray(labels).reshape(-1)
-    keep = np.ones(y.shape, bool) if ignore_index is None else y != ignore_index
-    z, y = z[keep], y[keep]
-    log_p = z - z.max(axis=1, keepdims=True)
-    log_p = log_p - np.log(np.exp(log_p).sum(axis=1, keepdims=True))
-    q = np.full(z.shape, label_smoothing / k)
-    q[np.arange(len(y)), y] += 1.0 - label_smoothing
-    return float(-(q * log_p).sum() / len(y))
-
-
-def log_softmax(z, axis=-1):
-    z = z - z.max(axis=axis, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
-
-
-def ctc_example(logits, labels, blank=0):
-    """-log p(labels | logits (T, C)) by the alpha recursion over the blank-extended labels
-    (b, l1, b, l2, ..., b), in log space."""
-    logp = log_softmax(np.asarray(logits, np.float64))
-    ext = [blank]
-    for label in labels:
-        ext += [int(label), blank]
-    alpha = np.full(len(ext), -np.inf)
-    alpha[0] = logp[0, ext[0]]
-    if len(ext) > 1:
-        alpha[1] = logp[0, ext[1]]
-    for t in range(1, len(logp)):
-        prev, alpha = alpha, np.full(len(ext), -np.inf)
-        for s, k in enumerate(ext):
-            terms = [prev[s]] + ([prev[s - 1]] if s >= 1 else [])
-            if s >= 2 and k != blank and k != ext[s - 2]:
-                terms.append(prev[s - 2])
-            alpha[s] = np.logaddexp.reduce(terms) + logp[t, k]
-    return -np.logaddexp.reduce(alpha[-2:] if len(ext) > 1 else alpha[-1:])
-
-
-def ctc(logits, labels, input_lengths, label_lengths, blank=0):
-    """The spec's reduction: each example's summed cost, averaged over the batch."""
-    costs = [ctc_example(z[:int(t)], y[:int(n)], blank)
-             for z, y, t, n in zip(logits, labels, input_lengths, label_lengths)]
-    return float(np.mean(costs))
-
-
-def loss_term(kind, values, attrs):
-    """One loss term of a training program (tbdzoo/spec/losses.py) on float64 values."""
-    if kind == "softmax_cross_entropy":
-        return softmax_cross_entropy(values["logits"], values["labels"], attrs["label_smoothing"],
-                                     attrs["ignore_index"])
-    if kind == "ctc":
-        return ctc(values["logits"], values["labels"], values["input_lengths"],
-                   values["label_lengths"], attrs["blank"])
-    if kind == "policy_gradient":
-        log_p = log_softmax(np.asarray(values["logits"], np.float64))
-        actions = np.asarray(values["actions"]).astype(int)
-        picked = log_p[np.arange(len(actions)), actions]
-        return float(-np.mean(picked * np.asarray(values["advantages"], np.float64)))
-    if kind == "entropy":
-        log_p = log_softmax(np.asarray(values["logits"], np.float64))
-        return float(np.mean(-(np.exp(log_p) * log_p).sum(axis=-1)))
-    if kind == "squared_error":
-        diff = np.asarray(values["prediction"], np.float64) - np.asarray(values["target"])
-        return float(0.5 * np.mean(diff ** 2))
-    if kind == "mean":
-        return float(np.mean(values["x"]))
-    if kind == "norm_penalty":
-        x = np.asarray(values["x"]).reshape(len(values["x"]), -1)
-        return float(np.mean((np.sqrt((x ** 2).sum(axis=1)) - attrs["target"]) ** 2))
-    if kind in _LOSS_TERMS:
-        return _LOSS_TERMS[kind](values, attrs)
-    raise NotImplementedError("no NumPy reference for loss kind {!r}".format(kind))
-
-
-def loss(graph, outputs, batch):
-    """The graph's loss, or the first phase's objective of its training program."""
-    if graph.program is not None:
-        program = graph.program
-        total = 0.0
-        for name, weight in program.objectives[program.phases[0]["objective"]]:
-            term = program.losses[name]
-            values = {role: outputs[v] if v in outputs else np.asarray(batch[v])
-                      for role, v in term["inputs"].items()}
-            total += weight * loss_term(term["kind"], values, term["attrs"])
-        return total
-    spec = graph.loss
-    return softmax_cross_entropy(outputs[spec["logits"]], batch[spec["labels"]],
-                                 spec.get("label_smoothing", 0.0), spec.get("ignore_index"))
-
-
 # -- detection ------------------------------------------------------------------------------
 def roi_align(features, indices, weights, a):
     """out[n, r, c, i, j] = mean over bin (i, j)'s sr^2 samples of sum_k w * features[n, c].flat[idx]."""
@@ -431,6 +316,28 @@ def roi_align(features, indices, weights, a):
     return out.reshape(n, rois, c, oh, ow, sr * sr).mean(axis=-1)
 
 
+def bilinear_taps(box, output_size, sampling_ratio, height, width):
+    """(indices (S, 4), weights (S, 4)) of one box, as torchvision's RoIAlign with
+    aligned=True samples it (samples ordered (oh, ow, sr_y, sr_x), the edge rule included)."""
+    x1, y1, x2, y2 = [v - 0.5 for v in box]
+    (oh, ow), sr = output_size, sampling_ratio
+    bin_h, bin_w = (y2 - y1) / oh, (x2 - x1) / ow
+    indices, weights = [], []
+    for i in range(oh):
+        for j in range(ow):
+            for u in range(sr):
+                for v in range(sr):
+                    y = min(max(y1 + i * bin_h + (u + 0.5) * bin_h / sr, 0.0), height - 1.0)
+                    x = min(max(x1 + j * bin_w + (v + 0.5) * bin_w / sr, 0.0), width - 1.0)
+                    y0, x0 = int(np.floor(y)), int(np.floor(x))
+                    y1_, x1_ = min(y0 + 1, height - 1), min(x0 + 1, width - 1)
+                    ly, lx = y - y0, x - x0
+                    indices.append([y0 * width + x0, y0 * width + x1_, y1_ * width + x0,
+                                    y1_ * width + x1_])
+                    weights.append([(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx])
+    return np.array(indices, np.int32), np.array(weights, np.float32)
+
+
 def frozen_batchnorm(x, p, a):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     scale = p["gamma"] / np.sqrt(p["running_var"] + a["eps"])
@@ -442,26 +349,3 @@ OPS.update({
     "to_batch": lambda xs, p, a, training, mask: xs[0].reshape((-1,) + xs[0].shape[2:]),
     "frozen_batchnorm": lambda xs, p, a, training, mask: frozen_batchnorm(xs[0], p, a),
 })
-
-
-def smooth_l1(prediction, target, weight, sigma=1.0, normalizer=1.0):
-    """sum(weight * smoothL1_sigma(d)) / (normalizer * rows); 0.5 (sigma d)^2 below 1 / sigma^2."""
-    d = np.abs(np.asarray(prediction, np.float64) - target)
-    s2 = float(sigma) ** 2
-    per = np.where(d < 1.0 / s2, 0.5 * s2 * d * d, d - 0.5 / s2)
-    return float((weight * per).sum() / (normalizer * len(d)))
-
-
-def sigmoid_cross_entropy(logits, labels, weight):
-    """sum(weight * BCE-with-logits) / max(sum(weight), 1)."""
-    z = np.asarray(logits, np.float64)
-    bce = np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z)))
-    return float((weight * bce).sum() / max(float(np.sum(weight)), 1.0))
-
-
-_LOSS_TERMS = {
-    "smooth_l1": lambda v, a: smooth_l1(v["prediction"], v["target"], v["weight"], a["sigma"],
-                                        a["normalizer"]),
-    "sigmoid_cross_entropy": lambda v, a: sigmoid_cross_entropy(v["logits"], v["labels"],
-                                                                v["weight"]),
-}
