@@ -67,8 +67,7 @@ def run_in_child(model, backend, seed, args):
     if args.eval_every:
         command += ["--eval-every", str(args.eval_every)]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=env, cwd=ROOT)
+    done = subprocess.run(command, capture_output=True, universal_newlines=True, env=env, cwd=ROOT)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("RECORD "):
             return json.loads(line[len("RECORD "):])

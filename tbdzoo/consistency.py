@@ -435,7 +435,7 @@ def command(args, console):
     patterns = [c for c in (args.cases or "").split(",") if c]
     selected = select(patterns)
     if getattr(args, "list", False):
-        for name, case in selected.items():
+        for name in selected:
             console.print(name)
         return 0
     if args.consistency_command == "record":

@@ -115,7 +115,7 @@ def ask_device(backend):
     there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
     try:
         proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                              capture_output=True, timeout=600,
                               env=environments.worker_environment(), universal_newlines=True)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -361,5 +361,6 @@ def sweep_learners(backend, learners, run=run_async, on_record=None, **options):
     return records
 
 
-__all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record", "ready_backends", "MemoryCap",
-           "bench_batch_size", "bench_overrides", "on_gpu", "default_device", "ask_device"]
+__all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record",
+           "ready_backends", "MemoryCap", "bench_batch_size", "bench_overrides", "on_gpu", "default_device",
+           "ask_device"]

@@ -55,7 +55,7 @@ def check(graph, weights):
         except Exception as e:  # a framework's device tensor, say
             raise WeightsError("tensor {} is a {}, which NumPy cannot read ({}); give NumPy "
                                "arrays; nothing was loaded".format(n, type(weights[n]).__name__,
-                                                                  e))
+                                                                  e)) from e
         if not np.issubdtype(value.dtype, np.floating):
             raise WeightsError("tensor {} has dtype {}, expected a float; nothing was loaded".format(
                 n, value.dtype))
@@ -112,13 +112,13 @@ def read(path):
             arrays = OrderedDict((k, data[k]) for k in data.files)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
         raise WeightsError("{} is not a readable .npz weights file ({}: {})".format(
-            path, type(e).__name__, e))
+            path, type(e).__name__, e)) from e
     if _MANIFEST_KEY not in arrays:
         raise WeightsError("{} has no tbdzoo manifest; write it with save_weights".format(path))
     try:
         manifest = json.loads(arrays.pop(_MANIFEST_KEY).tobytes().decode("utf-8"))
     except ValueError as e:
-        raise WeightsError("{}: the manifest is corrupt ({})".format(path, e))
+        raise WeightsError("{}: the manifest is corrupt ({})".format(path, e)) from e
     if manifest.get("format") != FORMAT or manifest.get("layout") != LAYOUT:
         raise WeightsError("{}: format {!r} layout {!r}, expected {!r} {!r}".format(
             path, manifest.get("format"), manifest.get("layout"), FORMAT, LAYOUT))

@@ -119,6 +119,7 @@ def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridiz
     hybridized block."""
     require_framework("mxnet")
     from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    # isort: split
     import mxnet as mx
     from tbdzoo.backends.mxnet import ops as mx_ops
     features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
@@ -149,6 +150,7 @@ def test_mxnet_contrib_roialign_samples_as_the_reference_does():
     torch = pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")
     from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    # isort: split
     import mxnet as mx
     rng = np.random.RandomState(4)
     features = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
@@ -229,7 +231,7 @@ def test_frozen_batchnorm_holds_state_only_and_folds_exactly():
 
 
 def _loss_graph():
-    g, x, rois, conv = _head_graph()
+    g, _x, _rois, conv = _head_graph()
     box = g.add("box", "dense", g.add("pool", "global_avgpool", conv), units=4)
     g.input("t", (3, 4), role="target")
     g.input("tw", (3, 4), role="target")

@@ -258,7 +258,7 @@ class BackendModel(object):
                 return None
             if bool(bad):
                 self.group_steps.update(group_steps)
-                first = [i for i, (_, f) in enumerate(flags) if bool(f)][0]
+                first = next(i for i, (_, f) in enumerate(flags) if bool(f))
                 error = self._nonfinite_error([flags[first][0]])
                 if saved is not None and first > 0:
                     _note_undone_updates(error)

@@ -304,7 +304,7 @@ class RemoteModel(BackendModel):
             self._process.stdin.write((json.dumps({"method": method, "args": args}) + "\n").encode())
             self._process.stdin.flush()
         except OSError:  # BrokenPipeError: it died since the look above
-            raise self._died(serving=request)
+            raise self._died(serving=request) from None
         line = self._read_reply(method, request, self.timeout if timeout is None else timeout,
                                 progress)
         if method != "forget":  # plumbing after the request a report should name
@@ -352,7 +352,7 @@ class RemoteModel(BackendModel):
 
     def _report_progress(self, seen, progress):
         """Pass the worker's 'tbdzoo-progress DONE TOTAL' stderr lines to ``progress``."""
-        text, end = self._read_stderr(seen)
+        text, _end = self._read_stderr(seen)
         complete = text[:text.rfind("\n") + 1]  # a half-written line waits for the next look
         for line in complete.splitlines():
             if line.startswith("tbdzoo-progress "):

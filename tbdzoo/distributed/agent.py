@@ -156,9 +156,10 @@ class Agent(object):
     def start(self):
         self.engine.check(self.node)
         for helper in self.engine.helpers(self.node):
-            err = open(os.path.join(self.dir, "helper-{}.err".format(helper.name)), "wb")
-            self.helpers.append((helper, subprocess.Popen(
-                helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
+            with open(os.path.join(self.dir, "helper-{}.err".format(helper.name)), "wb") as err:
+                # the helper writes to its own copy of the descriptor; ours closes here
+                self.helpers.append((helper, subprocess.Popen(
+                    helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
         argv = [sys.executable, "-m", "tbdzoo.distributed.rank", self.job_path]
         command = self.engine.rank_launcher(self.node, argv)
         if command is None:

@@ -128,4 +128,4 @@ def list_models():
 
 def _load_builtin():
     from . import resnet, transformer, inception, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
-    from . import faster_rcnn  # noqa: F401
+    from . import faster_rcnn  # noqa: F401  (registration on import)

@@ -928,7 +928,7 @@ def _device_kernels(device):
     from ...detection import kernels, torch_roi_align
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
-        import torchvision  # noqa: F401
+        import torchvision  # noqa: F401  (the NMS and proposal kernels below need it)
     except ImportError:
         pass
     else:
