@@ -426,7 +426,7 @@ def record_cells(args, environment, cells, report=None):
             cell = measure()
             if report is not None:
                 report(cell)
-        except Exception as e:  # a failed cell is recorded, the others still run
+        except Exception as e:  # noqa: BLE001  (a failed cell is recorded, the others still run)
             traceback.print_exc()
             cell = dict(key, error="{}: {}".format(type(e).__name__, e))
         record["cells"].append(cell)

@@ -78,8 +78,11 @@ class MemoryCap(object):
             pass
         try:
             import psutil
+        except ImportError:
+            return None
+        try:
             return psutil.Process(self.pid).memory_info().rss
-        except Exception:
+        except psutil.Error:  # the process has ended, or is not ours to read
             return None
 
     def _check(self):
@@ -187,7 +190,7 @@ def _distributed_record(run, model_name, backend, config, size, overrides, kwarg
     try:
         record = run(model_name, backend, config=config, batch_size=size, overrides=overrides,
                      **kwargs)
-    except Exception as e:  # a failed run is a result, not the end of a sweep
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of a sweep)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record = failed_record(model_name, backend, config, size, message, kwargs.get("command"))
         record["distributed"] = {k: kwargs.get(k) for k in ("nproc", "nnodes", "global_batch",
@@ -238,7 +241,7 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
         if cap.tripped is None:
             return record
         raise MemoryError("over the cap")  # reported below with the figures
-    except Exception as e:  # a failed run is a result, not the end of the suite
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of the suite)
         message = "{}: {}".format(type(e).__name__, e) if not isinstance(e, TbdError) else str(e)
         state = None
         if cap is not None and cap.tripped:
@@ -274,7 +277,7 @@ def _with_data(record, model, data, timing, status=None):
             fed = data_fed(model, **options)
         else:
             fed = model.data_fed_in_worker(**options)
-    except Exception as e:  # the synthetic figures stay; the record says what failed
+    except Exception as e:  # noqa: BLE001  (the synthetic figures stay; the record says what failed)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record["status"], record["error"] = "error", "data-fed run: " + message
         record["data"] = OrderedDict([("dir", data["dir"]), ("error", message)])
@@ -335,7 +338,7 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
     try:
         result = train_a3c(backend, config, learners=learners, frames=frames, seconds=seconds,
                            seed=seed, device=device, **overrides)
-    except Exception as e:  # a failed run is a result, not the end of a sweep
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of a sweep)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record = failed_record("a3c", backend, config, None, message, command)
         record["asynchronous"] = OrderedDict([("learners", learners)])

@@ -192,7 +192,7 @@ def test_every_bad_batch_is_refused_and_changes_nothing(backend, name):
             if e.input != input_name or (row is not None and (e.position or (None,))[0] != row):
                 wrong.append("{} in {!r}: named input {!r} at {}: {}".format(
                     kind, input_name, e.input, e.position, e))
-        except Exception as e:  # the test reports what else came back
+        except Exception as e:  # noqa: BLE001  (the test reports what else came back)
             wrong.append("{} in {!r}: {}: {}".format(kind, input_name, type(e).__name__, e))
         else:
             wrong.append("{} in {!r}: trained on it".format(kind, input_name))

@@ -65,7 +65,7 @@ def test_paper_network_has_torchvisions_52094294_convolution_and_linear_paramete
 def _torchvision_reference():
     try:
         from tbdzoo.detection import torchvision_reference
-    except Exception as e:  # torchvision missing or built for another torch
+    except Exception as e:  # noqa: BLE001  (torchvision missing or built for another torch)
         pytest.skip("torchvision does not import: {}".format(e))
     return torchvision_reference
 

@@ -82,7 +82,7 @@ def _error_class(name, module="tbdzoo.errors"):
         return None
     try:
         cls = getattr(importlib.import_module(module), name, None)
-    except Exception:  # a module only the worker's interpreter can import
+    except Exception:  # noqa: BLE001  (a module only the worker's interpreter can import)
         return None
     return cls if isinstance(cls, type) and issubclass(cls, errors.TbdError) else None
 
@@ -406,7 +406,7 @@ class RemoteModel(BackendModel):
             if r["path"] is not None:
                 self._call(r["method"], path=r["path"], about="of " + r["what"])
             self._call("set_counters", step_count=r["step_count"], group_steps=r["group_steps"])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any failure to restart is the worker's, said below)
             self._stop()
             self._death = self._death or str(e)
             raise errors.WorkerError(
@@ -471,7 +471,7 @@ class RemoteModel(BackendModel):
         try:
             if getattr(self, "_process", None) is not None:
                 self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001  (__del__ must not raise, at interpreter exit least of all)
             pass
 
     # -- the model interface ---------------------------------------------------------------

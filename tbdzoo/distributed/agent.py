@@ -362,7 +362,7 @@ def main(argv=None):
     try:
         agent.start()
         error = agent.supervise()
-    except Exception as e:  # the engine refused the job, or a process could not start
+    except Exception as e:  # noqa: BLE001  (the engine refused the job, or a process could not start)
         error = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
     if error is None:
         outcome = {"status": "ok", "results": agent.results()}

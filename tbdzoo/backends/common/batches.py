@@ -96,7 +96,7 @@ def host(value):
         return None
     try:
         return np.asarray(value)
-    except Exception:  # a framework's device tensor NumPy cannot read without a copy
+    except Exception:  # noqa: BLE001  (a framework's device tensor NumPy cannot read without a copy)
         return None
 
 

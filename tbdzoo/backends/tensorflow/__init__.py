@@ -39,7 +39,7 @@ def _load_triton_first():
         return
     try:
         import triton  # noqa: F401  (loaded for its side effect: before TensorFlow, see above)
-    except Exception:  # a broken triton is PyTorch's problem, not a reason to fail here
+    except Exception:  # noqa: BLE001  (a broken triton is PyTorch's problem, not a reason to fail here)
         pass
 
 
