@@ -9,7 +9,9 @@ bench: env debian-packages
 	$(VENV_PY) -m tbdzoo.cli bench -o $(RESULTS)
 	$(VENV_PY) -m tbdzoo.cli report $(RESULTS) -o results/report
 
+# ruff first (pyproject.toml's [tool.ruff]): a lint failure ends the run before the slow tests.
 test: env chromium debian-packages
+	$(VENV_PY) -m ruff check .
 	$(VENV_PY) -m pytest -q tests
 
 env: env-main env-cntk

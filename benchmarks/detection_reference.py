@@ -9,6 +9,7 @@ overlap, NMS stops early) and ``clustered`` (objectness follows the objects: man
 and NMS walks far down the 12,000). Each time is the best of ``--repeats`` runs.
 """
 import argparse
+import functools
 import os
 import time
 
@@ -55,8 +56,8 @@ def main():
     }
     for name, (objectness, deltas) in sorted(outputs.items()):
         for preset, settings in (("TRAIN", TRAIN), ("EVAL", EVAL)):
-            ms, (boxes, _) = best_ms(lambda: proposals(objectness, deltas, grid, (HEIGHT, WIDTH),
-                                                       **settings), args.repeats)
+            ms, (boxes, _) = best_ms(functools.partial(proposals, objectness, deltas, grid,
+                                                       (HEIGHT, WIDTH), **settings), args.repeats)
             print("proposals {} ({} RPN): {:.1f} ms, {} boxes".format(preset, name, ms, len(boxes)))
     train_boxes, _ = proposals(*outputs["clustered"], anchors=grid, valid_hw=(HEIGHT, WIDTH), **TRAIN)
     ms, sampled = best_ms(lambda: sample_rois(train_boxes, GT, LABELS, np.random.RandomState(2)),

@@ -164,7 +164,8 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "results", "faster_rcnn_step_phases.json"))
     args = p.parse_args()
     model, prepared, batch, weights = build(args.device, args.precision, args.tiny)
-    ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
+    def ours():
+        return model.train_step(prepared, sync=False)
     whole = step_times(ours, args.device, args.warmup, args.steps)
     phases = phase_times(model, prepared, args.device, args.warmup, args.steps)
     record = {"model": bench.MODEL, "config": "tiny" if args.tiny else "paper",

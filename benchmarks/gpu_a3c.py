@@ -390,7 +390,7 @@ def arguments(argv=None):
 
 
 def main(argv=None):
-    p, args = arguments(argv)
+    _p, args = arguments(argv)
     device = harness.device_of(args, "--device cpu")
     if device is None:
         return 2

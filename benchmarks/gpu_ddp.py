@@ -66,7 +66,7 @@ def main():
                              overrides=overrides, warmup=args.warmup, steps=args.steps,
                              repeats=args.repeats, baseline=baseline,
                              command=" ".join([sys.executable] + sys.argv))
-            except Exception as e:  # one failed world size is a finding; go on with the rest
+            except Exception as e:  # noqa: BLE001  (one failed world size is a finding; go on with the rest)
                 print(json.dumps({"model": model, "nproc": nproc, "error": str(e)}), flush=True)
                 continue
             record = suite._with_options(record, model, args.config,

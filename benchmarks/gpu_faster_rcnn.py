@@ -263,9 +263,6 @@ def run_cell(model_name, precision, compiled, device, args):
         details["at_peak"] = at_peak
     cell = harness.cell_record(args, device, contenders, start, model, batch, MODEL, precision,
                                execution, times, peaks, first, checks, batch_size=1, details=details)
-    del model, sides, contenders, prepared
-    if cuda:
-        torch.cuda.empty_cache()
     return cell
 
 

@@ -176,10 +176,10 @@ def marian_from_tbdzoo(hp, weights):
 class MarianBaseline(OneLossBaseline):
     def __init__(self, hp, weights, batch, device, precision, compiled, channels_last=False):
         try:
-            import transformers  # noqa: F401
+            import transformers  # noqa: F401  (a clear error now, not deep inside the baseline)
         except ImportError:
             raise RuntimeError("the Transformer's baseline is Hugging Face's MarianMTModel: "
-                               "install transformers (pip install transformers) or run --models resnet50")
+                               "install transformers (pip install transformers) or run --models resnet50") from None
         net = marian_from_tbdzoo(hp, weights).to(device)
         if net.config._attn_implementation != "sdpa":
             raise RuntimeError("MarianMTModel runs {} attention, not sdpa".format(net.config._attn_implementation))
@@ -307,9 +307,6 @@ def run_cell(model_name, precision, compiled, device, args):
     cell = harness.cell_record(args, device, contenders, start, model, batch, model_name, precision,
                                "compiled" if compiled else "eager", times, peaks, first, checks,
                                details=details)
-    del model, baselines, contenders
-    if cuda:
-        torch.cuda.empty_cache()
     return cell
 
 

@@ -319,9 +319,6 @@ def run_cell(model_name, precision, compiled, device, args):
     times = harness.warm_and_time(contenders, device, args.warmup, args.steps, args.rounds)
     cell = harness.cell_record(args, device, contenders, start, model, batch, model_name, precision,
                                "compiled" if compiled else "eager", times, peaks, first, checks)
-    del model, baselines, contenders
-    if cuda:
-        torch.cuda.empty_cache()
     return cell
 
 

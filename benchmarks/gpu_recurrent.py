@@ -129,7 +129,8 @@ def _rnn_state(module, prefix, gates, layers, directions, w):
         for d in directions:
             q, suffix = "{}l{}.{}.".format(prefix, layer, d), "_l{}{}".format(
                 layer, "_reverse" if d == "bw" else "")
-            cat = lambda names: torch.cat([torch.as_tensor(w[q + n]) for n in names])  # noqa: E731
+            def cat(names, q=q):
+                return torch.cat([torch.as_tensor(w[q + n]) for n in names])
             state[module + ".weight_ih" + suffix] = cat(["w_" + g for g in gates])
             state[module + ".weight_hh" + suffix] = cat(["u_" + g for g in gates])
             if gates == "ifgo":
@@ -307,7 +308,8 @@ def run_cell(model_name, precision, compiled, device, args):
     prepared = model.prepare_batch(batch)
     net, opt, theirs = handwritten_step(model_name, model.hparams, model.get_weights(), batch,
                                         device, precision, compiled)
-    ours = lambda: model.train_step(prepared, sync=False)  # noqa: E731
+    def ours():
+        return model.train_step(prepared, sync=False)
     contenders = {"tbdzoo": ours, "handwritten": theirs}
     losses = {"tbdzoo": first_loss(model.train_step(prepared)), "handwritten": float(theirs())}
     checks = {"first_step_weight_diff": weight_difference(model_name, model, net),
@@ -321,9 +323,6 @@ def run_cell(model_name, precision, compiled, device, args):
     cell = harness.cell_record(args, device, contenders, start, model, batch, model_name, precision,
                                "compiled" if compiled else "eager", times, peaks, losses, checks,
                                warmup=warmup, steps=steps)
-    del model, net, opt, contenders, ours, theirs
-    if cuda:
-        torch.cuda.empty_cache()
     return cell
 
 

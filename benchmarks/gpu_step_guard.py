@@ -7,9 +7,10 @@ in interleaved rounds, PyTorch backend.
 Cells: ResNet-50 bf16 eager and compiled at batch 256, Transformer bf16 eager at batch 128 x
 128 tokens (benchmarks/gpu_handwritten.py's shapes). Each cell: warm-up steps in both modes
 (compilation included), then ``--rounds`` rounds, each timing ``--steps`` queued steps
-(``sync=False``, one synchronisation a round) of each mode in alternating order. Reports every round, the median and min-max per mode, and the
-cost as the ratio of the medians (on / off). Then a check on the GPU: a step made non-finite
-(learning rate 1e30) is skipped on the device and reported at the synchronisation, with the
+(``sync=False``, one synchronisation a round) of each mode in alternating order. Reports every
+round, the median and min-max per mode, and the cost as the ratio of the medians (on / off).
+Then a check on the GPU: a step made non-finite (learning rate 1e30) is skipped on the device and
+reported at the synchronisation, with the
 weights unchanged. One JSON document goes to stdout and to ``--out``.
 """
 import argparse

@@ -426,7 +426,7 @@ def record_cells(args, environment, cells, report=None):
             cell = measure()
             if report is not None:
                 report(cell)
-        except Exception as e:  # a failed cell is recorded, the others still run
+        except Exception as e:  # noqa: BLE001  (a failed cell is recorded, the others still run)
             traceback.print_exc()
             cell = dict(key, error="{}: {}".format(type(e).__name__, e))
         record["cells"].append(cell)
@@ -448,7 +448,14 @@ def run_cells(args, device, run_cell, describe=None, models=None):
             " ({:.0f}s)".format(cell["cell_seconds"]), flush=True)
 
     def measure(model, precision, execution):
-        return lambda: run_cell(model, precision, execution == "compiled", device, args)
+        def cell():
+            record = run_cell(model, precision, execution == "compiled", device, args)
+            # the cell's model and contenders are gone with its frame: return their cached
+            # blocks, so the next cell starts from an empty allocator
+            if str(device).startswith("cuda"):
+                torch.cuda.empty_cache()
+            return record
+        return cell
 
     cells = [({"model": model, "precision": precision, "execution": execution},
               measure(model, precision, execution))
@@ -491,7 +498,7 @@ def device_of(args, check="--device cpu --tiny"):
 def main(module, parse, worker_fn, argv=None):
     """A comparison script's main: with ``--process-out`` one process's cells (``worker_fn``),
     else the repeat protocol over fresh processes, per execution mode, and the aggregate."""
-    p, args = parse(argv)
+    _p, args = parse(argv)
     device = device_of(args)
     if device is None:
         return 2

@@ -1,6 +1,7 @@
 """The spec's roi_align on PyTorch (a sparse bilinear mixing matrix times the feature rows),
-the same by gathering every tap first (index_select), and torchvision's fused RoIAlign kernel, forward and backward, at Faster R-CNN C4's size: layer3 features (1024,
-38, 50) of one 600 x 800 image, 14 x 14 bins with 2 x 2 samples.
+the same by gathering every tap first (index_select), and torchvision's fused RoIAlign kernel,
+forward and backward, at Faster R-CNN C4's size: layer3 features (1024, 38, 50) of one
+600 x 800 image, 14 x 14 bins with 2 x 2 samples.
 
     .venv/bin/python -m benchmarks.roi_align_torch --rois 64
     python3 -m benchmarks.roi_align_torch --rois 128 --device cuda   # on a GPU

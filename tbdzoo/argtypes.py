@@ -10,7 +10,7 @@ def _integer(text, what):
     try:
         return int(text)
     except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what))
+        raise argparse.ArgumentTypeError("{!r} is not {}".format(text, what)) from None
 
 
 def _number(text, what):
@@ -67,7 +67,7 @@ def sizes(text):
         values = [int(t) for t in names(text)]
     except ValueError:
         raise argparse.ArgumentTypeError("{!r}: batch sizes are comma-separated integers, "
-                                         "e.g. 8,16,32".format(text))
+                                         "e.g. 8,16,32".format(text)) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError("{!r}: batch sizes must be positive integers, "
                                          "e.g. 8,16,32".format(text))
@@ -80,7 +80,7 @@ def learners(text):
         return [int(t) for t in names(text)]
     except ValueError:
         raise argparse.ArgumentTypeError("{!r}: learners are comma-separated integers, "
-                                         "e.g. 1,2,4,8,16".format(text))
+                                         "e.g. 1,2,4,8,16".format(text)) from None
 
 
 def byte_size(text):

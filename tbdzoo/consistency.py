@@ -617,7 +617,7 @@ def command(args, console):
     patterns = [c for c in (args.cases or "").split(",") if c]
     selected = select(patterns)
     if getattr(args, "list", False):
-        for name, case in selected.items():
+        for name in selected:
             console.print(name)
         return 0
     if args.consistency_command == "record":
@@ -647,7 +647,7 @@ def _check(selected, backends, directory, console):
             start = time.perf_counter()
             try:
                 rows = check_case(name, case, backend, directory)
-            except Exception as e:  # one broken case must not hide the others
+            except Exception as e:  # noqa: BLE001  (one broken case must not hide the others)
                 rows = [Row("run", "{}: {}".format(type(e).__name__, e), "", False, [str(e)])]
             table = Table(title="{} on {} ({:.1f} s)".format(name, backend,
                                                              time.perf_counter() - start))

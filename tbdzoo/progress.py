@@ -79,7 +79,7 @@ class PlainProgress(object):
             self._thread.join()
             self._thread = None
         if exc_type is None:  # a normal end finishes what is still open
-            for task_id, task in enumerate(self._tasks):
+            for task_id in range(len(self._tasks)):
                 self.stop_task(task_id)
 
     def add_task(self, description, total=None, completed=0, **fields):

@@ -66,8 +66,11 @@ class MemoryCap(object):
             pass
         try:
             import psutil
+        except ImportError:
+            return None
+        try:
             return psutil.Process(self.pid).memory_info().rss
-        except Exception:
+        except psutil.Error:  # the process has ended, or is not ours to read
             return None
 
     def _check(self):
@@ -103,7 +106,7 @@ def ask_device(backend):
     there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
     try:
         proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                              capture_output=True, timeout=600,
                               env=environments.worker_environment(), universal_newlines=True)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -179,7 +182,7 @@ def _distributed_record(run, model_name, backend, config, size, overrides, kwarg
     try:
         record = run(model_name, backend, config=config, batch_size=size, overrides=overrides,
                      **kwargs)
-    except Exception as e:  # a failed run is a result, not the end of a sweep
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of a sweep)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record = failed_record(model_name, backend, config, size, message, kwargs.get("command"))
         record["distributed"] = {k: kwargs.get(k) for k in ("nproc", "nnodes", "global_batch",
@@ -230,7 +233,7 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
         if cap.tripped is None:
             return record
         raise MemoryError("over the cap")  # reported below with the figures
-    except Exception as e:  # a failed run is a result, not the end of the suite
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of the suite)
         message = "{}: {}".format(type(e).__name__, e) if not isinstance(e, TbdError) else str(e)
         state = None
         if cap is not None and cap.tripped:
@@ -266,7 +269,7 @@ def _with_data(record, model, data, timing, status=None):
             fed = data_fed(model, **options)
         else:
             fed = model.data_fed_in_worker(**options)
-    except Exception as e:  # the synthetic figures stay; the record says what failed
+    except Exception as e:  # noqa: BLE001  (the synthetic figures stay; the record says what failed)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record["status"], record["error"] = "error", "data-fed run: " + message
         record["data"] = OrderedDict([("dir", data["dir"]), ("error", message)])
@@ -327,7 +330,7 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
     try:
         result = train_a3c(backend, config, learners=learners, frames=frames, seconds=seconds,
                            seed=seed, device=device, **overrides)
-    except Exception as e:  # a failed run is a result, not the end of a sweep
+    except Exception as e:  # noqa: BLE001  (a failed run is a result, not the end of a sweep)
         message = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
         record = failed_record(A3C, backend, config, None, message, command)
         record["asynchronous"] = OrderedDict([("learners", learners)])
@@ -353,5 +356,6 @@ def sweep_learners(backend, learners, run=run_async, on_record=None, **options):
     return records
 
 
-__all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record", "ready_backends", "MemoryCap",
-           "bench_batch_size", "bench_overrides", "on_gpu", "default_device", "ask_device"]
+__all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record",
+           "ready_backends", "MemoryCap", "bench_batch_size", "bench_overrides", "on_gpu", "default_device",
+           "ask_device"]

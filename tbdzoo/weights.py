@@ -8,10 +8,14 @@ import json
 import os
 import zipfile
 from collections import OrderedDict
+from typing import Any, Dict, Mapping, Tuple, Union
 
 import numpy as np
 
 from .errors import WeightsError
+
+PathLike = Union[str, bytes, "os.PathLike"]  # path_of's rule
+Arrays = Dict[str, np.ndarray]
 
 FORMAT = "tbdzoo-weights"
 FORMAT_VERSION = 1
@@ -19,7 +23,7 @@ LAYOUT = "canonical-v1"  # see tbdzoo/spec/ops.py for what each layout is
 _MANIFEST_KEY = "__manifest__"
 
 
-def check(graph, weights):
+def check(graph: Any, weights: Mapping[str, Any]) -> Arrays:
     """Raise WeightsError naming every missing, extra or mis-shaped tensor; return float32 copies.
     ``weights`` is a dict of canonical name -> array, as get_weights returns."""
     if isinstance(weights, (str, bytes)) or hasattr(weights, "__fspath__"):
@@ -55,7 +59,7 @@ def check(graph, weights):
         except Exception as e:  # a framework's device tensor, say
             raise WeightsError("tensor {} is a {}, which NumPy cannot read ({}); give NumPy "
                                "arrays; nothing was loaded".format(n, type(weights[n]).__name__,
-                                                                  e))
+                                                                  e)) from e
         if not np.issubdtype(value.dtype, np.floating):
             raise WeightsError("tensor {} has dtype {}, expected a float; nothing was loaded".format(
                 n, value.dtype))
@@ -74,7 +78,7 @@ def _described(value):
     return "a {}".format(type(value).__name__)
 
 
-def save(path, graph, weights):
+def save(path: PathLike, graph: Any, weights: Mapping[str, Any]) -> None:
     """Write atomically: a crash mid-write never leaves a truncated checkpoint at ``path``."""
     weights = check(graph, weights)
     manifest = {
@@ -92,7 +96,7 @@ def save(path, graph, weights):
     os.replace(tmp, path)
 
 
-def path_of(path):
+def path_of(path: PathLike) -> str:
     """``path`` as a string, or WeightsError when it is not a path at all."""
     if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
         raise WeightsError("load_weights takes the path of a .npz weights file, not {}{}".format(
@@ -102,7 +106,7 @@ def path_of(path):
     return path.decode() if isinstance(path, bytes) else path
 
 
-def read(path):
+def read(path: PathLike) -> Tuple[Dict[str, Any], Arrays]:
     """Return (manifest, weights) from a file written by :func:`save`."""
     path = path_of(path)
     if not os.path.exists(path):
@@ -112,20 +116,20 @@ def read(path):
             arrays = OrderedDict((k, data[k]) for k in data.files)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
         raise WeightsError("{} is not a readable .npz weights file ({}: {})".format(
-            path, type(e).__name__, e))
+            path, type(e).__name__, e)) from e
     if _MANIFEST_KEY not in arrays:
         raise WeightsError("{} has no tbdzoo manifest; write it with save_weights".format(path))
     try:
         manifest = json.loads(arrays.pop(_MANIFEST_KEY).tobytes().decode("utf-8"))
     except ValueError as e:
-        raise WeightsError("{}: the manifest is corrupt ({})".format(path, e))
+        raise WeightsError("{}: the manifest is corrupt ({})".format(path, e)) from e
     if manifest.get("format") != FORMAT or manifest.get("layout") != LAYOUT:
         raise WeightsError("{}: format {!r} layout {!r}, expected {!r} {!r}".format(
             path, manifest.get("format"), manifest.get("layout"), FORMAT, LAYOUT))
     return manifest, arrays
 
 
-def load(path, graph):
+def load(path: PathLike, graph: Any) -> Arrays:
     """Read and validate against ``graph``; the spec hash may differ (say, another dropout rate)
     as long as every tensor matches by name and shape."""
     manifest, arrays = read(path)
@@ -135,11 +139,11 @@ def load(path, graph):
     return check(graph, arrays)
 
 
-def save_arrays(path, arrays):
+def save_arrays(path: PathLike, arrays: Mapping[str, Any]) -> None:
     """A plain array bundle (batches, gradients) for exchange between interpreters."""
     np.savez(os.fspath(path), **{k: np.asarray(v) for k, v in arrays.items()})
 
 
-def load_arrays(path):
+def load_arrays(path: PathLike) -> Arrays:
     with np.load(os.fspath(path), allow_pickle=False) as data:
         return OrderedDict((k, data[k]) for k in data.files)

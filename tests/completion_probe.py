@@ -83,7 +83,7 @@ def window_fractions(model, prepared, drain, calls=3):
     for _ in range(calls):
         after_first = []
 
-        def progress(done, total):  # called after the first step's time was read
+        def progress(done, total, after_first=after_first):  # after the first step's time was read
             if done == 1:
                 waited = _timed(drain)
                 after_first.append(max(0.0, waited - _timed(drain)))

@@ -55,7 +55,7 @@ def recorded(tmp_path_factory):
 def test_the_loss_is_its_three_terms(recorded):
     """policy gradient - 0.01 entropy + 0.5 mean squared error, each term in NumPy (float64)
     from the reference's own logits and values."""
-    weights, batch, record = recorded
+    _weights, batch, record = recorded
     logits, values = record["forward"][:, :2], record["forward"][:, 2:]
     terms = {kind: numpy_ref.loss_term(kind, values_, {}) for kind, values_ in (
         ("policy_gradient", {"logits": logits, "actions": batch["actions"],

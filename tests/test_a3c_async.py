@@ -105,6 +105,6 @@ def test_fewer_than_one_learner_is_refused():
         train_a3c("mxnet", "cartpole", learners=1, frames=10, device="cuda:0")
     done = subprocess.run([sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend",
                            "torch", "--config", "cartpole", "--learners", "2,0", "--frames", "10"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                          capture_output=True, universal_newlines=True)
     assert done.returncode == 2
     assert "learners=0: asynchronous A3C needs at least one actor-learner" in done.stderr

@@ -51,10 +51,13 @@ def test_loss_and_gradients_changes_nothing():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: tbdzoo.build("resnet", backend="torch"), "unknown model 'resnet'; known: a3c, deepspeech2, faster_rcnn, inception_v3, resnet50, seq2seq, transformer, wgan"),
+    (lambda: tbdzoo.build("resnet", backend="torch"),
+     "unknown model 'resnet'; known: a3c, deepspeech2, faster_rcnn, inception_v3, resnet50, seq2seq, "
+     "transformer, wgan"),
     (lambda: tbdzoo.build("resnet50", backend="jax"), "unknown backend 'jax'; known: cntk, mxnet, tensorflow, torch"),
     (lambda: tbdzoo.build("resnet50", config="huge"), "unknown config.*'huge'; known: paper, tiny"),
-    (lambda: tbdzoo.build("resnet50", config="tiny", lr_foo=1), "unknown hyperparameter.*'lr_foo'; known: .*batch_size"),
+    (lambda: tbdzoo.build("resnet50", config="tiny", lr_foo=1),
+     "unknown hyperparameter.*'lr_foo'; known: .*batch_size"),
 ])
 def test_unknown_names_list_the_known_ones(call, match):
     with pytest.raises(UnknownNameError, match=match):

@@ -66,7 +66,7 @@ def _ctc_too_long(model, batch):
     """For each CTC loss: example 0 given the fewest frames the model takes, and one label more
     than the output steps they make (alternating, so each needs one step)."""
     found = []
-    for name, loss in (model.program.losses.items() if model.program is not None else ()):
+    for loss in (model.program.losses.values() if model.program is not None else ()):
         if loss["kind"] != "ctc":
             continue
         roles = loss["inputs"]
@@ -96,7 +96,7 @@ def bad_batches(model, batch):
     facts = batches.Facts(model.spec)
     rows = {n: len(batch[n]) for n in needed}
     out = []
-    first = list(needed)[0]
+    first = next(iter(needed))
     out.append(("empty batch", first, OrderedDict((k, np.array(v)[:0]) for k, v in batch.items()),
                 None))
     last = list(needed)[-1]
@@ -192,7 +192,7 @@ def test_every_bad_batch_is_refused_and_changes_nothing(backend, name):
             if e.input != input_name or (row is not None and (e.position or (None,))[0] != row):
                 wrong.append("{} in {!r}: named input {!r} at {}: {}".format(
                     kind, input_name, e.input, e.position, e))
-        except Exception as e:  # noqa: B902  (the test reports what else came back)
+        except Exception as e:  # noqa: BLE001  (the test reports what else came back)
             wrong.append("{} in {!r}: {}: {}".format(kind, input_name, type(e).__name__, e))
         else:
             wrong.append("{} in {!r}: trained on it".format(kind, input_name))
@@ -203,7 +203,7 @@ def test_every_bad_batch_is_refused_and_changes_nothing(backend, name):
     assert after[2] == before[2] == 0
     assert after[3] == before[3], "the optimizer's state changed"
     assert len(cases) >= 8
-    first = list(inference)[0]
+    first = next(iter(inference))
     with pytest.raises(BatchError, match="batch lacks {!r}".format(first)):
         model.predict(OrderedDict((n, v) for n, v in inference.items() if n != first))
 

@@ -48,7 +48,7 @@ def test_rounds_rotate_the_order_and_time_every_contender_each_round():
 
 def test_an_aggregate_splits_back_into_its_processes():
     record = {"environment": {"gpu": "x"}, "cells": []}
-    for i, t in enumerate((1.0, 1.1)):
+    for t in (1.0, 1.1):
         record["cells"].append({"model": "m", "precision": "tf32", "execution": "eager", "items_per_step": 4,
                                 "first_loss": {"tbdzoo": 1.0, "b": 1.0}, "checks": {},
                                 "times": {"tbdzoo": [t] * 5, "b": [2 * t] * 5},
@@ -119,7 +119,7 @@ def test_result_files_of_one_script_merge_into_one(tmp_path):
 def test_a3c_cells_merge_by_learner_count_and_report_frames_per_second():
     from benchmarks import gpu_a3c
     records = []
-    for i in range(2):
+    for _ in range(2):
         cells = [{"model": "a3c", "device": "cpu", "learners": n, "items_per_step": 1, "unit": "frames/s",
                   "first_loss": {}, "checks": {}, "peak_bytes": {"tbdzoo": None, "classic": None},
                   "times": {"tbdzoo": [1 / (100.0 * n)] * 5, "classic": [1 / (80.0 * n)] * 5}}

@@ -10,8 +10,8 @@ import pytest
 
 def tbd(*args, timeout=600, env=None):
     """`tbd ARGS` in a new process, its output piped (not a terminal); ``env``: variables added."""
-    return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args), capture_output=True,
+                          universal_newlines=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
 
 
@@ -23,7 +23,9 @@ def test_list_shows_models_and_backends():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "resnet", "--backend", "torch"], "unknown model 'resnet'; known: a3c, deepspeech2, faster_rcnn, inception_v3, resnet50, seq2seq, transformer, wgan"),
+    (["run", "resnet", "--backend", "torch"],
+     "unknown model 'resnet'; known: a3c, deepspeech2, faster_rcnn, inception_v3, resnet50, seq2seq, "
+     "transformer, wgan"),
     (["run", "resnet50", "--backend", "caffe"], "unknown backend 'caffe'"),
     (["bench", "--models", "vgg"], "unknown model 'vgg'"),
 ])

@@ -154,8 +154,7 @@ def test_one_thread_runs_finish_their_convolution_gradients():
     env.pop("OMP_THREAD_LIMIT", None)
     try:
         done = subprocess.run([environments.python_for("cntk"), "-c", _ONE_THREAD_WEIGHT_GRADIENTS],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=180)
+                              env=env, capture_output=True, universal_newlines=True, timeout=180)
     except subprocess.TimeoutExpired:
         pytest.fail("two one-thread WGAN steps (seconds each) did not finish in 180 s: a "
                     "capped OpenMP team deadlocks MKL-ML's weight gradient")

@@ -3,6 +3,7 @@ manifest and determinism, and the downsampled-ImageNet reader's errors (docs/dat
 import gzip
 import json
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -124,7 +125,7 @@ def test_voc_composed_reads_back_through_vocdetection(tmp_path):
                                sample.boxes[:, 3] - sample.boxes[:, 1])
             assert np.all(sample.difficult[sides < 24])          # small objects are difficult
     main = os.path.join(out, "VOC2007", "ImageSets", "Main")
-    assert open(os.path.join(main, "trainval.txt")).read().split() == [
+    assert pathlib.Path(main, "trainval.txt").read_text().split() == [
         "000001", "000002", "000003", "000004"]
     objects, difficult = 0, 0
     for name in sorted(os.listdir(os.path.join(out, "VOC2007", "Annotations"))):
@@ -135,8 +136,8 @@ def test_voc_composed_reads_back_through_vocdetection(tmp_path):
         image_id = note.image_id
         for label, token in enumerate(make_images.CLASS_TOKENS, 1):
             for image_set in ("train", "val", "test"):
-                lines = dict(line.split() for line in open(
-                    os.path.join(main, "{}_{}.txt".format(token, image_set))))
+                lines = dict(line.split() for line in pathlib.Path(
+                    main, "{}_{}.txt".format(token, image_set)).read_text().splitlines())
                 if image_id in lines:
                     present = note.labels == label
                     want = -1 if not present.any() else (0 if note.difficult[present].all() else 1)
@@ -156,7 +157,7 @@ def test_an_existing_folder_is_refused_and_a_failed_make_leaves_nothing(tmp_path
     source = tmp_path / "source"
     source.mkdir()
     for name in os.listdir(make_images.FASHION_MNIST_DIR):
-        data = open(os.path.join(make_images.FASHION_MNIST_DIR, name), "rb").read()
+        data = pathlib.Path(make_images.FASHION_MNIST_DIR, name).read_bytes()
         (source / name).write_bytes(data[:len(data) // 2] if name.startswith("train-labels")
                                     else data)
     target = tmp_path / "data" / "new"  # its parent is made for it, and removed on failure
@@ -301,8 +302,7 @@ def test_malformed_png_folders_name_the_file(tmp_path):
 # -- the command line ------------------------------------------------------------------------
 def tbd(*args):
     return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=300)
+                          capture_output=True, universal_newlines=True, timeout=300)
 
 
 def test_tbd_data_list_and_make(tmp_path):

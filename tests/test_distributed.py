@@ -204,7 +204,7 @@ def test_a_training_program_reduces_each_phase_before_clipping(backend):
     step's objectives are the shards' weighted mean, and every rank holds the same weights
     after two steps, which only a reduction of every phase's gradients gives."""
     require_framework(backend)
-    m, shards, weights, results = per_shard_reference(backend, "wgan")
+    m, _shards, weights, results = per_shard_reference(backend, "wgan")
     got = distributed.train("wgan", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=2,
                             config="tiny", **FAST)
     first = got["losses"][0]

@@ -1,5 +1,6 @@
 """A3C's environments on the real Gymnasium and ALE: Pong's preprocessed frames, seeding, frame
 counts, CartPole rollouts, n-step returns on hand-computed cases, the rollout file, errors."""
+import itertools
 import sys
 
 import numpy as np
@@ -15,7 +16,7 @@ from conftest import IN_CI, require_backend, run_in_env
 def require_opencv():
     """Gymnasium's AtariPreprocessing needs OpenCV (requirements/main.txt pins it)."""
     try:
-        import cv2  # noqa: F401
+        import cv2  # noqa: F401  (only whether it imports)
     except ImportError:
         message = "opencv-python-headless is not installed: pip install -r requirements/main.txt"
         if IN_CI:
@@ -62,7 +63,7 @@ def test_pong_observations_are_four_stacked_84x84_uint8_frames():
     obs, _ = env.reset()
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert env.action_space.n == 6  # Pong's minimal action set
-    obs, reward, terminated, truncated, _ = env.step(0)
+    obs, _reward, _terminated, _truncated, _ = env.step(0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert obs.max() > obs.min()  # a real screen, not a blank one
     assert E.frames_per_step(env) == 4
@@ -135,7 +136,7 @@ def test_episodes_inside_a_rollout_sum_its_rewards():
     envs = E.VectorEnv("CartPole-v1", 1, seed=5)
     r = E.collect(envs, random_policy(2, 2), 200)
     ends = np.flatnonzero(r.dones[:, 0])
-    inside = [r.rewards[a + 1:b + 1, 0].sum() for a, b in zip(ends[:-1], ends[1:])]
+    inside = [r.rewards[a + 1:b + 1, 0].sum() for a, b in itertools.pairwise(ends)]
     np.testing.assert_array_equal(r.episode_returns[1:], inside)
     envs.close()
 

@@ -65,7 +65,7 @@ def test_paper_network_has_torchvisions_52094294_convolution_and_linear_paramete
 def _torchvision_reference():
     try:
         from tbdzoo.detection import torchvision_reference
-    except Exception as e:  # torchvision missing or built for another torch
+    except Exception as e:  # noqa: BLE001  (torchvision missing or built for another torch)
         pytest.skip("torchvision does not import: {}".format(e))
     return torchvision_reference
 
@@ -136,7 +136,7 @@ def test_bad_hyperparameters_are_refused_by_name(overrides, message):
 
 
 def test_the_targets_step_is_the_numpy_reference_in_the_rpns_layout():
-    md, hp, g = _graph("tiny")
+    md, hp, _g = _graph("tiny")
     batch = md.synthetic_batch(hp, 2, seed=3)
     rng = np.random.RandomState(0)
     values = {faster_rcnn.RPN_LOGITS: rng.standard_normal((2, 6, 4, 4)).astype(np.float32),
@@ -175,7 +175,7 @@ def test_the_targets_step_makes_every_anchor_target_before_it_reads_the_rpn(monk
     a value, so on a GPU the host works while the device still computes the RPN (HostValues
     fetches a value when first read), and gives what it gives on plain arrays."""
     from tbdzoo.spec.targets import HostValues, StepRandomState
-    md, hp, g = _graph("tiny")
+    md, hp, _g = _graph("tiny")
     batch = md.synthetic_batch(hp, 2, seed=3)
     rng = np.random.RandomState(0)
     arrays = {faster_rcnn.RPN_LOGITS: rng.standard_normal((2, 6, 4, 4)).astype(np.float32),

@@ -1,6 +1,7 @@
 """The ImageNet-layout reader on tiny folders of real JPEGs: classes, both val/ forms, and an
 error naming the file for every malformed or partial data set."""
 import os
+import pathlib
 import shutil
 
 import numpy as np
@@ -118,13 +119,13 @@ def test_flat_val_without_ground_truth(tmp_path):
 def test_bad_images_are_named(tmp_path, damage, words):
     root = make_folder(str(tmp_path), per_class=2, val_per_class=0)
     path = os.path.join(root, "train", SYNSETS[1], "{}_1.JPEG".format(SYNSETS[1]))
-    data = open(path, "rb").read()
+    data = pathlib.Path(path).read_bytes()
     if damage == "empty":
-        open(path, "wb").close()
+        pathlib.Path(path).write_bytes(b"")
     elif damage == "truncated":
-        open(path, "wb").write(data[:len(data) // 2])
+        pathlib.Path(path).write_bytes(data[:len(data) // 2])
     elif damage == "garbage":
-        open(path, "wb").write(b"\x00" * 500)
+        pathlib.Path(path).write_bytes(b"\x00" * 500)
     else:
         from PIL import Image
         Image.fromarray(gradient_image(np.random.RandomState(0), 8, 8, 0)).save(path, format="PNG")
@@ -136,7 +137,7 @@ def test_partial_layouts_are_named(tmp_path):
     root = make_folder(str(tmp_path / "a"), per_class=1, val_per_class=0)
     assert "no val/ folder" in _error(root, "val")
     stray = os.path.join(root, "train", SYNSETS[0], "notes.txt")
-    open(stray, "w").write("x")
+    pathlib.Path(stray).write_text("x")
     assert stray in _error(root) and "not a JPEG file" in _error(root)
     os.remove(stray)
     empty = os.path.join(root, "train", "n09999999")
@@ -144,7 +145,7 @@ def test_partial_layouts_are_named(tmp_path):
     assert empty in _error(root) and "empty class folder" in _error(root)
     shutil.rmtree(empty)
     beside = os.path.join(root, "train", "README")
-    open(beside, "w").write("x")
+    pathlib.Path(beside).write_text("x")
     assert beside in _error(root)
     os.remove(beside)
     write_jpeg(os.path.join(root, "val", "n07777777", "x.JPEG"),

@@ -12,7 +12,8 @@ from conftest import require_framework
 require_framework("mxnet")
 
 from tbdzoo.backends.mxnet import ops  # noqa: E402  (first: it sets numpy.bool for mxnet)
-from mxnet import autograd, nd  # noqa: E402,I100
+# isort: split
+from mxnet import autograd, nd  # noqa: E402
 
 Node = namedtuple("Node", "name op attrs")
 ATTRS = {"eps": 1e-3, "momentum": 0.1, "track_running_stats": True}
@@ -51,7 +52,8 @@ def test_training_batchnorm_is_exact_to_float32_rounding(shape, offset):
     axes = (0, 2, 3)
     x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
     mean64, var64 = x64.mean(axes), x64.var(axes)
-    c = lambda v: v[None, :, None, None]  # noqa: E731
+    def c(v):
+        return v[None, :, None, None]
     xhat = (x64 - c(mean64)) / np.sqrt(c(var64) + ATTRS["eps"])
     y64 = xhat * c(gamma) + c(beta)
     dx64 = c(gamma) / np.sqrt(c(var64) + ATTRS["eps"]) * (

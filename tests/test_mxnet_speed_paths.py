@@ -124,6 +124,7 @@ def test_rmsprop_follows_the_documented_formula_over_several_steps(momentum, cen
     gradients grow and shrink so that the global norm clips some steps and not others."""
     from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    # isort: split
     from mxnet import nd
     rng = np.random.RandomState(3)
     start = [rng.randn(*s).astype(np.float32) for s in RMSPROP_SHAPES]
@@ -154,6 +155,7 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     in the momentum buffer at float32 precision."""
     from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    # isort: split
     from mxnet import nd
     start, grad = np.array([[100.0, -3.0], [0.5, 1e-3]], np.float32), np.float32(1e-6)
     spec = {"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": False,
@@ -178,6 +180,7 @@ def test_sgd_and_adam_take_the_global_norm_factor_as_their_gradient_scale(kind, 
     """The clipping factor enters SGD's and Adam's fused operators too (before weight decay)."""
     from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    # isort: split
     from mxnet import nd
     rng = np.random.RandomState(0)
     start = rng.randn(6).astype(np.float32)

@@ -159,7 +159,7 @@ def test_the_installed_german_catalogs(tmp_path):
 # --- the reader refuses broken files by name ------------------------------------------------
 
 def test_line_counts_must_match(numbers_vi, tmp_path):
-    folder, _ = numbers_vi
+    _folder, _ = numbers_vi
     write_parallel(str(tmp_path), {"test": [("a b", "x"), ("c", "y")]}, "en", "vi")
     with open(str(tmp_path / "tst2013.vi"), "a") as f:
         f.write("z\n")

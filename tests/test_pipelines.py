@@ -165,8 +165,7 @@ def test_tbd_run_with_data_records_data_fed_figures_beside_the_synthetic_ones(so
         [sys.executable, "-m", "tbdzoo.cli", "run", "resnet50", "--backend", "torch", "--config",
          "tiny", "--set", "image_size={}".format(SIZE), "--set", "num_classes=3", "--data",
          source.root, "--data-workers", "1", "--warmup", "1", "--steps", "2", "--repeats", "2",
-         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        universal_newlines=True, timeout=600)
+         "-o", str(out)], capture_output=True, universal_newlines=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "fed from {}".format(source.root) in " ".join(proc.stdout.split())
     record = json.loads(out.read_text())

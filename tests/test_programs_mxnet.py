@@ -154,6 +154,7 @@ def test_rmsprop_and_clipping_follow_the_documented_formulas(centered):
     weight decay, eps inside the root, lr inside the momentum buffer, a changing rate."""
     from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers  # first: it lets MXNet import under NumPy 1.24+
+    # isort: split
     from mxnet import nd
     spec = {"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": centered,
             "weight_decay": 0.01}
@@ -172,6 +173,7 @@ def test_rmsprop_and_clipping_follow_the_documented_formulas(centered):
 
 def test_value_clipping_and_weight_clipping():
     from tbdzoo.backends.mxnet import optimizers
+    # isort: split
     from mxnet import nd
     p = _parameter([0.5, -0.02, 0.003])
     p.grad()[:] = nd.array([3.0, -0.5, 0.1])

@@ -11,7 +11,7 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/cpu.py", "tbdzoo/profiling/gpu.py", "tbdzoo/profiling/memory.py",
           "tbdzoo/profiling/resident.py",
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
-          "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
+          "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py", "tbdzoo/backends/common",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
           "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk",
            "tbdzoo/reference"]

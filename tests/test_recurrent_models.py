@@ -1,6 +1,7 @@
 """Seq2Seq and Deep Speech 2: their graphs against counts worked out from the sizes, their
 hyperparameter rules, their synthetic batches, the spectrogram front-end, the checks that turn
 a bad batch into a clear error, and a short training run of the tiny configs on PyTorch."""
+import itertools
 import numpy as np
 import pytest
 
@@ -38,7 +39,7 @@ def test_seq2seq_paper_parameters_match_the_closed_form():
 
 
 def test_seq2seq_wiring_lengths_init_and_loss():
-    _, hp, g = _graph("seq2seq")
+    _, _hp, g = _graph("seq2seq")
     assert g.nodes["encoder.lstm"].inputs == ["encoder.embedding", "src_lengths"]
     assert g.nodes["decoder.lstm"].inputs == ["decoder.embedding", "tgt_lengths"]
     assert g.nodes["attention"].inputs == ["decoder.lstm", "encoder.lstm", "src_lengths"]
@@ -58,7 +59,7 @@ def test_seq2seq_wiring_lengths_init_and_loss():
 
 
 def test_every_initial_value_of_seq2seq_lies_in_tf_nmts_range():
-    md, hp, g = _graph("seq2seq", "tiny")
+    _md, _hp, g = _graph("seq2seq", "tiny")
     weights = initial_weights(g, seed=3)
     for name, value in weights.items():
         low, high = (0.9, 1.1) if name.endswith(".b_f") else (-0.1, 0.1)   # forget bias + 1
@@ -100,7 +101,7 @@ def test_deepspeech2_without_the_rear_layer_feeds_the_gru_outputs_to_the_classif
 
 
 def test_deepspeech2_wiring_lengths_and_ctc():
-    md, hp, g = _graph("deepspeech2")
+    _md, hp, g = _graph("deepspeech2")
     assert [g.nodes[n].op for n in ("conv1", "conv1.act", "conv1.bn")] == ["conv2d", "relu", "batchnorm"]
     assert g.nodes["rnn.0.bn"].op == "sequence_batchnorm"
     assert g.nodes["rnn.0.bn"].inputs == ["flatten", "conv2.lengths"]
@@ -352,7 +353,7 @@ def test_the_loss_goes_down_over_twenty_steps_on_a_fixed_batch(name, overrides, 
     losses = m.train_steps(m.synthetic_batch(seed=0), 20)
     assert np.all(np.isfinite(losses))
     assert losses[-1] < (1 - drop) * losses[0]
-    assert sum(b < a for a, b in zip(losses, losses[1:])) >= 17
+    assert sum(b < a for a, b in itertools.pairwise(losses)) >= 17
 
 
 def test_a_torch_model_refuses_bad_batches_before_its_step():

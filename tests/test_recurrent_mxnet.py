@@ -19,6 +19,7 @@ require_framework("torch")
 
 from tbdzoo import reference as ref  # noqa: E402
 import tbdzoo.backends.mxnet as mx_backend  # noqa: E402  (sets numpy.bool before mxnet)
+# isort: split
 import tbdzoo.backends.torch as torch_backend  # noqa: E402
 from mxnet import autograd, nd  # noqa: E402
 from tbdzoo.backends.mxnet import ops  # noqa: E402

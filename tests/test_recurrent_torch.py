@@ -51,7 +51,7 @@ def _unrolled(op, x, lengths, p, a):
                 valid = (step < lengths).to(x.dtype)[:, None]
                 xt = x[torch.arange(n), index]
                 if op == "lstm":
-                    def gate(k):
+                    def gate(k, xt=xt, h=h, q=q):
                         return xt @ p[q + "w_" + k].T + h @ p[q + "u_" + k].T + p[q + "b_" + k]
                     c_new = torch.sigmoid(gate("f")) * c + torch.sigmoid(gate("i")) * torch.tanh(gate("g"))
                     h_new = torch.sigmoid(gate("o")) * torch.tanh(c_new)

@@ -2,6 +2,7 @@
 browser loading every image of the page."""
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -218,7 +219,7 @@ def test_single_path_and_record_dicts(tmp_path, records):
     assert os.path.exists(tmp_path / "one" / "throughput_vs_batch.png")
     index = write_report(records[6:7], str(tmp_path / "one"))  # only a failure: no plots
     assert not [n for n in os.listdir(tmp_path / "one") if n.endswith(".png")], "stale plots left"
-    assert "No successful runs to plot." in open(index).read()
+    assert "No successful runs to plot." in pathlib.Path(index).read_text()
 
 
 @pytest.mark.parametrize("line, message", [
@@ -303,7 +304,7 @@ def image_status(chromium, index, tmp_path):
             "--allow-file-access-from-files",  # lets the wrapper read the framed file:// page
             "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
     try:
-        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=25,
+        proc = subprocess.run(args, capture_output=True, timeout=25,
                               universal_newlines=True)
     finally:
         shutil.rmtree(str(profile), ignore_errors=True)
@@ -318,7 +319,7 @@ def test_every_image_loads_in_chromium(report, tmp_path):
     chromium = chromium_or_skip()
     out, index = report
     parser = ImageSources()
-    parser.feed(open(index).read())
+    parser.feed(pathlib.Path(index).read_text())
     assert len(parser.sources) >= 5
     lines = image_status(chromium, out / "index.html", tmp_path)
     assert len(lines) == len(parser.sources), lines
@@ -341,7 +342,7 @@ def test_the_report_states_tbds_memory_finding_from_measured_h200_records(tmp_pa
                            "h200_profile_records.jsonl")
     write_report([records], str(tmp_path / "out"))
     text = (tmp_path / "out" / "report.md").read_text()
-    line = [l for l in text.splitlines() if l.startswith("- resnet50 on torch (batch 32")][0]
+    line = next(l for l in text.splitlines() if l.startswith("- resnet50 on torch (batch 32"))
     share = int(line.split("feature maps is the largest category, ")[1].split("%")[0])
     assert 70 <= share <= 90 and "(measured)" in line
 
@@ -357,8 +358,7 @@ def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "tbdzoo.cli", "sweep", model, "--backend", "torch", "--config",
              "tiny", "--batch-sizes", "1,2", "--steps", "1", "--warmup", "1", "--repeats", "1",
-             "--no-samplers", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            universal_newlines=True, timeout=900)
+             "--no-samplers", "-o", str(out)], capture_output=True, universal_newlines=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["model"], r["batch_size"], r["status"]) for r in records] == [
@@ -372,7 +372,7 @@ def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
         assert r["throughput"]["items_per_step"] == pytest.approx(items)
         assert r["throughput"]["value"] == pytest.approx(items / r["step_time"]["median"])
     assert {r["throughput"]["unit"] for r in records} == {"target tokens/s", "audio seconds/s"}
-    index = write_report(str(out), str(tmp_path / "report"))
+    write_report(str(out), str(tmp_path / "report"))
     rows = markdown_rows((tmp_path / "report" / "report.md").read_text(), "Results")
     for r in records:
         row = row_for(rows, r["model"], "torch", "tiny", str(r["batch_size"]))
@@ -430,7 +430,7 @@ def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp
     proc = subprocess.run(
         [sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend", "torch", "--config",
          "cartpole", "--learners", "2,1", "--frames", "100", "--set", "hidden=8,8", "-o",
-         str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+         str(out)], capture_output=True, universal_newlines=True,
         timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]

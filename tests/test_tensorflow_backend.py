@@ -11,6 +11,7 @@ from conftest import random_weights, require_framework
 require_framework("tensorflow")
 
 import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
+# isort: split
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tbdzoo.reference.optimizers import trajectory as reference_trajectory  # noqa: E402

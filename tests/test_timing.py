@@ -132,11 +132,10 @@ def test_the_sampler_reads_the_gpu_the_run_uses(monkeypatch):
     assert record["gpu"]["index"] == 1 and record["gpu"]["power_w"]["median"] == 200.0
 
 
+@pytest.mark.gpu
 def test_on_a_real_gpu_torch_and_nvml_agree_on_the_device():
     torch = pytest.importorskip("torch")
     pytest.importorskip("pynvml")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
     from tbdzoo.profiling.gpu import device_info, framework_device_uuid, nvml_index
     for ordinal in range(torch.cuda.device_count()):
         uuid = framework_device_uuid("torch", ordinal)

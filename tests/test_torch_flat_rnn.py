@@ -3,6 +3,7 @@ flatten_parameters(): leaf tensors in one flat buffer, read and written per gate
 (tbdzoo/backends/torch/recurrent.py, docs/backends.md). The per-gate tensors, their gradients
 and the weights files are what they were when the per-gate tensors were concatenated on every
 call; cuDNN's biases that the spec does not have stay exactly zero."""
+import itertools
 import numpy as np
 import pytest
 
@@ -41,7 +42,7 @@ def test_recurrent_parameters_are_views_into_one_buffer_in_pytorchs_layout(name)
         weights = holder.flat_weights
         assert all(w.is_leaf for w in weights)
         assert len({w.untyped_storage().data_ptr() for w in weights}) == 1
-        for before, after in zip(weights, weights[1:]):
+        for before, after in itertools.pairwise(weights):
             assert after.data_ptr() == before.data_ptr() + before.numel() * before.element_size()
         # PyTorch's own names and shapes: the state loads into the module a hand-written loop uses
         native = (nn.LSTM if holder.op == "lstm" else nn.GRU)(

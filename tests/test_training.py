@@ -3,6 +3,7 @@ record's fields, the MLPerf lines, the errors, and another backend reaching it i
 same number of steps."""
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -47,7 +48,8 @@ def test_torch_proxy_reaches_target(torch_run):
     assert all(a["value"] < 0.4 for a in record["history"][:-1])
     assert record["seconds"] > 0 and record["eval_seconds"] > 0
     json.dumps(record)
-    lines = [json.loads(l.split(":::MLLOG ", 1)[1]) for l in open(log) if ":::MLLOG" in l]
+    lines = [json.loads(l.split(":::MLLOG ", 1)[1])
+             for l in pathlib.Path(log).read_text().splitlines() if ":::MLLOG" in l]
     keys = [l["key"] for l in lines]
     assert keys[0] == "submission_benchmark" and "run_start" in keys
     assert keys.count("eval_accuracy") == len(record["history"])
@@ -69,7 +71,7 @@ def test_a3c_reaches_a_low_return(tmp_path, one_torch_thread):
     out = str(tmp_path / "runs.jsonl")
     assert main(["train", "a3c", "--backend", "torch", "--target", "return=25",
                  "--max-minutes", "2", "--eval-every", "5", "-o", out]) == 0
-    record = json.loads(open(out).read().splitlines()[-1])
+    record = json.loads(pathlib.Path(out).read_text().splitlines()[-1])
     assert record["reached"] and record["metric"] == "return" and record["dataset"] == "CartPole-v1"
     assert record["steps"] >= 1 and record["eval_seconds"] == 0.0
 
@@ -80,7 +82,7 @@ def test_cli_appends_records(fm32, tmp_path, capsys, one_torch_thread):
             "--eval-every", "10", "--max-steps", "100", "-o", out]
     assert main(args) == 0
     assert main(args + ["--seed", "1"]) == 0
-    records = [json.loads(l) for l in open(out).read().splitlines()]
+    records = [json.loads(l) for l in pathlib.Path(out).read_text().splitlines()]
     assert [r["seed"] for r in records] == [0, 1]
     assert "reached at step" in capsys.readouterr().out
 

@@ -160,8 +160,8 @@ def test_synthetic_images_written_as_voc_give_valid_batches(tmp_path):
     for k in range(3):
         image, boxes, labels = db.synthetic_image(k, 30 + 10 * k, 50, num_classes=20,
                                                   max_boxes=4)
-        images["%06d" % k] = image
-        annotations["%06d" % k] = {"boxes": boxes, "labels": labels}
+        images["{:06d}".format(k)] = image
+        annotations["{:06d}".format(k)] = {"boxes": boxes, "labels": labels}
     folder = write_voc(str(tmp_path), images, annotations, {"trainval": sorted(images)})
     data = VOCDetection(folder)
     for k, image_id in enumerate(data.ids):

@@ -140,7 +140,7 @@ def test_errors_inside_the_worker_keep_their_traceback():
 def test_tbdzoo_errors_cross_the_worker_boundary_with_their_attributes(error):
     try:
         raise error
-    except Exception as e:
+    except type(error) as e:  # raised, so that the reply carries a traceback
         reply = worker.error_reply(e)
     got = remote._worker_exception(json.loads(json.dumps(reply)))
     assert type(got) is type(error) and str(got) == str(error) and got.args == error.args

@@ -25,19 +25,28 @@ construction check, run by in-process models, worker-backed ones (before the wor
 the worker itself.
 """
 import importlib
+import os
 import time
 from collections import OrderedDict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import schedules, weights as weights_io
 from ..spec import initial_weights
+from ..spec.program import Program
 from ..spec.targets import StepRandomState
 from .common import batches, op_support, optimizers
 from . import programs
 from ..errors import NonFiniteStepError
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
+
+# The public methods' annotations: a batch maps input names to arrays (NumPy, or what
+# np.asarray takes); weights and gradients map canonical parameter names to NumPy arrays.
+Batch = Mapping[str, Any]
+Arrays = Dict[str, np.ndarray]
+PathLike = Union[str, bytes, "os.PathLike"]  # weights.path_of's rule
 
 
 def check_buildable(model_def, hparams, backend):
@@ -124,11 +133,11 @@ class BackendModel(object):
 
     # -- data -----------------------------------------------------------------------
     @property
-    def program(self):
+    def program(self) -> Optional[Program]:
         """The graph's training program, or None for a graph with one loss (graph.loss)."""
         return self.spec.program
 
-    def synthetic_batch(self, seed=0, batch_size=None):
+    def synthetic_batch(self, seed: int = 0, batch_size: Optional[int] = None) -> Arrays:
         """NumPy arrays keyed by the spec's input names, canonical layouts; for a program of
         several updates, every update's examples (tbdzoo/backends/programs.py). ``batch_size``
         None keeps the config's; a bad ``seed`` or ``batch_size`` raises HyperparameterError."""
@@ -141,7 +150,7 @@ class BackendModel(object):
                 self.spec, self.program, size, seed)
         return self.model_def.synthetic_batch(self.hparams, size, seed)
 
-    def prepare_batch(self, batch):
+    def prepare_batch(self, batch: Union[Batch, "Prepared"]) -> "Prepared":
         if isinstance(batch, Prepared):
             if batch.backend != self.backend:
                 raise ValueError("batch was prepared for {}, not {}".format(batch.backend,
@@ -187,10 +196,10 @@ class BackendModel(object):
                              getattr(self.model_def, "check_batch", None), self.hparams)
 
     # -- training and inference ------------------------------------------------------
-    def learning_rate(self):
+    def learning_rate(self) -> float:
         return schedules.learning_rate(self.hparams, self.step_count)
 
-    def train_step(self, batch, sync=True):
+    def train_step(self, batch: Union[Batch, "Prepared"], sync: bool = True) -> Any:
         """One optimizer step with the scheduled learning rate; returns the loss (a float).
 
         ``sync=False`` lets a backend with an asynchronous device queue the step and return
@@ -258,7 +267,7 @@ class BackendModel(object):
                 return None
             if bool(bad):
                 self.group_steps.update(group_steps)
-                first = [i for i, (_, f) in enumerate(flags) if bool(f)][0]
+                first = next(i for i, (_, f) in enumerate(flags) if bool(f))
                 error = self._nonfinite_error([flags[first][0]])
                 if saved is not None and first > 0:
                     _note_undone_updates(error)
@@ -351,7 +360,7 @@ class BackendModel(object):
             native.append((phase_index, ready))
         return Prepared(self.backend, native, prepared.items)
 
-    def step_targets(self, batch):
+    def step_targets(self, batch: Batch) -> Arrays:
         """The written inputs the targets step makes for ``batch`` at the current step, stacked
         as a step's batch holds them (docs/programs.md): ``dict(batch, **step_targets(batch))``
         replays them, so another backend, or another seed, sees exactly these targets. A
@@ -391,23 +400,23 @@ class BackendModel(object):
         return programs.call_targets(self.spec, self.program, values, inputs, self.hparams, rng)
 
     @property
-    def group_steps(self):
+    def group_steps(self) -> Dict[str, int]:
         """Updates each parameter group has taken (its schedule's step counter)."""
         if getattr(self, "_group_steps", None) is None:
             self._group_steps = OrderedDict((g, 0) for g in self.program.groups)
         return self._group_steps
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait until every queued step has finished (a no-op on synchronous backends); raises
         the NonFiniteStepError of the first queued step that came out non-finite."""
         self._raise_deferred()
 
-    def train_steps(self, batch, steps):
+    def train_steps(self, batch: Union[Batch, "Prepared"], steps: int) -> List[Any]:
         """``steps`` optimizer steps on one batch; returns their losses."""
         prepared = self.prepare_batch(batch)
         return [self.train_step(prepared) for _ in range(steps)]
 
-    def predict(self, batch):
+    def predict(self, batch: Union[Batch, "Prepared"]) -> Any:
         """The graph's output in inference mode, NumPy (or what ModelDef.inference returns),
         from a batch holding the inputs inference reads (no labels needed); a Prepared batch
         as it is."""
@@ -424,7 +433,7 @@ class BackendModel(object):
             part.update(self._run_targets(part, 0))
         return np.asarray(self._predict(Prepared(self.backend, self._prepare(part), size)))
 
-    def values(self, batch, names):
+    def values(self, batch: Batch, names: Sequence[str]) -> Arrays:
         """{node name: NumPy value} of graph nodes ``names`` in inference mode, from a NumPy
         ``batch`` holding the inputs they read (a model's inference hook reads these)."""
         needed = [n for n in self.spec.inputs if n in programs.values_read(self.spec, names)]
@@ -464,7 +473,7 @@ class BackendModel(object):
         return [n for n in self.spec.inputs
                 if n in programs.values_read(self.spec, [self.spec.output])]
 
-    def loss_and_gradients(self, batch):
+    def loss_and_gradients(self, batch: Union[Batch, "Prepared"]) -> Tuple[Any, Arrays]:
         """Training-mode loss and per-parameter gradients (canonical), without a step.
 
         For a program of several objectives: ({objective: value}, gradients), each parameter's
@@ -478,39 +487,39 @@ class BackendModel(object):
         loss, grads = self._loss_and_gradients(prepared)
         return float(loss), OrderedDict((k, np.asarray(grads[k])) for k in self.trainable_names())
 
-    def trainable_names(self):
+    def trainable_names(self) -> List[str]:
         return [n for n, p in self.spec.params().items() if p.trainable]
 
     # -- weights ------------------------------------------------------------------------
-    def get_weights(self):
+    def get_weights(self) -> Arrays:
         return self._get_weights()
 
-    def set_weights(self, weights):
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Assign a dict of canonical name -> array (get_weights' form); anything else, or a
         dict that does not match, raises WeightsError and leaves the model as it was."""
         self._set_weights(weights_io.check(self.spec, weights))
 
-    def save_weights(self, path):
+    def save_weights(self, path: PathLike) -> None:
         weights_io.save(path, self.spec, self.get_weights())
 
-    def load_weights(self, path):
+    def load_weights(self, path: PathLike) -> None:
         self._set_weights(weights_io.load(path, self.spec))
 
     # -- measuring -------------------------------------------------------------------------
     @property
-    def framework(self):
+    def framework(self) -> str:
         from .environments import framework_of
         return framework_of(self.backend)
 
-    def framework_version(self):
+    def framework_version(self) -> Optional[str]:
         return getattr(importlib.import_module(self.framework), "__version__", None)
 
-    def measure_memory(self, prepared):
+    def measure_memory(self, prepared: "Prepared") -> Dict[str, int]:
         """Measured memory categories in bytes (docs/records.md), for the ones this framework
         can report; the profiler fills the rest from the spec. Default: none."""
         return {}
 
-    def close(self):
+    def close(self) -> None:
         """Release what the model holds; a worker-backed model stops its process."""
 
     def __enter__(self):

@@ -68,7 +68,7 @@ def rows_per_input(graph, program, replay=False):
     """input -> how many batches of it one step reads (``replay``: the batch holds the targets
     step's written inputs)."""
     rows = OrderedDict((name, 0) for name in graph.inputs)
-    for index, phase in enumerate(program.phases):
+    for phase in program.phases:
         uses = phase["repeat"] if phase["batch"] == "own" else 1
         for name in inputs_of_phase(graph, program, phase, replay):
             rows[name] += uses

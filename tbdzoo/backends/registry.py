@@ -3,10 +3,12 @@ import importlib
 import os
 import sys
 from collections import OrderedDict
+from typing import Any, Dict, List, Optional
 
 from ..errors import BackendUnavailableError, UnknownNameError
 from ..models import get_model
 from . import environments
+from .base import BackendModel
 
 BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
 
@@ -16,7 +18,8 @@ def _check_backend(backend):
         raise UnknownNameError("backend", backend, BACKEND_NAMES)
 
 
-def build(name, backend="torch", config="paper", seed=0, isolate=False, device=None, **overrides):
+def build(name: str, backend: str = "torch", config: str = "paper", seed: int = 0, isolate: bool = False,
+          device: Optional[str] = None, **overrides: Any) -> BackendModel:
     """Build model ``name`` on ``backend`` with the ``config``'s hyperparameters.
 
     The model is native (a ``keras.Model``, Gluon ``HybridBlock``, ``cntk.Function`` or
@@ -33,7 +36,8 @@ def build(name, backend="torch", config="paper", seed=0, isolate=False, device=N
     return _native_class(backend)(model_def, hparams, seed, device=device)
 
 
-def build_native(name, backend, config="paper", seed=0, device=None, **overrides):
+def build_native(name: str, backend: str, config: str = "paper", seed: int = 0, device: Optional[str] = None,
+                 **overrides: Any) -> BackendModel:
     """Build in this interpreter or fail saying which environment has the framework."""
     _check_backend(backend)
     model_def = get_model(name)
@@ -50,7 +54,7 @@ def _native_class(backend):
     return importlib.import_module("tbdzoo.backends." + backend).Model
 
 
-def list_backends():
+def list_backends() -> List[Dict[str, Any]]:
     """Each backend, where it runs from here and whether that environment is ready."""
     out = []
     for backend, framework, env in environments.BACKENDS:

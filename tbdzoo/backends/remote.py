@@ -82,7 +82,7 @@ def _error_class(name, module="tbdzoo.errors"):
         return None
     try:
         cls = getattr(importlib.import_module(module), name, None)
-    except Exception:  # a module only the worker's interpreter can import
+    except Exception:  # noqa: BLE001  (a module only the worker's interpreter can import)
         return None
     return cls if isinstance(cls, type) and issubclass(cls, errors.TbdError) else None
 
@@ -304,7 +304,7 @@ class RemoteModel(BackendModel):
             self._process.stdin.write((json.dumps({"method": method, "args": args}) + "\n").encode())
             self._process.stdin.flush()
         except OSError:  # BrokenPipeError: it died since the look above
-            raise self._died(serving=request)
+            raise self._died(serving=request) from None
         line = self._read_reply(method, request, self.timeout if timeout is None else timeout,
                                 progress)
         if method != "forget":  # plumbing after the request a report should name
@@ -352,7 +352,7 @@ class RemoteModel(BackendModel):
 
     def _report_progress(self, seen, progress):
         """Pass the worker's 'tbdzoo-progress DONE TOTAL' stderr lines to ``progress``."""
-        text, end = self._read_stderr(seen)
+        text, _end = self._read_stderr(seen)
         complete = text[:text.rfind("\n") + 1]  # a half-written line waits for the next look
         for line in complete.splitlines():
             if line.startswith("tbdzoo-progress "):
@@ -406,7 +406,7 @@ class RemoteModel(BackendModel):
             if r["path"] is not None:
                 self._call(r["method"], path=r["path"], about="of " + r["what"])
             self._call("set_counters", step_count=r["step_count"], group_steps=r["group_steps"])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any failure to restart is the worker's, said below)
             self._stop()
             self._death = self._death or str(e)
             raise errors.WorkerError(
@@ -471,7 +471,7 @@ class RemoteModel(BackendModel):
         try:
             if getattr(self, "_process", None) is not None:
                 self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001  (__del__ must not raise, at interpreter exit least of all)
             pass
 
     # -- the model interface ---------------------------------------------------------------

@@ -197,7 +197,7 @@ def serve(requests, replies):
             if handler is None or method.startswith("_"):
                 raise ValueError("unknown worker method {!r}".format(method))
             reply = {"ok": True, "result": handler(**request.get("args", {}))}
-        except Exception as e:  # every failure goes back to the caller, with its traceback
+        except Exception as e:  # noqa: BLE001  (every failure goes back to the caller, with its traceback)
             reply = error_reply(e)
         replies.write(json.dumps(reply) + "\n")
         replies.flush()

@@ -64,7 +64,7 @@ def resize_image(image, size):
         from PIL import Image
     except ImportError:
         raise DatasetError("resizing images needs Pillow: install it (pip install Pillow) in "
-                           "this environment")
+                           "this environment") from None
     height, width = size
     if image.shape[:2] == (height, width):
         return image

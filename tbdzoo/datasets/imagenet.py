@@ -45,7 +45,7 @@ def _pillow():
         from PIL import Image
     except ImportError:
         raise DatasetError("decoding ImageNet's JPEGs needs Pillow: install it (pip install "
-                           "Pillow) in this environment")
+                           "Pillow) in this environment") from None
     return Image
 
 
@@ -56,7 +56,7 @@ def read_file_bytes(path):
             data = f.read()
     except OSError as e:
         raise DatasetError("{}: cannot be read ({}); fix its permissions or remove it from the "
-                           "data set".format(path, e.strerror or e))
+                           "data set".format(path, e.strerror or e)) from e
     if not data:
         raise DatasetError("{}: the file is empty (0 bytes); replace it with the image or "
                            "remove it from the data set".format(path))
@@ -80,14 +80,14 @@ def decode_jpeg(path, data=None):
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError or ValueError for bad data
         raise DatasetError("{}: not a decodable JPEG ({}: {}); the file is corrupt or "
-                           "truncated: replace it or remove it".format(path, type(e).__name__, e))
+                           "truncated: replace it or remove it".format(path, type(e).__name__, e)) from e
 
 
 def _list_dir(path):
     try:
         return sorted(os.listdir(path))
     except OSError as e:
-        raise DatasetError("{}: cannot list the folder ({})".format(path, e.strerror or e))
+        raise DatasetError("{}: cannot list the folder ({})".format(path, e.strerror or e)) from e
 
 
 def _jpegs_in(folder, besides=()):

@@ -92,7 +92,7 @@ class PNGFolder(object):
         try:
             from PIL import Image
         except ImportError:
-            raise DatasetError("reading PNGs needs Pillow: it is in requirements/main.txt")
+            raise DatasetError("reading PNGs needs Pillow: it is in requirements/main.txt") from None
         try:
             with Image.open(path) as image:
                 if image.format != "PNG":
@@ -104,7 +104,7 @@ class PNGFolder(object):
             raise
         except (OSError, ValueError, SyntaxError) as e:
             raise DatasetError("{}: cannot read the PNG ({}): truncated or corrupt".format(
-                path, e))
+                path, e)) from e
         if mode != "RGB":
             raise DatasetError("{}: colour mode {}, not RGB".format(path, mode))
         if (height, width) != (self.size, self.size):
@@ -149,10 +149,10 @@ def read_npz(path, size=None, num_classes=1000):
         raise
     except ValueError as e:
         raise DatasetError("{}: cannot load without unpickling ({}); tbdzoo reads only plain "
-                           "arrays".format(path, e))
+                           "arrays".format(path, e)) from e
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise DatasetError("{}: not a readable .npz (zip) file ({}): truncated or "
-                           "corrupt".format(path, e))
+                           "corrupt".format(path, e)) from e
     if data.dtype != np.uint8 or data.ndim != 2:
         raise DatasetError("{}: data is {} {}, not N x 3*s*s uint8".format(
             path, data.shape, data.dtype))

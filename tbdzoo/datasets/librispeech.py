@@ -43,7 +43,7 @@ def _soundfile():
         import soundfile
     except ImportError:
         raise DatasetError("reading FLAC needs soundfile: install it (pip install "
-                           "soundfile==0.14.0, pinned in requirements/main.txt)")
+                           "soundfile==0.14.0, pinned in requirements/main.txt)") from None
     return soundfile
 
 
@@ -81,7 +81,7 @@ def read_transcripts(path, speaker, chapter):
         try:
             line = raw.decode("utf-8").strip()
         except UnicodeDecodeError as e:
-            raise DatasetError("{}, line {}: not UTF-8 ({})".format(path, number, e.reason))
+            raise DatasetError("{}, line {}: not UTF-8 ({})".format(path, number, e.reason)) from e
         if not line:
             raise DatasetError("{}, line {}: empty line; each line is 'ID TRANSCRIPT'".format(
                 path, number))
@@ -163,7 +163,7 @@ class LibriSpeech(object):
             try:
                 info = sf.info(path)
             except (RuntimeError, sf.LibsndfileError) as e:
-                raise DatasetError("{}: not readable audio ({})".format(path, e))
+                raise DatasetError("{}: not readable audio ({})".format(path, e)) from e
             if info.channels != 1:
                 raise DatasetError("{}: {} channels; LibriSpeech's utterances are mono".format(
                     path, info.channels))
@@ -191,7 +191,7 @@ class LibriSpeech(object):
         try:
             samples, rate = sf.read(utt.path, dtype="float32", always_2d=False)
         except (RuntimeError, sf.LibsndfileError) as e:
-            raise DatasetError("{}: not readable audio ({})".format(utt.path, e))
+            raise DatasetError("{}: not readable audio ({})".format(utt.path, e)) from e
         return _resample(samples, rate, sample_rate)
 
     def frames(self, i, hp):
@@ -207,7 +207,7 @@ class LibriSpeech(object):
         try:
             return front.spectrogram(audio, hp["sample_rate"], hp["window_ms"], hp["hop_ms"])
         except ValueError as e:
-            raise DatasetError("{}: {}".format(self.utterances[i].path, e))
+            raise DatasetError("{}: {}".format(self.utterances[i].path, e)) from e
 
     def fitting(self, hp, too_long="error"):
         """Indices of the utterances that fit the config: at most ``max_frames`` frames, the
@@ -252,7 +252,7 @@ class LibriSpeech(object):
             warnings.warn("{}: left out {} of {} utterances that do not fit the config "
                           "(too_long='skip'), e.g. {}".format(
                               self.folder, len(skipped), len(self.utterances),
-                              self.utterances[skipped[0]].id))
+                              self.utterances[skipped[0]].id), stacklevel=2)
         if not keep:
             raise DatasetError("{}: no utterance fits max_frames {}".format(self.folder,
                                                                            hp["max_frames"]))

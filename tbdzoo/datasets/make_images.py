@@ -65,10 +65,10 @@ def read_idx(path):
         with gzip.open(path, "rb") as f:
             content = f.read()
     except OSError as e:
-        raise DatasetError("{}: cannot read it as gzip: {}".format(path, e))
+        raise DatasetError("{}: cannot read it as gzip: {}".format(path, e)) from e
     except EOFError:
         raise DatasetError("{}: the gzip stream ends early (a truncated download or copy?)".format(
-            path))
+            path)) from None
     if len(content) < 4 or content[0] != 0 or content[1] != 0 or content[2] not in IDX_TYPES:
         raise DatasetError("{}: not an idx file of unsigned bytes (its header is {})".format(
             path, content[:4].hex() or "empty"))
@@ -138,7 +138,7 @@ def _pillow():
     try:
         from PIL import Image
     except ImportError:
-        raise DatasetError("writing images needs Pillow: it is in requirements/main.txt")
+        raise DatasetError("writing images needs Pillow: it is in requirements/main.txt") from None
     return Image
 
 
@@ -286,7 +286,7 @@ def _load_photo(name, library):
     except ImportError as e:
         raise DatasetError("voc-composed draws its backgrounds from {}'s photographs, which is "
                            "not installed ({}); it is pinned in requirements/main.txt".format(
-                               library, e))
+                               library, e)) from e
     pixels = np.asarray(pixels)
     if pixels.ndim == 2:
         pixels = np.repeat(pixels[:, :, None], 3, axis=2)

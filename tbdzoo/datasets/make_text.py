@@ -79,7 +79,7 @@ def _num2words():
         from num2words import num2words
     except ImportError:
         raise DatasetError("the numbers data sets need num2words: install it (pip install "
-                           "num2words==0.5.14, pinned in requirements/main.txt)")
+                           "num2words==0.5.14, pinned in requirements/main.txt)") from None
     return num2words
 
 
@@ -161,7 +161,7 @@ def read_catalogs(lang, locale_dir=LOCALE_DIR):
             messages.setdefault(source, text)
     if bad:
         warnings.warn("{}: skipped {} of {} gettext catalogs with a bad header or encoding: {}"
-                      .format(lang, len(bad), len(paths), ", ".join(sorted(bad))))
+                      .format(lang, len(bad), len(paths), ", ".join(sorted(bad))), stacklevel=2)
     facts = {"catalogs": len(paths) - len(bad), "catalogs_skipped": bad,
              "messages_multiline_left_out": multiline, "messages_without_letters_left_out":
              no_letters, "messages": len(messages)}
@@ -190,7 +190,7 @@ def make_gettext(out_dir, seed=0, progress=None, lang="vi", train=GETTEXT_SIZES[
              "test": picked[dev:dev + test]}
     if len(pairs["train"]) < train:
         warnings.warn("{}: {} training pairs, fewer than the {} asked: the installed catalogs "
-                      "hold no more".format(lang, len(pairs["train"]), train))
+                      "hold no more".format(lang, len(pairs["train"]), train), stacklevel=2)
     _report(progress, "stages", 2, 3)
     out = _write(out_dir, pairs, lang)
     _report(progress, "stages", 3, 3)

@@ -95,7 +95,7 @@ def _convert(maker, name, text, default):
         kind = ("true or false" if isinstance(default, bool) else
                 "an integer" if isinstance(default, int) else "a number")
         raise DatasetError("{}: option {}={!r} is not {} (default {!r})".format(
-            maker.name, name, text, kind, default))
+            maker.name, name, text, kind, default)) from None
     return text
 
 
@@ -222,6 +222,6 @@ def read_manifest(folder):
             return json.load(f)
     except OSError as e:
         raise DatasetError("{}: cannot read the manifest ({}); was the folder made by `tbd data "
-                           "make`?".format(path, e.strerror))
+                           "make`?".format(path, e.strerror)) from e
     except ValueError as e:
-        raise DatasetError("{}: malformed JSON: {}".format(path, e))
+        raise DatasetError("{}: malformed JSON: {}".format(path, e)) from e

@@ -50,7 +50,7 @@ def read_lines(path):
             out.append(raw.decode("utf-8").rstrip("\r"))
         except UnicodeDecodeError as e:
             raise DatasetError("{}, line {}: not UTF-8 ({}); convert the file to UTF-8".format(
-                path, number, e.reason))
+                path, number, e.reason)) from e
     return out
 
 
@@ -104,7 +104,7 @@ class ParallelText(object):
             self.line_numbers.append(number)
         if self.skipped:
             warnings.warn("{}: left out {} pair(s) with an empty line (empty='skip'); their line "
-                          "numbers are in .skipped".format(self.src_path, len(self.skipped)))
+                          "numbers are in .skipped".format(self.src_path, len(self.skipped)), stacklevel=2)
         if not self.pairs:
             raise DatasetError("{} and {}: no sentence pairs".format(self.src_path,
                                                                      self.tgt_path))

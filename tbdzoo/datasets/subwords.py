@@ -33,7 +33,7 @@ def _sentencepiece():
         import sentencepiece
     except ImportError:
         raise DatasetError("subword vocabularies need sentencepiece: install it (pip install "
-                           "sentencepiece==0.2.3, pinned in requirements/main.txt)")
+                           "sentencepiece==0.2.3, pinned in requirements/main.txt)") from None
     return sentencepiece
 
 
@@ -78,7 +78,7 @@ class Subwords(object):
                 # sentencepiece leaves out longer sentences (4,192 bytes by default) quietly
                 max_sentence_length=max(4192, max(len(s.encode("utf-8")) for s in sentences) + 1))
         except RuntimeError as e:
-            raise DatasetError(_training_error(name, vocab_size, len(sentences), str(e)))
+            raise DatasetError(_training_error(name, vocab_size, len(sentences), str(e))) from e
         return cls(writer.getvalue(), name)
 
     @classmethod
@@ -90,7 +90,7 @@ class Subwords(object):
         try:
             return cls(data, os.path.basename(path))
         except RuntimeError as e:
-            raise DatasetError("{}: not a sentencepiece model ({})".format(path, e))
+            raise DatasetError("{}: not a sentencepiece model ({})".format(path, e)) from e
 
     def save(self, path):
         with open(path, "wb") as f:
@@ -206,7 +206,7 @@ def encode_pairs(hp, src_words, tgt_words, pairs, too_long="error", where=None):
     if skipped:
         warnings.warn("left out {} of {} sentence pairs longer than src_len {} / tgt_len - 1 {} "
                       "(too_long='skip')".format(len(skipped), len(skipped) + len(encoded),
-                                                 src_max, tgt_max))
+                                                 src_max, tgt_max), stacklevel=2)
     if not encoded:
         raise DatasetError("no sentence pair fits src_len {} and tgt_len {}".format(
             hp["src_len"], hp["tgt_len"]))

@@ -53,7 +53,7 @@ def _pillow():
         from PIL import Image
     except ImportError:
         raise DatasetError("reading and writing VOC's JPEG images needs Pillow: install it "
-                           "(pip install Pillow) in this environment")
+                           "(pip install Pillow) in this environment") from None
     return Image
 
 
@@ -118,9 +118,9 @@ def parse_annotation(path, class_names=CLASSES):
     try:
         root = ElementTree.parse(path).getroot()
     except ElementTree.ParseError as e:
-        raise DatasetError("{}: malformed XML: {}".format(path, e))
+        raise DatasetError("{}: malformed XML: {}".format(path, e)) from e
     except OSError as e:
-        raise DatasetError("{}: cannot read the annotation: {}".format(path, e))
+        raise DatasetError("{}: cannot read the annotation: {}".format(path, e)) from e
     if root.tag != "annotation":
         raise DatasetError("{}: the root element is <{}>, VOC's is <annotation>".format(
             path, root.tag))
@@ -215,7 +215,7 @@ class VOCDetection(object):
             warnings.warn("VOCDetection({!r}): skipped {} of {} images without objects (first: "
                           "{}); their ids are in .skipped".format(
                               image_set, len(self.skipped), len(self.skipped) + len(self.ids),
-                              ", ".join(self.skipped[:3])))
+                              ", ".join(self.skipped[:3])), stacklevel=2)
 
     def annotation_path(self, image_id):
         return os.path.join(self.folder, "Annotations", image_id + ".xml")
@@ -243,7 +243,7 @@ class VOCDetection(object):
             with image_module.open(path) as im:
                 pixels = np.asarray(im.convert("RGB"), dtype=np.uint8)
         except (OSError, ValueError) as e:
-            raise DatasetError("{}: cannot read the image: {}".format(path, e))
+            raise DatasetError("{}: cannot read the image: {}".format(path, e)) from e
         if pixels.shape[:2] != (note.height, note.width):
             raise DatasetError("{}: the image is {} x {} (height x width) but {} says {} x {}"
                                .format(path, pixels.shape[0], pixels.shape[1],

@@ -12,6 +12,7 @@ Imperative only: the number of kept boxes is data-dependent.
 import numpy as np
 
 from ..backends import mxnet as _shim  # noqa: F401  (numpy.bool for mxnet 1.9.1)
+# isort: split
 from ..errors import DetectionInputError
 
 import mxnet as mx  # noqa: E402

@@ -156,9 +156,10 @@ class Agent(object):
     def start(self):
         self.engine.check(self.node)
         for helper in self.engine.helpers(self.node):
-            err = open(os.path.join(self.dir, "helper-{}.err".format(helper.name)), "wb")
-            self.helpers.append((helper, subprocess.Popen(
-                helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
+            with open(os.path.join(self.dir, "helper-{}.err".format(helper.name)), "wb") as err:
+                # the helper writes to its own copy of the descriptor; ours closes here
+                self.helpers.append((helper, subprocess.Popen(
+                    helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
         argv = [sys.executable, "-m", "tbdzoo.distributed.rank", self.job_path]
         command = self.engine.rank_launcher(self.node, argv)
         if command is None:
@@ -361,7 +362,7 @@ def main(argv=None):
     try:
         agent.start()
         error = agent.supervise()
-    except Exception as e:  # the engine refused the job, or a process could not start
+    except Exception as e:  # noqa: BLE001  (the engine refused the job, or a process could not start)
         error = str(e) if isinstance(e, TbdError) else "{}: {}".format(type(e).__name__, e)
     if error is None:
         outcome = {"status": "ok", "results": agent.results()}

@@ -74,7 +74,7 @@ class Launch(object):
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise DistributedError("the run did not end within {:.0f} s and was stopped".format(timeout))
+            raise DistributedError("the run did not end within {:.0f} s and was stopped".format(timeout)) from None
         except BaseException:
             self.kill()
             raise

@@ -173,7 +173,7 @@ def main(argv=None):
         status.write(event="done", rank=world.rank)
         model.close()
         engine.finalize(world)
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001  (any end but success is reported, then the rank exits)
         status.write(event="error", error="{}: {}".format(type(e).__name__, e))
         traceback.print_exc()
         sys.stderr.flush()

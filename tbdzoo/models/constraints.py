@@ -64,7 +64,7 @@ class Rule(object):
     def _in_bounds(self, value):
         if self.low is not None and (value <= self.low if self.open_low else value < self.low):
             return False
-        if self.high is not None and (value >= self.high if self.open_high else value > self.high):
+        if self.high is not None and (value >= self.high if self.open_high else value > self.high):  # noqa: SIM103  (the two bounds read alike)
             return False
         return True
 

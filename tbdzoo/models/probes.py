@@ -456,7 +456,8 @@ def squared_error(g, hp):
 
 PROBES = OrderedDict((fn.__name__, fn) for fn in (
     conv2d, conv2d_dilated, conv2d_grouped, conv2d_depthwise, conv2d_1x1_strided, batchnorm,
-    relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence, embedding, positional_encoding, layernorm,
+    relu_add, maxpool2d, avgpool2d, avgpool2d_include_pad, global_avgpool, flatten_dense, dense_sequence,
+    embedding, positional_encoding, layernorm,
     dropout, attention_self, attention_causal, attention_cross, tied_dense,
     batchnorm_batch_stats, concat, tanh, upsample_nearest, reshape, channel_layernorm, lerp, scale,
     stop_gradient, ones_like, conv2d_input_grad, dense_input_grad, relu_grad,

@@ -1,5 +1,6 @@
 """The model registry: ``@register_model`` adds a model definition, ``get_model`` finds it."""
 from collections import OrderedDict
+from typing import List
 
 from .. import schedules
 from ..errors import HyperparameterError, UnknownNameError
@@ -110,7 +111,7 @@ def register_model(name, domain, configs, unit, items, synthetic_batch, rules=No
     return wrap
 
 
-def get_model(name):
+def get_model(name: str) -> "ModelDef":
     """The definition of a model; ``probe/<node>`` names the per-node test models."""
     if name.startswith("probe/"):
         from .probes import ALL_PROBES, get_probe
@@ -127,7 +128,7 @@ BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepsp
            "faster_rcnn")
 
 
-def list_models():
+def list_models() -> List[str]:
     """The built-in models in a fixed order (whatever order their modules were imported in),
     then any registered by the user."""
     _load_builtin()
@@ -136,4 +137,4 @@ def list_models():
 
 def _load_builtin():
     from . import resnet50, transformer, inception_v3, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
-    from . import faster_rcnn  # noqa: F401
+    from . import faster_rcnn  # noqa: F401  (registration on import)

@@ -38,7 +38,7 @@ class ImageDataset(gluon.data.Dataset):
         try:
             image = mx.image.imdecode(data, flag=1, to_rgb=True)
         except mx.base.MXNetError as e:
-            raise decoder_failure(self.source, index, e)
+            raise decoder_failure(self.source, index, e) from e
         spec = self.spec
         height, width = image.shape[:2]
         if spec.train:

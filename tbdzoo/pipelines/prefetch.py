@@ -38,7 +38,7 @@ class Prefetcher(object):
             for item in iterable:
                 if not self._put((True, item)):
                     return
-        except BaseException as e:  # handed to the consumer
+        except BaseException as e:  # noqa: BLE001  (handed to the consumer)
             self._put((False, e))
             return
         self._put((True, _END))

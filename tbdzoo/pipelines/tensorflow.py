@@ -24,8 +24,7 @@ def _dataset(source, spec, plan, seed, workers, prefetch, deterministic, batch_s
 
     def items():
         for chunk in plan:
-            for e, i in chunk:
-                yield e, i
+            yield from chunk
 
     def draw(epoch, index, shape):
         p = augment.draw(spec, seed, int(epoch), int(index), int(shape[0]), int(shape[1]))
@@ -78,7 +77,7 @@ class _Named(object):
         try:
             batch = next(self._it)
         except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
-            raise self._name(e)
+            raise self._name(e) from e
         self._done += 1
         return batch
 

@@ -34,7 +34,7 @@ class ImageDataset(torch.utils.data.Dataset):
             image = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
                                 mode=ImageReadMode.RGB)
         except RuntimeError as e:
-            raise decoder_failure(self.source, index, e)
+            raise decoder_failure(self.source, index, e) from e
         spec = self.spec
         height, width = image.shape[-2:]
         if spec.train:

@@ -7,6 +7,7 @@ Valid Python 3.6: the CNTK worker runs it.
 import datetime
 import sys
 from collections import OrderedDict
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import flops as flops_mod
 from . import memory as memory_mod
@@ -36,8 +37,10 @@ def _batch_size(batch, spec=None):
     return int(len(next(iter(batch.values()))))
 
 
-def profile(model, steps=20, warmup=5, repeats=3, batch=None, samplers=True, peak_flops=None,
-            progress=None, command=None, min_repeat_s=0.0):
+def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
+            batch: Optional[Mapping[str, Any]] = None, samplers: bool = True,
+            peak_flops: Optional[float] = None, progress: Optional[Callable[..., Any]] = None,
+            command: Optional[str] = None, min_repeat_s: float = 0.0) -> Dict[str, Any]:
     """Time ``model`` by the protocol and return a run record (docs/records.md);
     ``min_repeat_s``: each repeat runs about this long or more (tbdzoo.profiling.timing)."""
     if hasattr(model, "profile_in_worker"):

@@ -154,7 +154,8 @@ def conv2d_input_grad(dy, p, a):
             rows = slice(u * dh, u * dh + sh * (ho - 1) + 1, sh)
             cols = slice(v * dw, v * dw + sw * (wo - 1) + 1, sw)
             for g in range(groups):
-                fs, cs = slice(g * out_per_group, (g + 1) * out_per_group), slice(g * in_per_group, (g + 1) * in_per_group)
+                fs = slice(g * out_per_group, (g + 1) * out_per_group)
+                cs = slice(g * in_per_group, (g + 1) * in_per_group)
                 padded[:, cs, rows, cols] += np.einsum("nfij,fc->ncij", dy[:, fs], weight[fs, :, u, v])
     return padded[:, :, top:top + h, left:left + w]
 

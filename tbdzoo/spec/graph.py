@@ -99,7 +99,7 @@ class Graph(object):
             dtype = definition.out_dtype(in_dtypes, attrs)
             rows = self._rows_of_inputs(inputs) * _ops.rows_per_example(in_shapes, op)
         except (ValueError, AssertionError, IndexError) as e:
-            raise ValueError("node {!r} ({}): {}".format(name, op, e))
+            raise ValueError("node {!r} ({}): {}".format(name, op, e)) from e
         self.nodes[name] = Node(name, op, inputs, attrs, shape, dtype)
         self._rows[name] = rows
         self._params = None
@@ -161,7 +161,7 @@ class Graph(object):
                     full = "{}.{}".format(node.name, suffix)
                     table[full] = ParamSpec(full, shape, init, trainable, node.name)
             for node in self.nodes.values():
-                for suffix, ref in node.attrs.get("shared", {}).items():
+                for ref in node.attrs.get("shared", {}).values():
                     if ref not in table:
                         raise ValueError("node {!r} shares {!r}, which no earlier node owns".format(
                             node.name, ref))

@@ -17,7 +17,7 @@ def get(kind):
     try:
         return _REGISTRY[kind]
     except KeyError:
-        raise ValueError("unknown loss kind {!r}; known: {}".format(kind, ", ".join(_REGISTRY)))
+        raise ValueError("unknown loss kind {!r}; known: {}".format(kind, ", ".join(_REGISTRY))) from None
 
 
 def names():

@@ -21,7 +21,7 @@ def get(op):
     try:
         return _REGISTRY[op]
     except KeyError:
-        raise ValueError("unknown op {!r}; known ops: {}".format(op, ", ".join(_REGISTRY)))
+        raise ValueError("unknown op {!r}; known ops: {}".format(op, ", ".join(_REGISTRY))) from None
 
 
 def names():
@@ -513,8 +513,8 @@ class Conv2DInputGrad(_InputGrad):
         return a
 
     def infer_shape(self, in_shapes, a):
-        f, ho, wo = in_shapes[0]
-        c, h, w = a["input_shape"]
+        _f, ho, wo = in_shapes[0]
+        _c, h, w = a["input_shape"]
         if (ho, wo) != (conv_out(h, a["kernel"][0], a["stride"][0], a["padding"][0], a["dilation"][0]),
                         conv_out(w, a["kernel"][1], a["stride"][1], a["padding"][1], a["dilation"][1])):
             raise ValueError("dy {} is not what a convolution of {} gives".format(in_shapes[0],
@@ -748,7 +748,7 @@ class AdditiveAttention(OpDef):
         return "float32"
 
     def params(self, in_shapes, a):
-        (t, dq), (s, dm), units = in_shapes[0], in_shapes[1], a["units"]
+        (_, dq), (_, dm), units = in_shapes[0], in_shapes[1], a["units"]
 
         def init(fan_in):
             return a["init"] if a["init"] is not None else ("uniform", 1.0 / fan_in ** 0.5)

@@ -151,7 +151,7 @@ class Program(object):
         try:
             _targets.get(function)
         except KeyError as e:
-            raise ProgramError("targets step {!r}: {}".format(name, e.args[0]))
+            raise ProgramError("targets step {!r}: {}".format(name, e.args[0])) from e
         lists = OrderedDict()
         for field, value in (("reads", reads), ("writes", writes), ("inputs", inputs)):
             value = [value] if isinstance(value, str) else list(value)

@@ -70,7 +70,7 @@ def open_sets(data_dir):
         test = VOCDetection(data_dir, HELD_OUT_SET, keep_difficult=True, empty="keep",
                             class_names=names)
     except DatasetError as e:
-        raise _fail(data_dir, e)
+        raise _fail(data_dir, e) from e
     if not len(train) or not len(test):
         raise _fail(data_dir, "{} images to train on and {} to test".format(len(train),
                                                                              len(test)))

@@ -133,7 +133,8 @@ def train_rank(job, model, status, engine):
     agree = getattr(engine, "agree", None)
     if agree is not None:
         stop = "rank 0's decision after each evaluation, through {}".format(engine.AGREEMENT)
-        decide = lambda code: agree(world, code)  # noqa: E731
+        def decide(code):
+            return agree(world, code)
     else:
         stop = "the step budget (max_steps {}) agreed in advance".format(t["max_steps"])
         decide = None

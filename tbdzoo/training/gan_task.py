@@ -49,7 +49,7 @@ def open_gan_data(data_dir):
             raise DatasetError("{}: no such folder (the feature network's labels)".format(npz))
     except DatasetError as e:
         raise TrainingError("{}: not a data set WGAN trains from ({}); expected {}; make one "
-                            "with: {}".format(data_dir, e, LAYOUT, DATA_COMMAND))
+                            "with: {}".format(data_dir, e, LAYOUT, DATA_COMMAND)) from e
     return train, valid, npz
 
 
@@ -73,7 +73,7 @@ class GanTask(object):
             held_out = scale(valid.array())
             images, labels = read_npz_folder(npz, size=64)
         except DatasetError as e:
-            raise TrainingError("{}: {}; remake it with: {}".format(data_dir, e, DATA_COMMAND))
+            raise TrainingError("{}: {}; remake it with: {}".format(data_dir, e, DATA_COMMAND)) from e
         if len(self.train) < self.hp["batch_size"]:
             raise TrainingError("{}: {} training images; a batch needs {}".format(
                 data_dir, len(self.train), self.hp["batch_size"]))
@@ -94,8 +94,7 @@ class GanTask(object):
         """Training images without end, each epoch a permutation of (seed, epoch)."""
         epoch = 0
         while True:
-            for i in np.random.default_rng([self.seed, epoch]).permutation(len(self.train)):
-                yield i
+            yield from np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             epoch += 1
 
     def batches(self):

@@ -43,7 +43,7 @@ def _open(data_dir, split):
     except DatasetError as e:
         raise TrainingError("{}: not a data set the image models train from ({}); expected {}; "
                             "make one with: {}".format(data_dir, e, LAYOUT,
-                                                       DATA_COMMAND))
+                                                       DATA_COMMAND)) from e
 
 
 class ImageClassificationTask(object):

@@ -44,7 +44,7 @@ def open_subsets(data_dir):
                 LibriSpeech(data_dir, _subset(data_dir, HELD_OUT_SUBSETS)))
     except DatasetError as e:
         raise TrainingError("{}: not a data set Deep Speech 2 trains from ({}); expected {}; "
-                            "make one with: {}".format(data_dir, e, LAYOUT, DATA_COMMAND))
+                            "make one with: {}".format(data_dir, e, LAYOUT, DATA_COMMAND)) from e
 
 
 def greedy_ctc(classes, steps):

@@ -45,7 +45,7 @@ def parse_target(model_name, text):
         number = float(value)
     except (TypeError, ValueError):
         raise TrainingError("target {}={!r}: the value must be a number between {:g} and "
-                            "{:g}".format(name, value, metric.low, metric.high))
+                            "{:g}".format(name, value, metric.low, metric.high)) from None
     if not metric.low < number <= metric.high:
         raise TrainingError("target {}={:g} is out of range: {} takes a value above {:g} and at "
                             "most {:g}".format(name, number, name, metric.low, metric.high))

@@ -44,7 +44,7 @@ def open_pairs(data_dir, split):
     except DatasetError as e:
         raise TrainingError("{}: not a data set the translation models train from ({}); "
                             "expected {}; make one with: {}".format(data_dir, e, LAYOUT,
-                                                                     DATA_COMMAND))
+                                                                     DATA_COMMAND)) from e
 
 
 def word_ids(words):

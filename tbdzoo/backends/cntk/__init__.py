@@ -20,6 +20,6 @@ if not verbose():
 with filtered_native_stderr(BANNERS):
     import cntk  # noqa: E402,F401  (its warnings are raised here)
 
-from .model import Model  # noqa: E402
+from .model import Model  # noqa: E402  (after the filters above)
 
 __all__ = ["Model"]

@@ -538,7 +538,7 @@ def additive_attention(inputs, p, a, ctx):
     """e[t, s] = v . tanh(W_q q_t + W_m m_s) as one (T, S, A) tensor per example, masked past
     each memory's length, softmax over s, contexts as one (T, S) x (S, Dm) product."""
     query, memory, lengths = inputs
-    (t, _), (s, dm), units = query.shape, memory.shape, a["units"]
+    (t, _), (s, _), units = query.shape, memory.shape, a["units"]
     q = C.times_transpose(query, p["w_query"])            # (T, A)
     m = C.times_transpose(memory, p["w_memory"])          # (S, A)
     hidden = C.tanh(C.reshape(q, (t, 1, units)) + C.reshape(m, (1, s, units)))
@@ -556,7 +556,7 @@ def sequence_batchnorm(inputs, p, a, ctx):
     recorded for the model, which updates the running statistics after each step; an
     inference graph normalises by the running statistics. Padded steps give 0 in both."""
     x, lengths = inputs
-    steps, features = x.shape
+    steps, _features = x.shape
     mask = C.reshape(valid_steps(lengths, steps), (steps, 1))
     if ctx.inference and a["track_running_stats"]:
         mean, variance = p["running_mean"], p["running_var"]

@@ -96,7 +96,7 @@ def host(value):
         return None
     try:
         return np.asarray(value)
-    except Exception:  # a framework's device tensor NumPy cannot read without a copy
+    except Exception:  # noqa: BLE001  (a framework's device tensor NumPy cannot read without a copy)
         return None
 
 
@@ -128,7 +128,7 @@ def check(graph, facts, batch, names, uses=None, model_check=None, hparams=None)
         model_check(hparams, given)
     sequences.check_batch(graph, given)
     regions.check_batch(graph, given)
-    return OrderedDict((k, given[k] if k in given else batch[k]) for k in batch.keys())
+    return OrderedDict((k, given[k] if k in given else batch[k]) for k in batch)
 
 
 def _check_shapes(graph, batch, arrays, uses):
@@ -159,10 +159,10 @@ def _check_shapes(graph, batch, arrays, uses):
                                           "{} ({} rows for {} batches)".format(
                                               r, sizes[n], uses[n]))
                           for n, r in per_batch.items())
-        odd = [n for n in per_batch if per_batch[n] != list(per_batch.values())[0]][0]
+        odd = next(n for n in per_batch if per_batch[n] != next(iter(per_batch.values())))
         raise BatchError("the batch's inputs give different batch sizes ({}); every input "
                          "holds one row per example".format(shown), input=odd,
-                         value=per_batch[odd], allowed=list(per_batch.values())[0])
+                         value=per_batch[odd], allowed=next(iter(per_batch.values())))
 
 
 def _check_values(graph, facts, name, value):

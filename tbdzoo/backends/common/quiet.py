@@ -43,7 +43,7 @@ def filtered_native_stderr(patterns):
             os.close(saved)
         yield
         return
-    held = tempfile.TemporaryFile()
+    held = tempfile.TemporaryFile()  # noqa: SIM115  (closed in the outer finally, after fd 2 is back)
     try:
         os.dup2(held.fileno(), 2)
         try:

@@ -536,7 +536,7 @@ def roi_align(F, inputs, p, a, ctx):
     pass through it receives a NaN output gradient in MXNet 1.9.1 (docs/detection.md), so the
     graph uses this form."""
     features, indices, weights = inputs
-    (c, h, w), (rois, samples, _) = ctx.in_shapes[0], ctx.in_shapes[1]
+    (c, h, w), (rois, _, _) = ctx.in_shapes[0], ctx.in_shapes[1]
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
     rows = F.reshape(F.transpose(features, axes=(0, 2, 3, 1)), shape=(-1, c))
     offsets = F.contrib.arange_like(indices, axis=0) * float(h * w)

@@ -38,8 +38,8 @@ def _load_triton_first():
     if "tensorflow" in sys.modules or importlib.util.find_spec("triton") is None:
         return
     try:
-        import triton  # noqa: F401
-    except Exception:  # a broken triton is PyTorch's problem, not a reason to fail here
+        import triton  # noqa: F401  (loaded for its side effect: before TensorFlow, see above)
+    except Exception:  # noqa: BLE001  (a broken triton is PyTorch's problem, not a reason to fail here)
         pass
 
 

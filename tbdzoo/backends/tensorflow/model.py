@@ -146,9 +146,8 @@ def value_layouts(graph):
                           for i in graph.inputs.values())
     for node in graph.nodes.values():
         ins = [layouts[i] for i in node.inputs]
-        if node.op in _NHWC_OPS or (node.op in _NHWC_IMAGE_OPS and len(node.shape) == 3):
-            layouts[node.name] = NHWC
-        elif node.op in _PASS_THROUGH_OPS and NHWC in ins:
+        if (node.op in _NHWC_OPS or (node.op in _NHWC_IMAGE_OPS and len(node.shape) == 3)
+                or (node.op in _PASS_THROUGH_OPS and NHWC in ins)):
             layouts[node.name] = NHWC
         else:
             layouts[node.name] = CANONICAL

@@ -626,7 +626,7 @@ def roi_align(features, indices, weights, a):
     if _in_xla_compilation():
         return _roi_align_gathered(features, indices, weights, a)
     h, w, c = (int(d) for d in features.shape[1:])
-    rois, samples = int(indices.shape[1]), int(indices.shape[2])
+    rois = int(indices.shape[1])
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
     n = tf.shape(features, out_type=tf.int64)[0]
     bins, taps = n * (rois * oh * ow), sr * sr * 4

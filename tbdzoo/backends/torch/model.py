@@ -972,7 +972,7 @@ def _device_kernels(device):
     from ...models.faster_rcnn.detection import kernels
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
-        import torchvision  # noqa: F401
+        import torchvision  # noqa: F401  (the NMS and proposal kernels below need it)
     except ImportError:
         pass
     else:

@@ -543,7 +543,7 @@ def sequence_batchnorm(inputs, p, a, training):
     unbiased over the n valid steps, the spec's rule) and scattered back, zeros in the padding.
     Backward then keeps only the valid rows, as ``BatchNorm1d`` over packed steps does."""
     x, lengths = inputs
-    n, t, c = x.shape
+    n, t, _c = x.shape
     rows, _ = _packing(lengths, t, x.device)
     track = a["track_running_stats"]
     y = F.batch_norm(_pack(x, rows),
@@ -583,7 +583,7 @@ def roi_align(inputs, p, a, training):
     off (sparse kernels lack bf16; under autocast the product's backward fails)."""
     features, indices, weights = inputs
     n, c, h, w = features.shape
-    rois, samples = indices.shape[1], indices.shape[2]
+    rois = indices.shape[1]
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
     rows = features.float().permute(0, 2, 3, 1).reshape(n * h * w, c)
     device, bins = features.device, n * rois * oh * ow

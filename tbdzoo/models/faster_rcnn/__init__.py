@@ -78,7 +78,8 @@ TINY = dict(PAPER, canvas=(64, 64), max_boxes=3, num_classes=4, blocks=(1, 1, 1,
             test_pre_nms=60, test_post_nms=8, rpn_min_size=1.0, rois_per_image=8, roi_size=4,
             detections_per_image=10, batch_size=2, train_examples=20, lr=1e-2)
 
-_floats = lambda: Rule(tuple, 0.0, open_low=True, item=float)  # noqa: E731
+def _floats():
+    return Rule(tuple, 0.0, open_low=True, item=float)
 
 RULES = {
     "canvas": integers(16), "max_boxes": integer(1), "num_classes": integer(2),
@@ -203,19 +204,19 @@ def check_batch(hp, batch):
                 input="gt_count", position=(i,), value=0, allowed=(1, hp["max_boxes"]))
         hw = batch["image_hw"][i] if "image_hw" in batch else hp["canvas"]
         for name, check in (
-                ("gt_boxes", lambda: check_boxes(np.asarray(batch["gt_boxes"][i])[:count],
-                                                 "example {} gt_boxes".format(i),
-                                                 image_hw=hw, positive=True)),
-                ("gt_labels", lambda: check_labels(np.asarray(batch["gt_labels"][i])[:count],
-                                                   "example {} gt_labels".format(i),
-                                                   hp["num_classes"], count))):
+                ("gt_boxes", functools.partial(check_boxes, np.asarray(batch["gt_boxes"][i])[:count],
+                                               "example {} gt_boxes".format(i),
+                                               image_hw=hw, positive=True)),
+                ("gt_labels", functools.partial(check_labels, np.asarray(batch["gt_labels"][i])[:count],
+                                                "example {} gt_labels".format(i),
+                                                hp["num_classes"], count))):
             try:
                 check()
             except DetectionInputError as e:
                 raise BatchError("batch[{!r}][{}]: {}".format(name, i, e), input=name,
                                  position=(i,), allowed="boxes inside the image with a positive "
                                  "size" if name == "gt_boxes" else
-                                 (1, hp["num_classes"]))
+                                 (1, hp["num_classes"])) from e
 
 
 def detect(model, batch):
@@ -445,7 +446,7 @@ def targets(values, inputs, hparams, rng):
     image)``, docs/detection.md). The RPN's targets read only the inputs, so every image's are
     made before the first read of the RPN's outputs (on a GPU, while it still computes them)."""
     hp = hparams
-    n, a, fh, fw = value_shape(values, RPN_LOGITS)
+    n, _a, fh, fw = value_shape(values, RPN_LOGITS)
     grid = _grid(fh, fw, hp)
     images = []
     for i in range(n):

@@ -82,7 +82,7 @@ class _Nets(object):
         x = g.add("generator.input", "dense", z, units=4 * 4 * 8 * d,
                   init=_uniform(np.sqrt(2.0 / (hp["z_dim"] + 4 * 4 * 8 * d))))
         x = g.add("generator.reshape", "reshape", x, shape=(8 * d, 4, 4))
-        for i, (cin, cout) in enumerate(((8 * d, 8 * d), (8 * d, 4 * d), (4 * d, 2 * d), (2 * d, d))):
+        for i, (_, cout) in enumerate(((8 * d, 8 * d), (8 * d, 4 * d), (4 * d, 2 * d), (2 * d, d))):
             x = self.up_block("generator.res{}".format(i + 1), x, cout)
         x = self.bn("generator.output_bn", x)
         x = g.add("generator.output_relu", "relu", x)
@@ -114,7 +114,7 @@ class _Nets(object):
         g, d = self.g, self.hp["dim"]
         share = (lambda name: owner + name) if owner else (lambda name: None)
         x = self.conv(prefix + ".input", x, d, 3, he=False, bias=True, share=share(".input"))
-        for i, (cin, cout) in enumerate(((d, 2 * d), (2 * d, 4 * d), (4 * d, 8 * d), (8 * d, 8 * d))):
+        for i, (_, cout) in enumerate(((d, 2 * d), (2 * d, 4 * d), (4 * d, 8 * d), (8 * d, 8 * d))):
             x = self.down_block(prefix, ".res{}".format(i + 1), x, cout, share)
         x = g.add(prefix + ".flatten", "reshape", x, shape=(4 * 4 * 8 * d,))
         kw = {"shared": {"weight": owner + ".output.weight", "bias": owner + ".output.bias"}} \

@@ -151,7 +151,7 @@ def run_in_threads(learners, learner):
     def body(index):
         try:
             learner(index, barrier)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001  (handed to the main thread, which raises it)
             errors.append(learner_error(index, e))
             barrier.abort()
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(learners)]

@@ -90,7 +90,7 @@ def _atari_options(options):
 
 def _atari(env_id, o):
     try:
-        import cv2  # noqa: F401  AtariPreprocessing resizes with OpenCV
+        import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
     except ImportError:
         raise MissingDependencyError(
             "Atari preprocessing resizes frames with OpenCV, which is not installed; fix: "

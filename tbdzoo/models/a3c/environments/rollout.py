@@ -97,7 +97,7 @@ class Rollout(object):
             try:
                 arrays = dict((name, data[name]) for name in data.files)
             except ValueError as e:  # an object array needs pickles
-                raise RolloutError("{} holds pickled objects, not a rollout: {}".format(path, e))
+                raise RolloutError("{} holds pickled objects, not a rollout: {}".format(path, e)) from e
         return cls(**arrays)
 
     def __eq__(self, other):

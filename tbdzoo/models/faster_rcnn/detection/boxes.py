@@ -54,7 +54,7 @@ def check_image_hw(image_hw, name="valid_hw"):
     try:
         height, width = (float(v) for v in image_hw)
     except (TypeError, ValueError):
-        raise DetectionInputError("{} must be (height, width); got {!r}".format(name, image_hw))
+        raise DetectionInputError("{} must be (height, width); got {!r}".format(name, image_hw)) from None
     if not (height > 0 and width > 0):
         raise DetectionInputError("{} = {!r} must be a positive (height, width)".format(
             name, image_hw))
