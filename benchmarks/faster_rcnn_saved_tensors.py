@@ -55,7 +55,7 @@ def main():
     p.add_argument("--top", type=int, default=8, help="shapes listed per side")
     args = p.parse_args()
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     config = get_model(bench.MODEL).configs["paper"]
     model = tbdzoo.build(bench.MODEL, backend="torch", config="paper", device="cpu",
                          precision="fp32", memory_format="channels_last",

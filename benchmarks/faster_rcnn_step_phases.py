@@ -51,7 +51,7 @@ def build(device, precision, tiny):
     """tbdzoo's model as the benchmark builds it, its prepared batch, the hyperparameters, the
     batch and the calibrated weights."""
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)

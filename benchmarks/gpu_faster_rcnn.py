@@ -207,7 +207,7 @@ def padded_canvas(hp):
 
 def run_cell(model_name, precision, compiled, device, args):
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True

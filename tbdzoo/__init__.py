@@ -4,8 +4,7 @@ from .errors import (BackendUnavailableError, TbdError, UnknownNameError, Weight
                      WorkerError)
 from .models import get_model, list_models
 from .profiling.profile import profile
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 __all__ = ["build", "list_models", "list_backends", "get_model", "profile", "TbdError", "UnknownNameError",

@@ -44,13 +44,7 @@ from .argtypes import positive_number as _positive_number
 from .argtypes import sizes as _sizes
 from .errors import TbdError, UnknownNameError
 from .models import get_model
-
-
-def _console():
-    """Rich's console; wide enough for the tables when output is not a terminal."""
-    from rich.console import Console
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+from .progress import rich_console
 
 
 # -- list ----------------------------------------------------------------------------------
@@ -59,7 +53,7 @@ def cmd_list(args):
     from .backends.registry import list_backends
     from .models import list_models
 
-    console = _console()
+    console = rich_console()
     models = Table(title="models")
     for column in ("model", "domain", "configs", "parameters (paper)", "throughput unit"):
         models.add_column(column)
@@ -89,7 +83,7 @@ def cmd_data_list(args):
     for maker in list_makers():
         table.add_row(maker.name, maker.summary,
                       " ".join("{}={}".format(k, v) for k, v in maker.options.items()))
-    _console().print(table)
+    rich_console().print(table)
     return 0
 
 
@@ -102,7 +96,7 @@ def cmd_data_make(args):
     from .datasets.makers import make
     from .progress import progress_display
 
-    console = _console()
+    console = rich_console()
     tasks = {}
     with progress_display(console, TextColumn("{task.description:<28}"), BarColumn(),
                           MofNCompleteColumn(), TimeElapsedColumn()) as progress:
@@ -128,7 +122,7 @@ class Runner(object):
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
         from .progress import progress_display
         self.args = args
-        self.console = _console()
+        self.console = rich_console()
         self.records = []
         self.mllog = None
         if getattr(args, "mllog", None):
@@ -269,7 +263,7 @@ def sweep_learners(args, overrides):
     if frames is None and seconds is None:
         seconds = 30.0
     command = " ".join(["tbd"] + sys.argv[1:])
-    console = _console()
+    console = rich_console()
 
     def on_record(record):
         if args.output:
@@ -657,7 +651,7 @@ VERBOSE_HELP = ("leave the frameworks' start-up banners and warnings on (TensorF
 
 def cmd_train(args):
     from .training.command import cmd_train as run_train
-    return run_train(args, _console())
+    return run_train(args, rich_console())
 
 
 def _leaf_parsers(sub):
@@ -674,7 +668,7 @@ def _leaf_parsers(sub):
 
 def cmd_consistency(args):
     from .consistency import command
-    return command(args, _console())
+    return command(args, rich_console())
 
 
 def main(argv=None):

@@ -10,8 +10,9 @@ first-step loss, a training-mode forward pass from the reference's weights).
 
 ``tbd consistency record`` writes one .npz per case; ``tbd consistency check`` runs every
 backend on them from the main environment (CNTK through its worker) and prints a table per
-case. ``python -m tbdzoo.consistency`` is the same command.
+case. ``python -m tbdzoo.consistency`` is the same command (its parser and command alone).
 """
+import argparse
 import fnmatch
 import os
 import sys
@@ -21,7 +22,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .backends.registry import build, build_native
-from .errors import ConsistencyReferenceError, UnknownNameError
+from .errors import ConsistencyReferenceError, TbdError, UnknownNameError
+from .progress import rich_console
 from .weights import load_arrays, save_arrays
 
 REFERENCE_BACKEND = "torch"
@@ -488,8 +490,14 @@ def _check(selected, backends, directory, console):
 
 def main(argv=None):
     """``python -m tbdzoo.consistency``: ``tbd consistency``."""
-    from .cli import main as tbd_main
-    return tbd_main(["consistency"] + list(sys.argv[1:] if argv is None else argv))
+    parser = argparse.ArgumentParser(prog="python -m tbdzoo")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["consistency"] + list(sys.argv[1:] if argv is None else argv))
+    try:
+        return command(args, rich_console())
+    except TbdError as e:
+        print("tbd: error: {}".format(e), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ def interval_from_environment():
     return value if value > 0 else DEFAULT_INTERVAL
 
 
+def rich_console():
+    """Rich's console; wide enough for the tables when output is not a terminal."""
+    from rich.console import Console
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
+
+
 def progress_display(console, *columns, **options):
     """rich.progress.Progress(*columns, console=console, **options) on a terminal, else a
     :class:`PlainProgress` writing to the same console."""

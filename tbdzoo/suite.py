@@ -5,11 +5,8 @@ memory and threads never disturb another's figures, and a crash or an out-of-mem
 record with ``status`` 'oom' or 'error' while the rest goes on. Each record is appended to the
 JSONL file as soon as its run finishes, so an interrupted suite keeps every finished record.
 """
-import functools
-import glob
 import json
 import os
-import subprocess
 import threading
 from collections import OrderedDict
 
@@ -18,6 +15,7 @@ from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
 from .models.registry import EXECUTION_DEFAULTS
+from .pipelines.measure import INPUT_BOUND_WAIT
 from .profiling.profile import failed_record
 
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
@@ -33,14 +31,6 @@ CPU_BATCH_SIZES = {"resnet50": 8, "transformer": 16, "inception_v3": 4, "wgan": 
 # a 600 x 600 canvas and 32 RoIs make it 0.55 TFLOP, the same network and program.
 CPU_OVERRIDES = {"deepspeech2": {"max_frames": 100},
                  "faster_rcnn": {"canvas": (600, 600), "rois_per_image": 32}}
-
-# The device a backend's model picks when none is named, asked of the backend's own class in
-# its own environment (as a run's worker would build it), so this process imports no framework.
-_DEVICE_PROBE = ("import sys\n"
-                 "from tbdzoo.backends.registry import _native_class\n"
-                 "model = _native_class(sys.argv[1])\n"
-                 "print(model._resolve_device(model.__new__(model), None))\n")
-
 
 def ready_backends():
     return [b["name"] for b in list_backends() if b["ready"]]
@@ -98,42 +88,12 @@ class MemoryCap(object):
             pass
 
 
-def machine_has_gpu():
-    """Whether any GPU device node exists; without one no framework can pick a GPU."""
-    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg"))
-
-
-@functools.lru_cache(maxsize=None)
-def default_device(backend):
-    """'cpu' or 'cuda:N': where ``backend`` runs when no device is named; None when its
-    environment cannot say (the run itself then reports why)."""
-    return ask_device(backend) if machine_has_gpu() else "cpu"
-
-
-def ask_device(backend):
-    """The backend's own choice of device, asked in its environment (importing its framework
-    there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
-    try:
-        proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
-                              env=environments.worker_environment(), universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = proc.stdout.split()
-    return lines[-1] if proc.returncode == 0 and lines else None
-
-
-def on_gpu(backend, device=None):
-    """Whether a run of ``backend`` on ``device`` (None: the backend's choice) uses a GPU."""
-    return (device or default_device(backend) or "cpu").startswith("cuda")
-
-
 def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batches=True):
     """The batch a suite run uses: None (the config's own) on a GPU, for configs other than
     the paper's and when ``cpu_batches`` is off; on a CPU, the model's CPU_BATCH_SIZES."""
     if config != "paper" or not cpu_batches or model_name not in CPU_BATCH_SIZES:
         return None
-    return None if on_gpu(backend, device) else CPU_BATCH_SIZES[model_name]
+    return None if environments.on_gpu(backend, device) else CPU_BATCH_SIZES[model_name]
 
 
 def bench_overrides(model_name, backend, config="paper", device=None, cpu_batches=True):
@@ -141,7 +101,7 @@ def bench_overrides(model_name, backend, config="paper", device=None, cpu_batche
     same conditions as :func:`bench_batch_size`; empty on a GPU."""
     if config != "paper" or not cpu_batches or model_name not in CPU_OVERRIDES:
         return {}
-    return {} if on_gpu(backend, device) else dict(CPU_OVERRIDES[model_name])
+    return {} if environments.on_gpu(backend, device) else dict(CPU_OVERRIDES[model_name])
 
 
 def run_one(model_name, backend, config="paper", batch_size=None, overrides=None, **options):
@@ -286,11 +246,6 @@ def _with_data(record, model, data, timing, status=None):
     return record
 
 
-# A data-fed run is input-bound when its steps spend more than this fraction of their time
-# waiting for the next batch.
-INPUT_BOUND_WAIT = 0.1
-
-
 def append_record(path, record):
     """One JSON object per line, flushed and synced so a killed suite keeps finished runs."""
     with open(path, "a") as f:
@@ -362,4 +317,4 @@ def sweep_learners(backend, learners, run=run_async, on_record=None, **options):
 
 
 __all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record", "ready_backends", "MemoryCap",
-           "bench_batch_size", "bench_overrides", "on_gpu", "default_device", "ask_device"]
+           "bench_batch_size", "bench_overrides"]

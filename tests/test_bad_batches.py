@@ -13,7 +13,7 @@ import tbdzoo
 from tbdzoo.backends import programs
 from tbdzoo.backends.common import batches, sequences
 from tbdzoo.errors import BatchError, HyperparameterError, WeightsError
-from tbdzoo.models.registry import list_models
+from tbdzoo.models import list_models
 
 from conftest import require_backend
 

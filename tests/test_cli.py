@@ -158,18 +158,19 @@ def _bench_sizes(monkeypatch, *args):
 def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     import torch
     from tbdzoo import suite
+    from tbdzoo.backends import environments
     # this machine: the device each backend would pick, asked of the backend itself
     gpu = torch.cuda.is_available()
-    assert suite.ask_device("torch") == ("cuda:0" if gpu else "cpu")
-    assert suite.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
-    assert suite.default_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert environments.ask_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert environments.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
+    assert environments.default_device("torch") == ("cuda:0" if gpu else "cpu")
     here = None if gpu else 8
     assert suite.bench_batch_size("resnet50", "torch") == here
     assert suite.bench_batch_size("resnet50", "torch", device="cpu") == 8
     assert suite.bench_batch_size("resnet50", "torch", config="tiny") is None
     assert suite.bench_batch_size("resnet50", "torch", cpu_batches=False) is None
     # a GPU runs the configs' batch sizes; a CPU-only backend beside it keeps the small ones
-    monkeypatch.setattr(suite, "default_device", lambda b: "cuda:0" if b == "torch" else "cpu")
+    monkeypatch.setattr(environments, "default_device", lambda b: "cuda:0" if b == "torch" else "cpu")
     assert _bench_sizes(monkeypatch) == [
         ("resnet50", "torch", None), ("resnet50", "mxnet", 8), ("transformer", "torch", None),
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),

@@ -17,7 +17,7 @@ require_framework("torch")
 from tbdzoo import consistency  # noqa: E402
 from tbdzoo.backends.mxnet import Model  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
-from tbdzoo.models.registry import get_model  # noqa: E402
+from tbdzoo.models import get_model  # noqa: E402
 
 
 class ExactModel(Model):

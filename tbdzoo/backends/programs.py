@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import schedules
-from ..spec.graph import values_read
+from ..spec.reads import values_read
 from ..spec.program import objective_values
 from ..spec import targets as _targets
 

@@ -17,22 +17,15 @@ import sys
 import time
 from collections import OrderedDict
 
+from ..backends.common.engines import RANK_TIMEOUT_VARIABLE
 from ..errors import TbdError
-from .rank import (LOCAL_RANK_VARIABLE, NODE_VARIABLE, RANK_TIMEOUT_VARIABLE, STATUS_VARIABLE,
-                   engine_of)
+from .rank import LOCAL_RANK_VARIABLE, NODE_VARIABLE, STATUS_VARIABLE, engine_of
 from .world import ENVIRONMENT_VARIABLE, Node
 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0      # after a first failure: time for the others' exits to be seen
 TERMINATE_SECONDS = 5.0  # SIGTERM, then SIGKILL
 STALE_SECONDS = 3.0      # a live rank silent this long when a peer fails is blamed instead
-
-
-class Helper(object):
-    """A process an engine needs besides the ranks (MXNet's scheduler and servers)."""
-
-    def __init__(self, name, argv, env=None):
-        self.name, self.argv, self.env = name, list(argv), dict(env or {})
 
 
 class Slot(object):
@@ -159,7 +152,7 @@ class Agent(object):
             err = open(os.path.join(self.dir, "helper-{}.err".format(helper.name)), "wb")
             self.helpers.append((helper, subprocess.Popen(
                 helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
-        argv = [sys.executable, "-m", "tbdzoo.distributed.rank", self.job_path]
+        argv = [sys.executable, "-m", self.job["rank_module"], self.job_path]
         command = self.engine.rank_launcher(self.node, argv)
         if command is None:
             for slot in self.slots:

@@ -140,10 +140,11 @@ def start(job, keep=False):
 def make_job(model, backend, node, mode, per_replica, global_batch, config="paper", seed=0,
              overrides=None, protocol=None, steps=3, rank_timeout=RANK_TIMEOUT,
              step_timeout=STEP_TIMEOUT, weights_path=None, command=None, threads_per_rank=1,
-             data=None, training=None):
+             data=None, training=None, rank_module="tbdzoo.distributed.rank"):
     """The JSON job every agent and rank reads. ``node`` is a Node whose master port, when
     missing, is a free block on this host (the port and, for TensorFlow's workers, the next
-    world-size ones)."""
+    world-size ones). Each rank runs ``python -m RANK_MODULE JOB.json``: tbdzoo.distributed.rank,
+    or a module above it that adds a mode (tbdzoo.training.rank)."""
     if node.master_port is None:
         if node.nnodes > 1:
             raise DistributedError("a run over several hosts needs --master HOST:PORT, the same "
@@ -155,4 +156,5 @@ def make_job(model, backend, node, mode, per_replica, global_batch, config="pape
             "protocol": protocol or {}, "steps": steps, "node": node.to_dict(),
             "rank_timeout": rank_timeout, "step_timeout": step_timeout,
             "weights_path": weights_path, "command": command,
-            "threads_per_rank": threads_per_rank, "data": data, "training": training}
+            "threads_per_rank": threads_per_rank, "data": data, "training": training,
+            "rank_module": rank_module}

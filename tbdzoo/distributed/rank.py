@@ -15,7 +15,6 @@ import traceback
 STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
 NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
 LOCAL_RANK_VARIABLE = "TBDZOO_LOCAL_RANK_VARIABLE"  # then: the variable holding the local rank
-RANK_TIMEOUT_VARIABLE = "TBDZOO_RANK_TIMEOUT"  # --rank-timeout, for an engine's own failure detector
 HEARTBEAT_SECONDS = 1.0
 
 
@@ -89,7 +88,7 @@ def global_batch(job, model):
     return shard(model.spec, full, world.rank, world.size), model.model_def.items(model.hparams, full)
 
 
-def run_profile(job, model, status):
+def run_profile(job, model, status, engine=None):
     """Every rank runs the same protocol (collectives must match); rank 0 keeps the record."""
     from ..profiling.profile import profile
     batch, items = global_batch(job, model)
@@ -131,7 +130,7 @@ def run_data_fed(job, model, status):
                     **options)
 
 
-def run_train(job, model, status):
+def run_train(job, model, status, engine=None):
     """``steps`` steps on the shard; this rank's losses, gradient weight and weights after
     them (``weights_path`` with {rank} in it)."""
     batch = model.prepare_batch(global_batch(job, model)[0])
@@ -146,7 +145,13 @@ def run_train(job, model, status):
     return out
 
 
-def main(argv=None):
+MODES = {"profile": run_profile, "train": run_train}
+
+
+def main(argv=None, modes=None):
+    """Run the job's mode: one of MODES, or of ``modes`` that a module above this one adds
+    (tbdzoo.training.rank adds "target"), each called as ``run(job, model, status, engine)``."""
+    modes = dict(MODES, **(modes or {}))
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as f:
         job = json.load(f)
@@ -159,11 +164,7 @@ def main(argv=None):
         status.write(event="init", rank=world.rank)
         model = build(job, world, engine)
         status.write(event="built", rank=world.rank)
-        if job["mode"] == "target":
-            from ..training.distributed import train_rank
-            result = train_rank(job, model, status, engine)
-        else:
-            result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
+        result = modes[job["mode"]](job, model, status, engine)
         result.update(rank=world.rank, engine=engine.ENGINE,
                       communication=engine.communication(world.node))
         path = os.path.join(job["dir"], "result-{}.json".format(world.rank))

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections import OrderedDict
 
+from ..backends import environments
 from ..errors import DistributedError
 from ..models import get_model
 from . import launch
@@ -24,8 +25,7 @@ def _node(backend, nproc, nnodes, node_rank, master, hosts, interface, bn_mode, 
             raise DistributedError("--master is HOST:PORT, e.g. 10.0.0.1:29500, not {!r}".format(master))
         port = int(text)
     if device is None:
-        from ..suite import on_gpu
-        device = "cuda" if on_gpu(backend) else "cpu"
+        device = "cuda" if environments.on_gpu(backend) else "cpu"
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     return Node(backend, nproc=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=addr,
                 master_port=port, hosts=hosts, interface=interface, bn_mode=bn_mode, device=kind)

@@ -13,11 +13,15 @@ from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
 
-__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS"]
+__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS", "INPUT_BOUND_WAIT"]
 
 # The models whose inputs the image pipelines build; the others need readers of their own
 # (docs/pipelines.md: "Other data").
 IMAGE_MODELS = ("resnet50", "inception_v3")
+
+# A data-fed run is input-bound when its steps spend more than this fraction of their time
+# waiting for the next batch (the record's data.input_bound).
+INPUT_BOUND_WAIT = 0.1
 
 
 class TreeCpuMeter(object):

@@ -18,7 +18,7 @@ def cpu_model():
 
 def fingerprint(framework=None, framework_version=None, gpu=None):
     import numpy
-    from .. import __version__
+    from ..version import __version__
     gpu = gpu or {}
     return {
         "tbdzoo": __version__, "framework": framework, "framework_version": framework_version,

@@ -24,7 +24,7 @@ def forward_per_example(graph):
     per_node = graph.flops()
     if graph.program is None:
         return sum(per_node.values())
-    from ..spec.graph import values_read
+    from ..spec.reads import values_read
     from ..spec.program import objective_values
     total = 0
     for phase in graph.program.phases:

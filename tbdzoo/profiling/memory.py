@@ -79,7 +79,7 @@ def feature_map_elements(graph, batch_size):
 
 def _update_elements(graph, phase, batch_size):
     """Elements one update of ``phase`` keeps for backward: the nodes its objective reads."""
-    from ..spec.graph import values_read
+    from ..spec.reads import values_read
     from ..spec.program import objective_values
     values = objective_values(graph.program, phase["objective"])
     read = values_read(graph, values)

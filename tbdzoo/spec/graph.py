@@ -9,6 +9,7 @@ import json
 from collections import OrderedDict
 
 from . import ops as _ops
+from .program import Program
 
 
 SPEC_VERSION = 1
@@ -221,7 +222,6 @@ class Graph(object):
             loss = dict(data["loss"])
             g.set_loss(loss.pop("kind"), loss.pop("logits"), loss.pop("labels"), **loss)
         if data.get("program"):
-            from .program import Program
             g.set_program(Program.from_json(data["program"]))
         return g
 
@@ -236,15 +236,6 @@ class Graph(object):
         for n in self.nodes.values():
             lines.append("  {:<40} {:<22} {}".format(n.name, n.op, n.shape))
         return "\n".join(lines)
-
-
-def values_read(graph, names):
-    """Every node and input that ``names`` depend on (themselves included)."""
-    needed = set(names)
-    for node in reversed(list(graph.nodes.values())):
-        if node.name in needed:
-            needed.update(node.inputs)
-    return needed
 
 
 def _jsonable(x):

@@ -25,6 +25,7 @@ from collections import OrderedDict
 
 from . import losses as _losses
 from . import targets as _targets
+from .reads import values_read
 
 OPTIMIZER_FIELDS = OrderedDict([
     # name -> hyperparameters the formula reads (docs/optimizers.md writes each formula)
@@ -201,7 +202,6 @@ class Program(object):
     def _check_targets(self, graph):
         """Reads are nodes, inputs and writes are graph inputs, nothing read depends on what
         is written (no cycle), and some phase reads a written input."""
-        from .graph import values_read
         step = self.targets_step
         where = "targets step {!r}".format(step["name"])
         for read in step["reads"]:

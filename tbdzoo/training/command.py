@@ -76,7 +76,8 @@ def cmd_train(args, console):
     from ..progress import progress_display
 
     from .. import suite
-    from .loop import task_check, train_to_target
+    from .loop import task_check
+    from .run import train_to_target
     from .mllog import TrainingMllog
     metrics_of(args.model)
     target = parse_target(args.model, args.target or DEFAULTS[args.model]["target"])

@@ -73,7 +73,8 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     job = launch.make_job(name, backend, node, "target", per_replica, global_size, config, seed,
                           merged, rank_timeout=world.get("rank_timeout", launch.RANK_TIMEOUT),
                           step_timeout=world.get("step_timeout", launch.STEP_TIMEOUT),
-                          command=world.get("command"), training=training)
+                          command=world.get("command"), training=training,
+                          rank_module="tbdzoo.training.rank")
     run = launch.start(job)
     _follow(run, progress, target, max_minutes)
     results = run.wait()

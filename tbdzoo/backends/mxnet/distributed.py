@@ -52,7 +52,7 @@ def rank_environment(world):
 
 def helpers(node):
     """The scheduler on node 0 and one server on every node."""
-    from ...distributed import Helper
+    from ..common.engines import Helper
     roles = (["scheduler"] if node.node_rank == 0 else []) + ["server"]
     return [Helper("{}-{}".format(role, node.node_rank), [sys.executable, "-c", HELPER_CODE],
                    dict(_ps_environment(node, role), CUDA_VISIBLE_DEVICES=""))

@@ -56,7 +56,7 @@ def _configure_coordination(world):
     from tensorflow.python.distribute.collective_all_reduce_strategy import \
         coordination_config_pb2  # the module the strategy itself configures it with
     from tensorflow.python.eager import context
-    from ...distributed.rank import RANK_TIMEOUT_VARIABLE
+    from ..common.engines import RANK_TIMEOUT_VARIABLE
     seconds = float(os.environ.get(RANK_TIMEOUT_VARIABLE, 0) or 0)
     if not seconds or context.context().coordination_service is not None:
         return

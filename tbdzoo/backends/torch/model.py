@@ -9,7 +9,7 @@ from torch import nn
 
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
-from ...spec.graph import values_read
+from ...spec.reads import values_read
 from ...spec.targets import DeviceArray, HostValues
 from .. import programs
 from ..base import BackendModel, PendingTargets, Prepared
