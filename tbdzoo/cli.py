@@ -43,16 +43,26 @@ from .argtypes import positive as _positive
 from .argtypes import positive_number as _positive_number
 from .argtypes import sizes as _sizes
 from .errors import TbdError, UnknownNameError
-from .models import get_model
-from .progress import rich_console
+from .models import get_model, list_models
+from .progress import progress_display, rich_console
+from . import suite
+from .backends.common.quiet import VERBOSE_VARIABLE
+from .backends.registry import list_backends
+from .consistency import add_parser as add_consistency_parser
+from .consistency import command as consistency_command
+from .datasets.makers import list_makers, make
+from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
+from .distributed.world import BN_MODES
+from .models.constraints import COMMON
+from .pipelines.measure import open_source
+from .rl.async_learners import check_learners
+from .training.command import add_parser as add_train_parser
+from .training.command import cmd_train as run_train
 
 
 # -- list ----------------------------------------------------------------------------------
 def cmd_list(args):
     from rich.table import Table
-    from .backends.registry import list_backends
-    from .models import list_models
-
     console = rich_console()
     models = Table(title="models")
     for column in ("model", "domain", "configs", "parameters (paper)", "throughput unit"):
@@ -75,8 +85,6 @@ def cmd_list(args):
 # -- data ----------------------------------------------------------------------------------
 def cmd_data_list(args):
     from rich.table import Table
-    from .datasets.makers import list_makers
-
     table = Table(title="data sets made offline (tbd data make NAME --out DIR; docs/datasets.md)")
     for column in ("name", "what", "options (--set NAME=VALUE; defaults)"):
         table.add_column(column)
@@ -93,9 +101,6 @@ def cmd_data(args):
 
 def cmd_data_make(args):
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from .datasets.makers import make
-    from .progress import progress_display
-
     console = rich_console()
     tasks = {}
     with progress_display(console, TextColumn("{task.description:<28}"), BarColumn(),
@@ -120,7 +125,6 @@ class Runner(object):
 
     def __init__(self, args, total_runs):
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-        from .progress import progress_display
         self.args = args
         self.console = rich_console()
         self.records = []
@@ -143,7 +147,6 @@ class Runner(object):
         self.progress.__exit__(*exc)
 
     def run(self, model, backend, batch_size, overrides=None):
-        from . import suite
         label = "{} on {}".format(model, backend) + (" (batch {})".format(batch_size) if batch_size else "")
         task = self.progress.add_task(label, total=None, stage="")
 
@@ -164,7 +167,6 @@ class Runner(object):
         return self._finished(record, task)
 
     def _run_distributed(self, model, backend, batch_size, overrides, task):
-        from . import suite
         a = self.args
         self.progress.update(task, stage="{} process(es) x {} node(s)".format(a.nproc, a.nnodes))
         records = suite.run_distributed(
@@ -180,7 +182,6 @@ class Runner(object):
         return records[-1]
 
     def _finished(self, record, task):
-        from . import suite
         a = self.args
         self.records.append(record)
         if a.output:
@@ -215,7 +216,6 @@ def check_protocol(args):
 
 
 def cmd_run(args):
-    from . import suite
     check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
@@ -227,7 +227,6 @@ def cmd_run(args):
 
 
 def cmd_sweep(args):
-    from . import suite
     check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
@@ -246,8 +245,6 @@ def cmd_sweep(args):
 def sweep_learners(args, overrides):
     """``tbd sweep a3c --learners ...``: asynchronous A3C at each number of actor-learners
     (docs/a3c.md); the batch-size sweep's options that do not apply are refused."""
-    from . import suite
-    from .rl.async_learners import check_learners
     if args.batch_sizes is not None:
         raise UsageError("give --batch-sizes (a batch-size sweep) or --learners (asynchronous "
                          "A3C), not both")
@@ -309,7 +306,6 @@ def async_table(records):
 
 
 def cmd_bench(args):
-    from . import suite
     runs = suite.plan(args.models, args.backends)
     if not runs:
         print("tbd: no backend is ready; run `make env` first (see `tbd list`)", file=sys.stderr)
@@ -400,7 +396,6 @@ def data_options(args):
 def check_data(args, overrides):
     """Refuse a --data run that cannot work before anything is built: a model without a
     reader, a data-parallel run on CNTK, or a data set that the reader refuses (named file)."""
-    from .pipelines.measure import open_source
     if _distributed(args) and args.backend == "cntk":
         raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
                          "environment, which has no Pillow to decode the JPEGs; drop --nproc "
@@ -462,8 +457,6 @@ def world_options(args):
 
 
 def _distributed_flags(p, baseline=True):
-    from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
-    from .distributed.world import BN_MODES
     g = p.add_argument_group("data-parallel training (docs/distributed.md)")
     g.add_argument("--nproc", type=_positive, default=1, help="processes on this host (default 1)")
     g.add_argument("--nnodes", type=_positive, default=1, help="hosts (default 1)")
@@ -547,7 +540,6 @@ def bench_overrides(models, args):
 
 
 def _choices(option):
-    from .models.constraints import COMMON
     return COMMON[option].choices
 
 
@@ -634,9 +626,7 @@ def parser():
     data_make.add_argument("--set", type=_assignment, action="append", metavar="OPTION=VALUE",
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
-    from .training.command import add_parser as add_train_parser
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
-    from .consistency import add_parser as add_consistency_parser
     add_consistency_parser(sub)
     for command in _leaf_parsers(sub):
         # after the command too (tbd run ... --verbose); SUPPRESS keeps one given before it
@@ -650,7 +640,6 @@ VERBOSE_HELP = ("leave the frameworks' start-up banners and warnings on (TensorF
 
 
 def cmd_train(args):
-    from .training.command import cmd_train as run_train
     return run_train(args, rich_console())
 
 
@@ -667,14 +656,12 @@ def _leaf_parsers(sub):
 
 
 def cmd_consistency(args):
-    from .consistency import command
-    return command(args, rich_console())
+    return consistency_command(args, rich_console())
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.verbose:  # read by each backend as it imports its framework, here and in workers
-        from .backends.common.quiet import VERBOSE_VARIABLE
         os.environ[VERBOSE_VARIABLE] = "1"
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
                 "report": cmd_report, "data": cmd_data, "train": cmd_train,

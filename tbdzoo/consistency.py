@@ -21,10 +21,11 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from .backends.registry import build, build_native
+from .backends.registry import BACKEND_NAMES, build, build_native, list_backends
 from .errors import ConsistencyReferenceError, TbdError, UnknownNameError
 from .progress import rich_console
 from .weights import load_arrays, save_arrays
+from .models.probes import PROBES
 
 REFERENCE_BACKEND = "torch"
 STEPS = 3
@@ -83,7 +84,6 @@ WGAN_TOLERANCES = {"loss": {"rtol": 1e-6, "atol": 3e-6}}
 def cases():
     """Case name -> Case. Consistency runs use the tiny configs without dropout, whose masks no
     two frameworks draw alike."""
-    from .models.probes import PROBES
     out = OrderedDict(("probe/" + p, _case("probe/" + p)) for p in PROBES)
     out["resnet50"] = _case("resnet50")
     out["transformer"] = _case("transformer", {"dropout": 0.0})
@@ -404,7 +404,6 @@ def check_case(name, case, backend, directory):
 
 def default_backends():
     """Every ready backend but the reference."""
-    from .backends.registry import list_backends
     return [b["name"] for b in list_backends() if b["ready"] and b["name"] != REFERENCE_BACKEND]
 
 
@@ -449,7 +448,6 @@ def command(args, console):
         console.print("{} case(s) recorded in {}".format(len(selected), args.dir))
         return 0
     backends = [b for b in (args.backends or "").split(",") if b] or default_backends()
-    from .backends.registry import BACKEND_NAMES
     for backend in backends:
         if backend not in BACKEND_NAMES:
             raise UnknownNameError("backend", backend, BACKEND_NAMES)

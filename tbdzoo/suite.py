@@ -15,8 +15,10 @@ from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
 from .models.registry import EXECUTION_DEFAULTS
-from .pipelines.measure import INPUT_BOUND_WAIT
+from .pipelines.measure import data_fed, INPUT_BOUND_WAIT
 from .profiling.profile import failed_record
+from . import distributed
+from .rl.async_learners import train_a3c
 
 # Batches that keep a full-size training step to seconds on a small CPU; a GPU runs the
 # configs' own batch sizes.
@@ -122,7 +124,6 @@ def run_distributed(model_name, backend, config="paper", batch_size=None, overri
     hosts, interface, global_batch, bn_mode, rank_timeout, step_timeout). With ``baseline``
     a one-process run of the same per-replica batch comes first and gives the speedup; the
     records are returned in the order they ran (None on a node without rank 0)."""
-    from . import distributed
     overrides = dict(overrides or {})
     world = dict(world or {})
     keep = ("warmup", "steps", "repeats", "seed", "device", "samplers", "command", "data")
@@ -230,7 +231,6 @@ def _with_data(record, model, data, timing, status=None):
     options["data_dir"] = options.pop("dir")
     try:
         if model.backend in FEEDS_FROM_HERE:
-            from .pipelines.measure import data_fed
             fed = data_fed(model, **options)
         else:
             fed = model.data_fed_in_worker(**options)
@@ -284,8 +284,6 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
     frames counted) and ``asynchronous`` holds the learners, updates/s and each learner's CPU
     utilisation. It runs from this process, whose learners are the workers; a failure becomes
     a record, as for any run."""
-    from .profiling.profile import failed_record
-    from .rl.async_learners import train_a3c
     overrides = dict(overrides or {})
     try:
         result = train_a3c(backend, config, learners=learners, frames=frames, seconds=seconds,

@@ -13,7 +13,10 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
-          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/environments"]
+          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/environments",
+          "tbdzoo/version.py", "tbdzoo/progress.py", "tbdzoo/backends/common",
+          "tbdzoo/distributed", "tbdzoo/training", "tbdzoo/pipelines/__init__.py",
+          "tbdzoo/pipelines/measure.py", "tbdzoo/pipelines/augment.py", "tbdzoo/pipelines/order.py"]
 
 
 def test_shared_code_compiles_under_python36():

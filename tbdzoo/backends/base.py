@@ -35,7 +35,10 @@ from ..spec import initial_weights
 from ..spec.targets import StepRandomState
 from .common import batches, op_support, optimizers
 from . import programs
-from ..errors import NonFiniteStepError
+from ..errors import NonFiniteStepError, UnsupportedOptionError
+from ..models.constraints import integer
+from ..profiling.profile import resident_bytes
+from .environments import framework_of
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
 
@@ -56,7 +59,6 @@ def check_buildable(model_def, hparams, backend):
 def _checked_argument(name, value, low, model):
     """``value`` of synthetic_batch's argument ``name`` as an int >= ``low`` (the rule build
     applies to batch_size), or HyperparameterError naming it."""
-    from ..models.constraints import integer
     if isinstance(value, np.integer):
         value = int(value)
     return integer(low).check(name, value, model)
@@ -104,7 +106,6 @@ class BackendModel(object):
         self.spec = check_buildable(model_def, hparams, self.backend)
         self._check_options(hparams)
         if self.spec.program is not None and not self.RUNS_PROGRAMS:
-            from ..errors import UnsupportedOptionError
             raise UnsupportedOptionError(
                 "{} is a training program of {} objective(s) and {} parameter group(s), which "
                 "backend {} does not run".format(
@@ -112,7 +113,6 @@ class BackendModel(object):
                     self.backend))
         self.step_count = 0
         self.native = None
-        from ..profiling.profile import resident_bytes
         self.rss_before_build = resident_bytes()
         start = time.perf_counter()
         self._build(initial_weights(self.spec, seed))
@@ -499,7 +499,6 @@ class BackendModel(object):
     # -- measuring -------------------------------------------------------------------------
     @property
     def framework(self):
-        from .environments import framework_of
         return framework_of(self.backend)
 
     def framework_version(self):
@@ -521,7 +520,6 @@ class BackendModel(object):
 
     # -- for subclasses -------------------------------------------------------------------
     def _check_options(self, hparams):
-        from ..errors import UnsupportedOptionError
         for option, allowed in sorted(self.OPTIONS.items()):
             if hparams[option] not in allowed:
                 raise UnsupportedOptionError(
@@ -531,7 +529,6 @@ class BackendModel(object):
     def _resolve_device(self, device):
         """The device string ('cpu', 'cuda:0'); backends with accelerators override this."""
         if device not in (None, "cpu"):
-            from ..errors import UnsupportedOptionError
             raise UnsupportedOptionError("backend {} runs on the CPU only here; device {!r} "
                                          "is not available".format(self.backend, device))
         return "cpu"

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from .common.quiet import verbose
+
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # backend -> (framework module, environment)
@@ -60,7 +62,6 @@ def worker_environment():
     """os.environ for a worker: tbdzoo importable from the source tree, unbuffered output,
     TensorFlow's C++ logging quietened unless TBDZOO_VERBOSE asks for the frameworks' messages
     (it travels to the worker, whose backend then leaves its banners on too)."""
-    from .common.quiet import verbose
     env = dict(os.environ)
     env["PYTHONPATH"] = SOURCE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"

@@ -7,6 +7,7 @@ from collections import OrderedDict
 from ..errors import BackendUnavailableError, UnknownNameError
 from ..models import get_model
 from . import environments
+from .remote import RemoteModel
 
 BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
 
@@ -28,7 +29,6 @@ def build(name, backend="torch", config="paper", seed=0, isolate=False, device=N
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
     if isolate or not environments.importable_here(backend):
-        from .remote import RemoteModel
         return RemoteModel(model_def, hparams, seed, backend, device=device)
     return _native_class(backend)(model_def, hparams, seed, device=device)
 

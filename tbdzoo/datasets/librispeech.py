@@ -18,6 +18,7 @@ import collections
 import os
 import re
 import warnings
+from math import gcd
 
 import numpy as np
 
@@ -290,7 +291,6 @@ def make_batch(hp, rules, spectrograms, labels):
 
 
 def _rates(rate, target):
-    from math import gcd
     g = gcd(int(rate), int(target))
     return int(target) // g, int(rate) // g
 

@@ -22,6 +22,7 @@ import tempfile
 
 from ..errors import UnknownNameError
 from .errors import DatasetError
+from ..version import __version__
 
 __all__ = ["MAKER_MODULES", "MANIFEST", "Maker", "SystemPackageMissing", "list_makers",
            "get_maker", "parse_options", "make", "require_system_file", "read_manifest"]
@@ -196,7 +197,6 @@ def make(name, out, seed=0, options=None, progress=None):
         raise
     try:
         facts = maker.function(work, seed, progress or _no_progress, **options)
-        from ..version import __version__
         manifest = collections.OrderedDict([
             ("name", name), ("seed", seed), ("tbdzoo_version", __version__),
             ("options", dict(maker.options, **options)), ("facts", facts or {}),

@@ -21,6 +21,7 @@ from ..backends.common.engines import RANK_TIMEOUT_VARIABLE
 from ..errors import TbdError
 from .rank import LOCAL_RANK_VARIABLE, NODE_VARIABLE, STATUS_VARIABLE, engine_of
 from .world import ENVIRONMENT_VARIABLE, Node
+from ..backends.environments import worker_environment
 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 3.0      # after a first failure: time for the others' exits to be seen
@@ -139,7 +140,6 @@ class Agent(object):
 
     # -- starting ------------------------------------------------------------------------
     def _environment(self, extra):
-        from ..backends.environments import worker_environment
         env = worker_environment()
         env.setdefault("OMP_NUM_THREADS", str(self.job.get("threads_per_rank", 1)))
         env[RANK_TIMEOUT_VARIABLE] = str(self.rank_timeout)

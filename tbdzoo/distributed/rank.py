@@ -11,6 +11,13 @@ import sys
 import threading
 import time
 import traceback
+import importlib
+
+from ..models import get_model
+from ..pipelines.measure import data_fed
+from ..profiling.profile import profile
+from ..weights import save_arrays
+from .world import Node, World, gradient_weight, shard
 
 STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
 NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
@@ -54,12 +61,10 @@ def status_path():
 
 
 def engine_of(backend):
-    import importlib
     return importlib.import_module("tbdzoo.backends.{}.distributed".format(backend))
 
 
 def this_world(engine):
-    from .world import Node, World
     if os.environ.get("TBDZOO_WORLD"):
         return World.from_environment()
     node = Node.from_dict(json.loads(os.environ[NODE_VARIABLE]))
@@ -69,7 +74,6 @@ def this_world(engine):
 def build(job, world, engine):
     """The engine's model at the per-replica batch; an epoch-based learning-rate schedule
     counts epochs in steps of the global batch, as one process at that batch does."""
-    from ..models import get_model
     model_def = get_model(job["model"])
     overrides = dict(job["overrides"], batch_size=job["per_replica"])
     whole = model_def.hparams(job["config"], **dict(job["overrides"], batch_size=job["global_batch"]))
@@ -81,7 +85,6 @@ def build(job, world, engine):
 
 def global_batch(job, model):
     """The same global batch on every rank (the same seed), and this rank's part of it."""
-    from .world import gradient_weight, shard
     full = model.synthetic_batch(seed=job["data_seed"], batch_size=job["global_batch"])
     world = model.world
     model.world.gradient_weight = gradient_weight(model.spec, full, world.rank, world.size)
@@ -90,7 +93,6 @@ def global_batch(job, model):
 
 def run_profile(job, model, status, engine=None):
     """Every rank runs the same protocol (collectives must match); rank 0 keeps the record."""
-    from ..profiling.profile import profile
     batch, items = global_batch(job, model)
     p = job["protocol"]
     record = profile(model, steps=p["steps"], warmup=p["warmup"], repeats=p["repeats"],
@@ -118,7 +120,6 @@ def run_profile(job, model, status, engine=None):
 def run_data_fed(job, model, status):
     """The same protocol again, each step on the next batch of this rank's own pipeline over
     its share of every epoch of the data folder (docs/distributed.md, "Data-fed runs")."""
-    from ..pipelines.measure import data_fed
     p, options = job["protocol"], dict(job["data"])
     options["data_dir"] = options.pop("dir")
     world = model.world
@@ -140,7 +141,6 @@ def run_train(job, model, status, engine=None):
         status.write(event="step", step=i + 1)
     out = {"losses": losses, "gradient_weight": model.world.gradient_weight}
     if job.get("weights_path"):
-        from ..weights import save_arrays
         save_arrays(job["weights_path"].format(rank=model.world.rank), model.get_weights())
     return out
 

@@ -15,6 +15,8 @@ from ..errors import DistributedError
 from ..models import get_model
 from . import launch
 from .world import Node, batch_sizes
+from ..weights import load_arrays
+from .data_fed import global_data_fed
 
 
 def _node(backend, nproc, nnodes, node_rank, master, hosts, interface, bn_mode, device):
@@ -62,7 +64,6 @@ def run(model, backend, nproc=1, nnodes=1, node_rank=0, master=None, hosts=None,
         return None
     record = distributed_record(results["0"], node, per_replica, global_size, scaling, baseline)
     if data:
-        from .data_fed import global_data_fed
         record["data"] = global_data_fed(results, node, record["throughput"]["value"])
     return record
 
@@ -98,7 +99,6 @@ def train(model, backend, nproc=2, global_batch=None, steps=3, config="paper", s
     nproc); returns {"losses": the global loss of each step (sum_r w_r loss_r), "weights":
     rank 0's weights after them, "ranks": each rank's own losses, gradient weight w_r and
     weights}."""
-    from ..weights import load_arrays
     node = _node(backend, nproc, 1, 0, None, None, None, bn_mode, device)
     per_replica, global_size, _ = _sizes(model, config, overrides, None, global_batch, nproc)
     overrides.pop("batch_size", None)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..spec import Graph
 from ..spec.derivative import input_gradient
-from ..spec.program import Program
+from ..spec.program import Program, optimizer_of
 from .constraints import choice, integer, number
 from .registry import register_model
 
@@ -193,5 +193,4 @@ def build(hp):
 
 
 def _optimizer(hp):
-    from ..spec.program import optimizer_of
     return optimizer_of(hp)

@@ -12,6 +12,7 @@ from ..profiling.timing import summarize
 from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
+from ..datasets.imagenet import ImageNetFolder
 
 __all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS", "INPUT_BOUND_WAIT"]
 
@@ -116,7 +117,6 @@ def open_source(model_name, hparams, data_dir, split="train"):
         raise DatasetError("--data feeds image classification models ({}) for now; {} needs a "
                            "reader of its own data (docs/pipelines.md)".format(
                                ", ".join(IMAGE_MODELS), model_name))
-    from ..datasets.imagenet import ImageNetFolder
     source = ImageNetFolder(data_dir, split)
     if len(source.classes) > hparams["num_classes"]:
         raise DatasetError("{}: {} classes, but the model's config has {}: set "

@@ -10,6 +10,9 @@ Valid Python 3.6: workers run it.
 """
 from collections import OrderedDict
 
+from ..spec.program import objective_values
+from ..spec.reads import values_read
+
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2}
 CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch",
               "framework_runtime", "workspace")
@@ -79,8 +82,6 @@ def feature_map_elements(graph, batch_size):
 
 def _update_elements(graph, phase, batch_size):
     """Elements one update of ``phase`` keeps for backward: the nodes its objective reads."""
-    from ..spec.reads import values_read
-    from ..spec.program import objective_values
     values = objective_values(graph.program, phase["objective"])
     read = values_read(graph, values)
     nodes = [n for n in graph.nodes.values() if n.name in read]

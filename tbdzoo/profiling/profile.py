@@ -15,6 +15,7 @@ from .fingerprint import fingerprint
 from .gpu import GpuSampler, device_info, framework_device_uuid, nvml_index
 from .resident import PeakWindow, release_free_heap, resident_bytes
 from .timing import time_training
+from ..backends.programs import split_step_batch
 
 SCHEMA = "tbdzoo.run/1"
 
@@ -31,7 +32,6 @@ def _batch_size(batch, spec=None):
     """Examples in a NumPy batch: the leading dimension its arrays share; for a training
     program's step, the examples of one update (tbdzoo/backends/programs.py)."""
     if spec is not None and spec.program is not None:
-        from ..backends.programs import split_step_batch
         return int(split_step_batch(spec, spec.program, batch)[1])
     return int(len(next(iter(batch.values()))))
 

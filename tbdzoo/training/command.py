@@ -7,6 +7,13 @@ from ..argtypes import integer, non_negative, positive_number
 from .errors import TrainingError
 from .proxies import DEFAULTS, proxy_overrides
 from .targets import metrics_of, parse_target
+from .. import suite
+from ..errors import UnknownNameError
+from ..models import get_model
+from ..progress import progress_display
+from .loop import task_check
+from .mllog import TrainingMllog
+from .run import train_to_target
 
 __all__ = ["add_parser", "cmd_train"]
 
@@ -45,8 +52,6 @@ def add_parser(sub, assignment, positive):
 
 
 def _overrides(model_name, assignments):
-    from ..errors import UnknownNameError
-    from ..models import get_model
     md = get_model(model_name)
     config, proxy = proxy_overrides(model_name)
     known = md.configs[config]
@@ -73,12 +78,6 @@ def world_options(args, command):
 def cmd_train(args, console):
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    from ..progress import progress_display
-
-    from .. import suite
-    from .loop import task_check
-    from .run import train_to_target
-    from .mllog import TrainingMllog
     metrics_of(args.model)
     target = parse_target(args.model, args.target or DEFAULTS[args.model]["target"])
     if args.max_minutes <= 0:

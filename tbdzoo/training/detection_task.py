@@ -26,6 +26,8 @@ from ..datasets.voc import CLASSES, VOCDetection
 from .errors import TrainingError
 from .image_task import dataset_name
 from .proxies import DATA_COMMAND
+from ..datasets.make_images import CLASS_TOKENS
+from ..detection.evaluation import mean_average_precision
 
 __all__ = ["DetectionTask", "LAYOUT", "open_sets", "class_names", "resize_sides"]
 
@@ -44,7 +46,6 @@ def class_names(data_dir):
     except (DatasetError, AttributeError):
         name = None
     if name == "voc-composed":
-        from ..datasets.make_images import CLASS_TOKENS
         return tuple(CLASS_TOKENS)
     return CLASSES
 
@@ -177,6 +178,5 @@ class DetectionTask(object):
 
     def evaluate(self, metrics=None):
         """{"map": VOC07 mAP of the test images' detections}; ``metrics`` changes nothing."""
-        from ..detection.evaluation import mean_average_precision
         return {"map": mean_average_precision(self.detections(), self._truth,
                                               num_classes=self.hp["num_classes"])}

@@ -6,9 +6,18 @@ the step budget ``max_steps`` agreed in advance). Rank 0's record comes back wit
 it ran in. docs/distributed.md, "Training to a target". Valid Python 3.6 (CNTK's ranks)."""
 import time
 from collections import OrderedDict
+import os
 
 from ..errors import DistributedError
 from .errors import TrainingError
+from ..distributed import launch
+from ..distributed.runs import _node
+from ..distributed.world import batch_sizes
+from ..models import get_model
+from .loop import _run_supervised, task_check, TrainResult
+from .mllog import TrainingMllog
+from .proxies import proxy_overrides
+from .targets import parse_target
 
 __all__ = ["train_distributed", "train_rank", "DATA_PARALLEL_MODELS"]
 
@@ -29,12 +38,6 @@ WORLD_OPTIONS = ("nnodes", "node_rank", "master", "hosts", "interface", "global_
 def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_every, progress,
                       mllog, max_steps, overrides, workers, nproc, **world):
     """Launch the ranks and wait; returns rank 0's TrainResult (None on a node without it)."""
-    from ..distributed import launch
-    from ..distributed.runs import _node
-    from ..distributed.world import batch_sizes
-    from ..models import get_model
-    from .loop import TrainResult, task_check
-    from .proxies import proxy_overrides
     unknown = set(world) - set(WORLD_OPTIONS)
     if unknown:
         raise TrainingError("train_to_target takes no option {}; the data-parallel ones are "
@@ -122,9 +125,6 @@ def _follow(run, progress, target, max_minutes):
 
 def train_rank(job, model, status, engine):
     """One rank's run to the target; rank 0's result carries the record."""
-    from .loop import TrainResult, _run_supervised
-    from .mllog import TrainingMllog
-    from .targets import parse_target
     t = job["training"]
     world = model.world
     target = parse_target(job["model"], tuple(t["target"]))
@@ -151,7 +151,6 @@ def train_rank(job, model, status, engine):
     weights = result.details.pop("gradient_weights", None) or [1.0] * len(result.losses)
     out = {"losses": result.losses, "gradient_weights": weights, "stop": stop}
     if world.rank == 0:
-        import os
         result.details["hparams"] = OrderedDict(sorted(
             (k, list(v) if isinstance(v, tuple) else v) for k, v in model.hparams.items()))
         result.details["load_average"] = [round(x, 2) for x in os.getloadavg()]

@@ -11,6 +11,7 @@ from ..datasets.errors import DatasetError
 from ..datasets.makers import read_manifest
 from .errors import TrainingError
 from .proxies import DATA_COMMAND
+from ..datasets.imagenet import ImageNetFolder
 
 __all__ = ["ImageClassificationTask", "dataset_name"]
 
@@ -31,7 +32,6 @@ def dataset_name(data_dir):
 
 
 def _open(data_dir, split):
-    from ..datasets.imagenet import ImageNetFolder
     if not os.path.isdir(data_dir):
         raise TrainingError("{}: no such folder; the image models train from a folder in {}; "
                             "make one with: {}".format(data_dir, LAYOUT,

@@ -12,7 +12,7 @@ import os
 import time
 from collections import OrderedDict
 
-from ..backends import build
+from ..backends.registry import build
 from .errors import TrainingError
 from .proxies import proxy_overrides
 from .targets import parse_target

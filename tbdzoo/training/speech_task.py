@@ -6,6 +6,7 @@ blanks dropped): ``cer``, characters' edit distance over the references' charact
 ``wer``, the same over words. Utterances longer than the proxy's max_frames are left out of
 both, and counted in the record."""
 import os
+import warnings
 
 import numpy as np
 
@@ -96,7 +97,6 @@ class SpeechTask(object):
         self.rank, self.world_size = rank, world_size   # a data-parallel rank: see batches()
         self._output_steps = ds2.output_steps
         train, held_out = open_subsets(data_dir)
-        import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # the counts go into the record instead
             keep, test_keep = train.fitting(self.hp, ds2, "skip"), held_out.fitting(self.hp, ds2, "skip")

@@ -3,6 +3,7 @@
 import collections
 
 from .errors import TrainingError
+from ..models import list_models
 
 __all__ = ["Metric", "Target", "METRICS", "metrics_of", "parse_target"]
 
@@ -60,7 +61,6 @@ class Target(collections.namedtuple("Target", "metric value")):
 
 def metrics_of(model_name):
     if model_name not in METRICS:
-        from ..models import list_models
         if model_name not in list_models():
             raise TrainingError("unknown model {!r}; tbd train trains {}".format(
                 model_name, ", ".join(sorted(METRICS))))

@@ -13,6 +13,7 @@ import numpy as np
 from cntk.train.distributed import Communicator, data_parallel_distributed_learner
 
 from .model import Model
+from ...errors import BackendUnavailableError, UnsupportedOptionError
 
 ENGINE = "data_parallel_distributed_learner"
 LOCAL_RANK_VARIABLE = "OMPI_COMM_WORLD_LOCAL_RANK"
@@ -26,7 +27,6 @@ def communication(node):
 
 
 def check(node):
-    from ...errors import BackendUnavailableError, UnsupportedOptionError
     if node.bn_mode != "replica":
         raise UnsupportedOptionError(
             "--bn-mode {} is not available on CNTK's data_parallel_distributed_learner: it "

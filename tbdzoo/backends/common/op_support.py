@@ -10,6 +10,7 @@ import io
 import os
 
 from ...spec import ops as spec_ops
+from ...errors import UnsupportedOpError
 
 _BACKENDS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DEFINED = {}
@@ -46,7 +47,6 @@ def check(graph, backend):
     defined = _defined_functions(backend)
     for node in graph.nodes.values():
         if node.op not in defined:
-            from ...errors import UnsupportedOpError
             raise UnsupportedOpError(
                 "backend {} does not implement op {!r} (node {!r} of {}); it implements: {}. "
                 "Run the model on another backend, or add a function {!r} to {} "

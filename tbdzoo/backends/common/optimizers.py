@@ -16,6 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ...errors import UnsupportedOptionError
+
 # Each optimizer and the hyperparameters its formula reads (besides the scheduled ``lr``).
 DEFINITIONS = OrderedDict([
     ("sgd", ("momentum", "nesterov", "weight_decay")),
@@ -34,7 +36,6 @@ def check(hparams):
     """Refuse an optimizer no backend implements, naming the ones that exist."""
     name = hparams["optimizer"]
     if name not in DEFINITIONS:
-        from ...errors import UnsupportedOptionError
         raise UnsupportedOptionError("optimizer {!r} is not implemented; set optimizer to one of: "
                                      "{}".format(name, ", ".join(NAMES)))
     return name

@@ -10,6 +10,8 @@ push, so each pushes w_r g_r and applies the pulled sum, with tbdzoo's own optim
 import sys
 
 from . import Model  # the numpy.bool shim runs before mxnet is imported
+from ...errors import UnsupportedOptionError
+from ..common.engines import Helper
 import mxnet as mx  # noqa: E402
 
 ENGINE = "KVStore"
@@ -25,7 +27,6 @@ def communication(node):
 
 
 def check(node):
-    from ...errors import UnsupportedOptionError
     if node.bn_mode != "replica":
         raise UnsupportedOptionError(
             "--bn-mode {} is not available on MXNet's dist_sync kvstore: the kvstore reduces "
@@ -52,7 +53,6 @@ def rank_environment(world):
 
 def helpers(node):
     """The scheduler on node 0 and one server on every node."""
-    from ..common.engines import Helper
     roles = (["scheduler"] if node.node_rank == 0 else []) + ["server"]
     return [Helper("{}-{}".format(role, node.node_rank), [sys.executable, "-c", HELPER_CODE],
                    dict(_ps_environment(node, role), CUDA_VISIBLE_DEVICES=""))

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from . import ops
 from .model import CANONICAL, NHWC, Model, _to
+from ..common.engines import RANK_TIMEOUT_VARIABLE
 
 ENGINE = "MultiWorkerMirroredStrategy"
 _STRATEGY = []  # the one strategy of this process, made by init() before any TensorFlow op
@@ -56,7 +57,6 @@ def _configure_coordination(world):
     from tensorflow.python.distribute.collective_all_reduce_strategy import \
         coordination_config_pb2  # the module the strategy itself configures it with
     from tensorflow.python.eager import context
-    from ..common.engines import RANK_TIMEOUT_VARIABLE
     seconds = float(os.environ.get(RANK_TIMEOUT_VARIABLE, 0) or 0)
     if not seconds or context.context().coordination_service is not None:
         return

@@ -11,6 +11,7 @@ import importlib
 from ...errors import UnknownNameError, UnsupportedOptionError
 from ...models import get_model
 from .common import AsyncResult, Settings, Stop, check_learners, checked_env
+from ...backends.registry import build_native
 
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
 
@@ -30,7 +31,6 @@ class Job(object):
 
     def build_native(self, backend=None, device=None):
         """The learner's own copy (or the shared model): the job's a3c model, built here."""
-        from ...backends.registry import build_native
         return build_native("a3c", backend or self.backend, config=self.config, seed=self.seed,
                             device=device, **self.overrides)
 

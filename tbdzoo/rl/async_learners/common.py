@@ -21,6 +21,8 @@ from ...errors import HyperparameterError
 from ...models import get_model
 from ..a2c import check_environment
 from ..rollouts import observations_feed, sample_actions, split_output, update_batch
+from ...backends.base import check_buildable
+from ...spec.init import initial_weights as spec_weights
 
 
 def check_learners(learners):
@@ -348,8 +350,6 @@ class AsyncResult(object):
 def initial_weights(job):
     """The job's model's initial canonical weights (the same on every backend), built from the
     spec alone, so the parent process needs no framework."""
-    from ...backends.base import check_buildable
-    from ...spec.init import initial_weights as spec_weights
     spec = check_buildable(get_model("a3c"), job.hp, job.backend)
     return spec_weights(spec, job.seed)
 
