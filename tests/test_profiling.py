@@ -14,6 +14,7 @@ import pytest
 import tbdzoo
 from tbdzoo import suite
 from tbdzoo.profiling import cuda_memory, flops, memory, resident
+from tbdzoo.profiling.cpu import CpuMeter
 from tbdzoo.profiling.profile import classify, profile
 from tbdzoo.profiling.timing import summarize
 
@@ -423,3 +424,22 @@ def test_a_killed_suite_keeps_its_finished_records(tmp_path):
     assert len(lines) >= 1
     first = json.loads(lines[0])
     assert first["model"] == "resnet50" and first["status"] == "ok"
+
+
+def test_one_cpu_meter_counts_this_process_or_its_whole_tree():
+    """CpuMeter() reads this process alone (a profile's "cpu"); CpuMeter(tree=True) adds the
+    children, live and reaped (a data-fed run's "cpu": a DataLoader's workers), each under
+    its own keys in the records' order."""
+    alone, tree = CpuMeter(), CpuMeter(tree=True)
+    alone.start()
+    tree.start()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    a, t = alone.stop(), tree.stop()
+    assert list(a) == ["cores", "process_cores_busy", "process_utilization", "system_per_core",
+                       "source"]
+    assert list(t) == ["cores", "process_tree_cores_busy", "process_tree_utilization",
+                       "system_per_core", "source"]
+    # the child's 0.4 s of CPU shows in the tree's reading and not in the process's own
+    assert t["process_tree_cores_busy"] > a["process_cores_busy"] + 0.2
+    assert t["process_tree_utilization"] == pytest.approx(t["process_tree_cores_busy"] / t["cores"])

@@ -8,13 +8,14 @@ import time
 from collections import OrderedDict
 
 from ..datasets.errors import DatasetError
+from ..profiling.cpu import CpuMeter
 from ..profiling.timing import summarize
 from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
 from ..datasets.imagenet import ImageNetFolder
 
-__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "IMAGE_MODELS", "INPUT_BOUND_WAIT"]
+__all__ = ["data_fed", "time_data_fed", "open_source", "IMAGE_MODELS", "INPUT_BOUND_WAIT"]
 
 # The models whose inputs the image pipelines build; the others need readers of their own
 # (docs/pipelines.md: "Other data").
@@ -23,42 +24,6 @@ IMAGE_MODELS = ("resnet50", "inception_v3")
 # A data-fed run is input-bound when its steps spend more than this fraction of their time
 # waiting for the next batch (the record's data.input_bound).
 INPUT_BOUND_WAIT = 0.1
-
-
-class TreeCpuMeter(object):
-    """CPU seconds of this process and its children (live ones at the end, plus those that
-    exited and were waited for) over wall seconds, and the machine's per-core busy fraction."""
-
-    def __init__(self):
-        import psutil
-        self._psutil = psutil
-        self._me = psutil.Process()
-
-    def _tree_seconds(self):
-        total = 0.0
-        for p in [self._me] + self._me.children(recursive=True):
-            try:
-                t = p.cpu_times()
-            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                continue
-            total += t.user + t.system
-        reaped = os.times()
-        return total + reaped.children_user + reaped.children_system
-
-    def start(self):
-        self._wall = time.perf_counter()
-        self._cpu = self._tree_seconds()
-        self._psutil.cpu_percent(percpu=True)
-
-    def stop(self):
-        wall = time.perf_counter() - self._wall
-        busy = max(self._tree_seconds() - self._cpu, 0.0) / wall if wall else 0.0
-        cores = os.cpu_count() or 1
-        return OrderedDict([
-            ("cores", cores), ("process_tree_cores_busy", busy),
-            ("process_tree_utilization", busy / cores),
-            ("system_per_core", [p / 100.0 for p in self._psutil.cpu_percent(percpu=True)]),
-            ("source", "measured")])
 
 
 def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=None,
@@ -80,7 +45,7 @@ def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=N
         done += 1
         if progress:
             progress(done, total)
-    meter = TreeCpuMeter() if samplers else None
+    meter = CpuMeter(tree=True) if samplers else None
     model.synchronize()
     if meter:
         meter.start()
