@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 from ..datasets.errors import DatasetError
 from ..profiling.cpu import CpuMeter
-from ..profiling.timing import summarize
+from ..profiling.timing import summarize, time_repeats
 from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
@@ -49,25 +49,18 @@ def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=N
     model.synchronize()
     if meter:
         meter.start()
-    per_step, waits, items = [], [], None
-    for _ in range(repeats):
-        model.synchronize()
-        start, wait = time.perf_counter(), 0.0
-        for i in range(steps):
-            t = time.perf_counter()
-            batch = next(batches)
-            wait += time.perf_counter() - t
-            items = len(batch["labels"])
-            loss = model.train_step(feed(batch), sync=(i == steps - 1))
-            if loss is not None:
-                losses.append(loss)
-            done += 1
-            if progress:
-                progress(done, total)
-        model.synchronize()
-        elapsed = time.perf_counter() - start
-        per_step.append(elapsed / steps)
-        waits.append(wait / elapsed)
+    items = [None]
+
+    def next_input():
+        start = time.perf_counter()
+        batch = next(batches)
+        waited = time.perf_counter() - start
+        items[0] = len(batch["labels"])
+        return feed(batch), waited
+
+    per_step, waits, done = time_repeats(model, next_input, steps, repeats, losses, progress,
+                                         done, total)
+    items = items[0]
     step_time = summarize(per_step)
     return OrderedDict([
         ("throughput", items / step_time["median"]), ("items_per_step", items),
