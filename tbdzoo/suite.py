@@ -16,7 +16,7 @@ from .errors import TbdError
 from .models import get_model, list_models
 from .models.registry import EXECUTION_DEFAULTS
 from .pipelines.measure import data_fed, INPUT_BOUND_WAIT
-from .profiling.profile import failed_record
+from .profiling.profile import failed_record, run_record
 from . import distributed
 from .rl.async_learners import train_a3c
 
@@ -293,12 +293,10 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
         record = failed_record("a3c", backend, config, None, message, command)
         record["asynchronous"] = OrderedDict([("learners", learners)])
         return _with_options(record, "a3c", config, overrides)
-    record = failed_record("a3c", backend, config, None, None, command, status="ok")
-    del record["error"]
-    record["device"] = device or "cpu"
-    record["throughput"] = OrderedDict([("value", result.frames_per_second),
-                                        ("unit", "frames/s")])
-    record["asynchronous"] = result.record()
+    record = run_record("a3c", backend, config, "ok", None, None, [
+        ("device", device or "cpu"),
+        ("throughput", OrderedDict([("value", result.frames_per_second), ("unit", "frames/s")])),
+        ("asynchronous", result.record())], command)
     return _with_options(record, "a3c", config, overrides)
 
 

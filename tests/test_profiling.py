@@ -2,6 +2,7 @@
 import gc
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -15,7 +16,8 @@ import tbdzoo
 from tbdzoo import suite
 from tbdzoo.profiling import cuda_memory, flops, memory, resident
 from tbdzoo.profiling.cpu import CpuMeter
-from tbdzoo.profiling.profile import classify, profile
+from tbdzoo.profiling.profile import classify, failed_record, profile, run_record
+from tbdzoo.profiling.report import check_schema
 from tbdzoo.profiling.timing import summarize
 
 from conftest import require_backend
@@ -443,3 +445,22 @@ def test_one_cpu_meter_counts_this_process_or_its_whole_tree():
     # the child's 0.4 s of CPU shows in the tree's reading and not in the process's own
     assert t["process_tree_cores_busy"] > a["process_cores_busy"] + 0.2
     assert t["process_tree_utilization"] == pytest.approx(t["process_tree_cores_busy"] / t["cores"])
+
+
+def test_every_run_record_starts_and_ends_the_same_way():
+    """run_record builds the records of tbd run and tbd bench: a profile's, a failed run's and
+    an asynchronous A3C run's differ only in the figures between the head and the tail."""
+    head = ["schema", "model", "backend", "config", "status", "error", "batch_size"]
+    tail = ["env", "command", "timestamp"]
+    ok = run_record("a3c", "torch", "paper", "ok", None, None,
+                    [("device", "cpu"), ("throughput", {"value": 5.0, "unit": "frames/s"})],
+                    command="tbd bench a3c")
+    assert list(ok) == head + ["device", "throughput"] + tail
+    assert ok["command"] == "tbd bench a3c" and ok["env"]["tbdzoo"] == tbdzoo.__version__
+    failed = failed_record("resnet50", "torch", "paper", 8, "CUDA out of memory", "tbd run")
+    assert list(failed) == head + tail
+    assert (failed["status"], failed["error"], failed["batch_size"]) == (
+        "oom", "CUDA out of memory", 8)
+    for record in (ok, failed):
+        check_schema(record, "here")   # what tbd report reads
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["timestamp"])
