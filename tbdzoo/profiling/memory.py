@@ -10,6 +10,7 @@ Valid Python 3.6: workers run it.
 """
 from collections import OrderedDict
 
+from ..spec.optimizers import state_slots
 from ..spec.program import objective_values
 from ..spec.reads import values_read
 
@@ -37,16 +38,8 @@ RECURRENT_KEPT = {"lstm": 4 + 1, "gru": 3 + 1}
 
 
 def optimizer_slots(hparams):
-    """Tensors the optimizer keeps per trainable parameter: SGD's momentum buffer exists only
-    with momentum; Adam keeps its first and second moments."""
-    name = hparams["optimizer"]
-    if name == "sgd":
-        return 1 if hparams.get("momentum") else 0
-    if name == "adam":
-        return 2
-    if name == "rmsprop":  # squared-gradient average and momentum buffer (+ mean if centred)
-        return 3 if hparams.get("centered") else 2
-    return 0
+    """Tensors the optimizer keeps per trainable parameter (tbdzoo/spec/optimizers.py)."""
+    return state_slots(hparams["optimizer"], hparams)
 
 
 def _optimizer_elements(graph, hparams, trainable):

@@ -25,14 +25,13 @@ from collections import OrderedDict
 
 from . import losses as _losses
 from . import targets as _targets
+from .optimizers import OPTIMIZERS
 from .reads import values_read
 
-OPTIMIZER_FIELDS = OrderedDict([
-    # name -> hyperparameters the formula reads (docs/optimizers.md writes each formula)
-    ("sgd", ("lr", "momentum", "nesterov", "weight_decay")),
-    ("adam", ("lr", "beta1", "beta2", "eps", "weight_decay")),
-    ("rmsprop", ("lr", "alpha", "eps", "momentum", "centered", "weight_decay")),
-])
+# name -> the fields of a group's optimizer entry: its learning rate, then the table's
+# hyperparameters (tbdzoo/spec/optimizers.py)
+OPTIMIZER_FIELDS = OrderedDict((name, ("lr",) + o.hyperparameters)
+                               for name, o in OPTIMIZERS.items())
 CLIP_KINDS = ("global_norm", "value")
 HOOK_KINDS = ("clip_weights",)
 BATCH_MODES = ("own", "shared")

@@ -12,30 +12,22 @@ Frameworks' own optimizers differ (docs/backends.md says how), so backends feed 
 kernels the arguments below, which make each kernel's documented formula equal these.
 """
 import math
-from collections import OrderedDict
 
 import numpy as np
 
 from ...errors import UnsupportedOptionError
+from ...spec.optimizers import MODEL_OPTIMIZERS, OPTIMIZERS, optimizer_hyperparameters
 
-# Each optimizer and the hyperparameters its formula reads (besides the scheduled ``lr``).
-DEFINITIONS = OrderedDict([
-    ("sgd", ("momentum", "nesterov", "weight_decay")),
-    ("adam", ("beta1", "beta2", "eps", "weight_decay")),
-])
-NAMES = tuple(DEFINITIONS)
-# Optimizers that only a training program's parameter groups use (every backend implements them
-# in its program code, docs/programs.md); the reference below computes them too.
-GROUP_DEFINITIONS = OrderedDict([
-    ("rmsprop", ("alpha", "eps", "momentum", "centered", "weight_decay")),
-])
-_BOOLEAN = ("nesterov", "centered")
+# The optimizers and their hyperparameters: tbdzoo/spec/optimizers.py. A model may name
+# MODEL_OPTIMIZERS; the others only a training program's parameter groups use (every backend
+# implements them in its program code, docs/programs.md); the reference below computes all.
+NAMES = MODEL_OPTIMIZERS
 
 
 def check(hparams):
     """Refuse an optimizer no backend implements, naming the ones that exist."""
     name = hparams["optimizer"]
-    if name not in DEFINITIONS:
+    if name not in MODEL_OPTIMIZERS:
         raise UnsupportedOptionError("optimizer {!r} is not implemented; set optimizer to one of: "
                                      "{}".format(name, ", ".join(NAMES)))
     return name
@@ -43,9 +35,7 @@ def check(hparams):
 
 def hyperparameters(hparams):
     """The optimizer's own hyperparameters from ``hparams``, as Python floats and bools."""
-    name = check(hparams)
-    return OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
-                       for k in DEFINITIONS[name])
+    return optimizer_hyperparameters(check(hparams), hparams)
 
 
 def coupled_gradient(grad, weight, weight_decay):
@@ -82,13 +72,10 @@ class ReferenceOptimizer(object):
 
     def __init__(self, hparams):
         name = hparams["kind"] if "kind" in hparams else hparams["optimizer"]
-        if name in GROUP_DEFINITIONS:
-            self.name = name
-            self.hp = OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
-                                  for k in GROUP_DEFINITIONS[name])
-        else:
-            self.name = check(dict(hparams, optimizer=name))
-            self.hp = hyperparameters(dict(hparams, optimizer=name))
+        if name not in OPTIMIZERS:
+            check(dict(hparams, optimizer=name))   # the error names the optimizers there are
+        self.name = name
+        self.hp = optimizer_hyperparameters(name, hparams)
         self.t = 0
         self.state = {}
 
