@@ -89,6 +89,24 @@ def test_two_learners_share_one_torch_rmsprop_state():
     assert first.updates.tolist() == [1, 1]
 
 
+def test_two_learners_share_one_tensorflow_rmsprop_state():
+    """Each learner thread steps its own backend RMSProp over the shared variable and the one
+    shared square average (tbdzoo/backends/tensorflow/optimizers.py's fused kernel)."""
+    tf = pytest.importorskip("tensorflow")
+    from tbdzoo.rl.async_learners.tensorflow import SharedRMSprop
+    s = _settings()
+    w = np.array([1.0, -2.0, 0.5], np.float32)
+    g1, g2 = np.array([0.3, -1.0, 2.0], np.float32), np.array([-0.5, 0.2, 1.0], np.float32)
+    shared = tf.Variable(w)
+    optimizer = SharedRMSprop([shared], s, learners=2)
+    optimizer.step(0, [tf.constant(g1)], 0.1)
+    optimizer.step(1, [tf.constant(g2)], 0.1)
+    want_w, want_v = _expected(w, g1, g2, s, 0.1)
+    np.testing.assert_allclose(shared.numpy(), want_w, rtol=1e-5)
+    np.testing.assert_allclose(optimizer.slots[0].numpy(), want_v, rtol=1e-5)
+    assert optimizer.updates.tolist() == [1, 1]
+
+
 def test_the_learning_rate_anneals_with_the_frames_of_all_learners():
     s = _settings()   # 100 updates x 2 learners x 5 steps x 1 frame = 1,000 frames
     assert [s.learning_rate(f) for f in (0, 500, 1000, 2000)] == pytest.approx([0.1, 0.05, 0, 0])

@@ -94,12 +94,14 @@ class RMSProp(object):
     var -= mom), with every slot starting at zero.
     """
 
-    def __init__(self, variables, spec):
+    def __init__(self, variables, spec, square=None):
+        """``square``: square averages to share with another RMSProp over the same variables
+        (A3C's shared statistics, its learners' threads stepping one each); else its own."""
         self.variables = list(variables)
         self.alpha, self.eps = float(spec["alpha"]), float(spec["eps"])
         self.momentum, self.centered = float(spec["momentum"]), bool(spec["centered"])
         self.weight_decay = float(spec["weight_decay"])
-        self.square = _slots(self.variables, "rms")
+        self.square = list(square) if square is not None else _slots(self.variables, "rms")
         self.buffers = _slots(self.variables, "momentum")
         self.average = _slots(self.variables, "mean_grad") if self.centered else []
 
