@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tbdzoo.errors import HyperparameterError, UnsupportedOptionError
-from tbdzoo.rl import train_a3c
+from tbdzoo.rl import RunResult, train_a2c, train_a3c
 from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
 
 from conftest import require_backend
@@ -22,6 +22,7 @@ FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60}
 def test_two_learners_update_the_shared_parameters(backend):
     require_backend(backend)
     result = train_a3c(backend, "cartpole", learners=2, frames=FRAMES[backend], seed=0, **SMALL)
+    assert isinstance(result, RunResult) and result.backend == backend
     t_max = 5   # CartPole: one frame per agent step
     assert result.learners == 2 and len(result.cpu_utilisation) == 2
     assert result.frames >= FRAMES[backend]
@@ -105,6 +106,23 @@ def test_two_learners_share_one_tensorflow_rmsprop_state():
     np.testing.assert_allclose(shared.numpy(), want_w, rtol=1e-5)
     np.testing.assert_allclose(optimizer.slots[0].numpy(), want_v, rtol=1e-5)
     assert optimizer.updates.tolist() == [1, 1]
+
+
+def test_one_result_type_for_the_synchronous_and_the_asynchronous_modes():
+    """train_a2c and train_a3c both return a RunResult; an asynchronous one says so in its
+    summary and record, a synchronous one names its target."""
+    import tbdzoo
+    model = tbdzoo.build("a3c", backend="torch", config="cartpole", seed=0, **SMALL)
+    try:
+        sync = train_a2c(model, seed=0, max_updates=3, progress=lambda line: None)
+    finally:
+        model.close()
+    assert isinstance(sync, RunResult) and sync.learners is None
+    assert sync.updates == 3 and "target not reached" in sync.summary()
+    run = RunResult("CartPole-v1", backend="torch", learners=2, how="2 processes")
+    run.episode_returns = [float(r) for r in range(150)]
+    assert run.mean_return() == pytest.approx(np.mean(range(50, 150)))   # the last 100
+    assert "2 learners" in run.summary() and run.record()["episodes"] == 150
 
 
 def test_the_learning_rate_anneals_with_the_frames_of_all_learners():

@@ -3,9 +3,9 @@
 ``train_a2c`` is A3C's synchronous, seeded mode (A2C): the learners' environments step in
 lockstep, and their rollouts make one update through the backend's ``train_step``.
 """
-from .a2c import A2CResult, train_a2c
-from .async_learners import AsyncResult, train_a3c
+from .a2c import train_a2c
+from .async_learners import train_a3c
+from .record import RunResult
 from .rollouts import sample_actions, update_batch
 
-__all__ = ["train_a2c", "A2CResult", "train_a3c", "AsyncResult", "sample_actions",
-           "update_batch"]
+__all__ = ["train_a2c", "train_a3c", "RunResult", "sample_actions", "update_batch"]

@@ -10,7 +10,7 @@ import importlib
 
 from ...errors import UnknownNameError, UnsupportedOptionError
 from ...models import get_model
-from .common import AsyncResult, Settings, Stop, check_learners, checked_env
+from .common import Settings, Stop, check_learners, checked_env
 from ...backends.registry import build_native
 
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
@@ -42,7 +42,7 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     frames counted) or ``seconds``, whichever comes first. Learner i's environment is seeded
     ``seed + i``; the learners' interleaving is the operating system's, so runs are not
     repeatable (``tbdzoo.rl.train_a2c`` is the seeded mode). ``device`` is the PyTorch
-    learners' device (default 'cpu'). Returns an AsyncResult."""
+    learners' device (default 'cpu'). Returns a RunResult (tbdzoo/rl/record.py)."""
     if backend not in BACKENDS:
         raise UnknownNameError("backend", backend, BACKENDS)
     if device not in (None, "cpu") and backend != "torch":
@@ -59,4 +59,4 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     return importlib.import_module(__name__ + "." + backend).train(job)
 
 
-__all__ = ["train_a3c", "AsyncResult", "check_learners", "BACKENDS"]
+__all__ = ["train_a3c", "check_learners", "BACKENDS"]

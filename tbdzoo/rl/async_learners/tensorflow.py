@@ -6,8 +6,8 @@ environment and its own copy (a model of its own, built before the threads start
 Keras names layers from one global counter); before each rollout one compiled function assigns
 the shared variables to the copy, the copy's compiled gradient function runs, and the
 learner's compiled update clips the gradients to the global norm and applies the backend's
-RMSProp to the shared variables and slots. Nothing is locked: TensorFlow runs each call's kernels outside
-the GIL, so the threads overlap in them.
+RMSProp to the shared variables and slots. Nothing is locked: TensorFlow runs each call's
+kernels outside the GIL, so the threads overlap in them.
 """
 import functools
 import time
@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from ...backends.tensorflow.optimizers import RMSProp
-from .common import (AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_in_threads,
+from ..record import RunResult
+from .common import (Counters, cpu_seconds, make_envs, predictor, run_in_threads,
                      run_learner)
 
 
@@ -75,7 +76,7 @@ def train(job):
         reports[index] = (returns, cpu_seconds(thread=True) - cpu)
         envs.close()
     start = run_in_threads(job.learners, learner)
-    result = AsyncResult("tensorflow", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="tensorflow", learners=job.learners, how=
                          "{} threads on one shared model".format(job.learners))
     for returns, _ in reports:
         result.episode_returns.extend(returns)

@@ -17,7 +17,8 @@ import torch
 import torch.multiprocessing as mp
 
 from ...backends.torch.optimizers import RMSProp, set_learning_rate
-from .common import (AsyncResult, Counters, learn_in_process, make_envs, reported_to_parent,
+from ..record import RunResult
+from .common import (Counters, learn_in_process, make_envs, reported_to_parent,
                      run_processes)
 
 
@@ -59,7 +60,7 @@ def train(job):
                for index in range(job.learners)]
     start, reports = run_processes(workers, barrier, queue)
     counters = Counters(*counts.numpy())
-    result = AsyncResult("torch", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="torch", learners=job.learners, how=
                          "{} processes ({}), model in shared memory".format(
                              job.learners, ctx.get_start_method()))
     for _, returns, _ in reports:
