@@ -4,6 +4,8 @@ import platform
 import socket
 import sys
 
+import numpy
+
 from ..version import __version__
 
 
@@ -19,7 +21,6 @@ def cpu_model():
 
 
 def fingerprint(framework=None, framework_version=None, gpu=None):
-    import numpy
     gpu = gpu or {}
     return {
         "tbdzoo": __version__, "framework": framework, "framework_version": framework_version,

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from . import ops
 from .model import CANONICAL, NHWC, Model, _to
+from .optimizers import dense
 from ..common.engines import RANK_TIMEOUT_VARIABLE
 
 ENGINE = "MultiWorkerMirroredStrategy"
@@ -234,7 +235,6 @@ class DistributedModel(Model):
     def _reduce_gradients(self, grads):
         if not self._reducing:
             return grads
-        from .optimizers import dense
         context = tf.distribute.get_replica_context()
         weighted = [dense(g) * self._weight for g in grads]
         return context.all_reduce(tf.distribute.ReduceOp.SUM, weighted)
