@@ -89,7 +89,7 @@ def main():
         out = subprocess.run([sys.executable, "-m", "benchmarks.data_pipelines", "--framework",
                               framework, "--dir", args.dir, "--batches", str(args.batches),
                               "--rounds", str(args.rounds), "--batch-size", str(args.batch_size)],
-                             stdout=subprocess.PIPE, universal_newlines=True, check=True,
+                             stdout=subprocess.PIPE, text=True, check=True,
                              cwd=ROOT).stdout
         rows += json.loads(out.split("ROWS ", 1)[1])
     load.append(os.getloadavg()[0])

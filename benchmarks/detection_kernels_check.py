@@ -14,14 +14,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid  # noqa: E402
-from tbdzoo.detection import torch_proposals, torch_roi_align  # noqa: E402
+from tbdzoo.detection import torch_proposals, torch_roi_align
+from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid
 from tbdzoo.models.faster_rcnn.detection import kernels
-from tbdzoo.models.faster_rcnn.detection.proposals import proposals  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.proposals import proposals
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
 
 MAP_HW, IMAGE_HW = (38, 64), (600.0, 1000.0)
 

@@ -15,14 +15,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tbdzoo.models.faster_rcnn.detection.anchors import anchors  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.boxes import iou  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.postprocess import detections  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.proposals import EVAL, TRAIN, proposals  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points  # noqa: E402
-from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois  # noqa: E402
+from tbdzoo.models.faster_rcnn.detection.anchors import anchors
+from tbdzoo.models.faster_rcnn.detection.boxes import iou
+from tbdzoo.models.faster_rcnn.detection.postprocess import detections
+from tbdzoo.models.faster_rcnn.detection.proposals import EVAL, TRAIN, proposals
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois
 
 HEIGHT, WIDTH = 600, 1000
 GT = np.array([[50.0, 60.0, 300.0, 400.0], [400.0, 100.0, 700.0, 500.0], [720.0, 300.0, 990.0, 590.0]])

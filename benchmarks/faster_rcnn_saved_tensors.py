@@ -17,9 +17,9 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks import gpu_faster_rcnn as bench  # noqa: E402
+from benchmarks import gpu_faster_rcnn as bench
 
 
 def saved_bytes(step):
@@ -52,7 +52,7 @@ def main():
     p.add_argument("--top", type=int, default=8, help="shapes listed per side")
     args = p.parse_args()
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     config = get_model(bench.MODEL).configs["paper"]
     model = tbdzoo.build(bench.MODEL, backend="torch", config="paper", device="cpu",
                          precision="fp32", memory_format="channels_last",

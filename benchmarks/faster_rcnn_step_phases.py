@@ -20,10 +20,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks import gpu_faster_rcnn as bench  # noqa: E402
-from benchmarks.gpu_recurrent import synchronize  # noqa: E402
+from benchmarks import gpu_faster_rcnn as bench
+from benchmarks.gpu_recurrent import synchronize
 
 # (module attribute, phase name): what each phase times
 PHASES = (("models.faster_rcnn", "rpn_targets", "anchor targets"),
@@ -48,7 +48,7 @@ def build(device, precision, tiny):
     """tbdzoo's model as the benchmark builds it, its prepared batch, the hyperparameters, the
     batch and the calibrated weights."""
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
@@ -81,6 +81,7 @@ def step_times(step, device, warmup, steps):
 def phase_times(model, prepared, device, warmup, steps):
     """Each phase's times over ``steps`` steps, the functions wrapped for the length of the call."""
     import importlib
+
     from tbdzoo.backends.torch import model as torch_model
     times, saved = {}, []
     targets = [(importlib.import_module("tbdzoo." + module), attr, name)

@@ -57,15 +57,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import nn
 
-from benchmarks import harness  # noqa: E402
-from tbdzoo.models.a3c import environments  # noqa: E402
-from tbdzoo.models import get_model  # noqa: E402
+from benchmarks import harness
+from tbdzoo.models import get_model
+from tbdzoo.models.a3c import environments
 
 CONTENDERS = ("tbdzoo", "classic", "hogwild")
 KEY = ("model", "device", "learners")

@@ -26,8 +26,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from tbdzoo import suite  # noqa: E402
-from tbdzoo.distributed import run  # noqa: E402
+from tbdzoo import suite
+from tbdzoo.distributed import run
 
 DEFAULT_BATCHES = {"resnet50": 256, "transformer": 1024}
 

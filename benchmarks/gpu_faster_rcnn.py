@@ -72,11 +72,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:  # also imported as a module of benchmarks/ by path
     sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from benchmarks import harness  # noqa: E402
-from benchmarks.gpu_recurrent import first_loss  # noqa: E402
+from benchmarks import harness
+from benchmarks.gpu_recurrent import first_loss
 
 MODEL = "faster_rcnn"
 OBJECTS = 3             # objects in the image (a VOC image holds 2.5 on average)
@@ -97,8 +97,7 @@ def benchmark_batch(hp, config_canvas, seed=0):
     """One image of IMAGE_HEIGHT of the config's canvas height and its whole width, OBJECTS
     rectangles of distinct colours, on the model's canvas (tbdzoo's batch layout,
     docs/models/faster_rcnn.md)."""
-    from tbdzoo.datasets.detection_batch import empty_batch, normalize, put_example, \
-        synthetic_image
+    from tbdzoo.datasets.detection_batch import empty_batch, normalize, put_example, synthetic_image
     h, w = image_hw(config_canvas)
     objects = min(OBJECTS, hp["max_boxes"])
     batch = empty_batch(1, hp["canvas"], hp["max_boxes"])
@@ -207,7 +206,7 @@ def padded_canvas(hp):
 
 def run_cell(model_name, precision, compiled, device, args):
     import tbdzoo
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     cuda = device.startswith("cuda")
     # the flags tbdzoo's precision option sets for its own steps, here for torchvision's too
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True

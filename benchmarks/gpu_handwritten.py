@@ -66,7 +66,7 @@ def resnet_state(weights):
     return state
 
 
-class OneLossBaseline(object):
+class OneLossBaseline:
     """A baseline's step: its ``loss()`` under its autocast, backward, its optimizer's update;
     a subclass sets ``net``, ``opt``, ``autocast`` and ``loss``."""
 
@@ -157,6 +157,7 @@ def marian_from_tbdzoo(hp, weights):
     interleaved sinusoid table: the same function as tbdzoo's Transformer (Q, K and V stay
     three GEMMs; the zero final_logits_bias stays)."""
     from transformers import MarianMTModel
+
     from tbdzoo.spec.tables import sinusoid_table
     net = MarianMTModel._from_config(marian_config(hp), attn_implementation="sdpa")
     state = marian_state(hp, weights)

@@ -149,7 +149,7 @@ def fast_optimizer(device):
     return {"fused": True} if str(device).startswith("cuda") else {"foreach": True}
 
 
-class WganBaseline(object):
+class WganBaseline:
     """One layout's generator, critic, optimizers and compiled or eager losses."""
 
     def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
@@ -242,7 +242,7 @@ class WganBaseline(object):
 
 
 # -- Inception-v3 ---------------------------------------------------------------------------------
-class InceptionBaseline(object):
+class InceptionBaseline:
     def __init__(self, hp, weights, batch, device, precision, compiled, channels_last):
         import torchvision
         fmt = torch.channels_last if channels_last else torch.contiguous_format

@@ -23,11 +23,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import tbdzoo  # noqa: E402
-from tbdzoo.errors import NonFiniteStepError  # noqa: E402
+import tbdzoo
+from tbdzoo.errors import NonFiniteStepError
 
 SHAPES = {"resnet50": {"batch_size": 256},  # benchmarks/gpu_handwritten.py's, the paper's
           "transformer": {"batch_size": 128, "src_len": 128, "tgt_len": 128}}

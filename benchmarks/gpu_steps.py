@@ -16,9 +16,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import torch  # noqa: E402
+import torch
 
-import tbdzoo  # noqa: E402
+import tbdzoo
 
 
 def cell(model, precision, steps, repeats):

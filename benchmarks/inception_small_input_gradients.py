@@ -14,10 +14,9 @@ import argparse
 
 import numpy as np
 
-
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (first: it orders the triton import)
-from tbdzoo import consistency  # noqa: E402
-from tbdzoo.backends.registry import build, build_native  # noqa: E402
+import tbdzoo.backends.tensorflow  # noqa: F401  (first: it orders the triton import)
+from tbdzoo import consistency
+from tbdzoo.backends.registry import build, build_native
 
 
 def loss_and_gradients(model, weights, batch):

@@ -10,9 +10,8 @@ seconds; run the variants alternately, each in a fresh process.
 import argparse
 import time
 
-
-from tbdzoo.backends.mxnet import ops  # noqa: E402
-from tbdzoo.backends.registry import build  # noqa: E402
+from tbdzoo.backends.mxnet import ops
+from tbdzoo.backends.registry import build
 
 
 def fused_batchnorm(exact):

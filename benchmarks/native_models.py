@@ -700,7 +700,7 @@ def run_alone(model_name, backend, batch_size, warmup, steps, repeats, knobs):
             proc = subprocess.run(
                 [sys.executable, "-m", "benchmarks.native_models", "--backend", backend, "--only",
                  name] + _with(knobs, "--repeats", "1"), stdout=subprocess.PIPE,
-                universal_newlines=True, cwd=os.path.dirname(HERE))
+                text=True, cwd=os.path.dirname(HERE))
             if proc.returncode != 0:
                 raise RuntimeError("{} {} failed in repeat {} (its error is above)".format(
                     backend, name, r + 1))
@@ -803,7 +803,7 @@ def main(argv=None, default_model=None):
     for backend in backends:
         print("timing {} ...".format(backend), file=sys.stderr, flush=True)
         proc = subprocess.run([sys.executable, "-m", "benchmarks.native_models", "--backend",
-                               backend] + knobs, stdout=subprocess.PIPE, universal_newlines=True,
+                               backend] + knobs, stdout=subprocess.PIPE, text=True,
                               cwd=os.path.dirname(HERE))
         if proc.returncode != 0:
             print("{} failed (its error is above)".format(backend), file=sys.stderr)

@@ -28,6 +28,7 @@ HW, SIZE, SR, STRIDE = (38, 50), (14, 14), 2, 16
 def inputs(rois, channels):
     """(features (1, C, H, W), indices, weights (1, R, S, 4)) from random RoIs on 600 x 800."""
     import numpy as np
+
     from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(0)
     x1, y1 = rng.uniform(0, 700, rois), rng.uniform(0, 500, rois)
@@ -40,6 +41,7 @@ def inputs(rois, channels):
 
 def tensorflow_step(form, features, indices, weights, upstream):
     import tensorflow as tf
+
     from tbdzoo.backends.tensorflow import ops
     attrs = {"output_size": SIZE, "sampling_ratio": SR}
     op = ops._roi_align_gathered if form.startswith("gathered") else ops.roi_align
@@ -59,6 +61,7 @@ def mxnet_step(form, features, indices, weights, upstream):
     from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
     # isort: split
     import mxnet as mx
+
     from tbdzoo.backends.mxnet import ops
     attrs = {"output_size": SIZE, "sampling_ratio": SR}
     ctx = ops.GraphContext({}, False)

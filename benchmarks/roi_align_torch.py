@@ -15,7 +15,6 @@ import statistics
 import time
 
 
-
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,8 +26,9 @@ def main():
     import numpy as np
     import torch
     import torchvision
-    from tbdzoo.reference import bilinear_taps
+
     from tbdzoo.backends.torch import ops
+    from tbdzoo.reference import bilinear_taps
 
     h, w, size, sr = 38, 50, (14, 14), 2
     rng = np.random.RandomState(0)

@@ -65,7 +65,7 @@ def run_in_child(model, backend, seed, args):
         command += ["--target", args.target]
     if args.eval_every:
         command += ["--eval-every", str(args.eval_every)]
-    done = subprocess.run(command, capture_output=True, universal_newlines=True, cwd=ROOT)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("RECORD "):
             return json.loads(line[len("RECORD "):])

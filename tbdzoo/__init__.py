@@ -1,12 +1,9 @@
 """tbdzoo: training benchmarks of DNN models, written once, on four frameworks."""
 from .backends import build, list_backends
-from .errors import (BackendUnavailableError, TbdError, UnknownNameError, WeightsError,
-                     WorkerError)
+from .errors import BackendUnavailableError, TbdError, UnknownNameError, WeightsError, WorkerError
 from .models import get_model, list_models
 from .profiling.profile import profile
-
-__version__ = "0.1.0"
-
+from .version import __version__
 
 __all__ = ["build", "list_models", "list_backends", "get_model", "profile", "TbdError", "UnknownNameError",
            "BackendUnavailableError", "WeightsError", "WorkerError", "__version__"]

@@ -32,6 +32,7 @@ import os
 import sys
 from collections import OrderedDict
 
+from . import suite
 from .argtypes import assignment as _assignment
 from .argtypes import byte_size as _bytes
 from .argtypes import integer as _integer
@@ -42,24 +43,27 @@ from .argtypes import non_negative_number as _non_negative_number
 from .argtypes import positive as _positive
 from .argtypes import positive_number as _positive_number
 from .argtypes import sizes as _sizes
+from .backends.common.quiet import VERBOSE_VARIABLE
+from .backends.registry import list_backends
+from .consistency import add_parser as add_consistency_parser
+from .consistency import command as consistency_command
+from .datasets.makers import list_makers, make
+from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
+from .distributed.world import BN_MODES
 from .errors import TbdError, UnknownNameError
-from .models import get_model
-
-
-def _console():
-    """Rich's console; wide enough for the tables when output is not a terminal."""
-    from rich.console import Console
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+from .models import get_model, list_models
+from .models.constraints import COMMON
+from .pipelines.measure import open_source
+from .progress import progress_display, rich_console
+from .rl.async_learners import check_learners
+from .training.command import add_parser as add_train_parser
+from .training.command import cmd_train as run_train
 
 
 # -- list ----------------------------------------------------------------------------------
 def cmd_list(args):
     from rich.table import Table
-    from .backends.registry import list_backends
-    from .models import list_models
-
-    console = _console()
+    console = rich_console()
     models = Table(title="models")
     for column in ("model", "domain", "configs", "parameters (paper)", "throughput unit"):
         models.add_column(column)
@@ -81,15 +85,13 @@ def cmd_list(args):
 # -- data ----------------------------------------------------------------------------------
 def cmd_data_list(args):
     from rich.table import Table
-    from .datasets.makers import list_makers
-
     table = Table(title="data sets made offline (tbd data make NAME --out DIR; docs/datasets.md)")
     for column in ("name", "what", "options (--set NAME=VALUE; defaults)"):
         table.add_column(column)
     for maker in list_makers():
         table.add_row(maker.name, maker.summary,
                       " ".join("{}={}".format(k, v) for k, v in maker.options.items()))
-    _console().print(table)
+    rich_console().print(table)
     return 0
 
 
@@ -99,10 +101,7 @@ def cmd_data(args):
 
 def cmd_data_make(args):
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from .datasets.makers import make
-    from .progress import progress_display
-
-    console = _console()
+    console = rich_console()
     tasks = {}
     with progress_display(console, TextColumn("{task.description:<28}"), BarColumn(),
                           MofNCompleteColumn(), TimeElapsedColumn()) as progress:
@@ -121,14 +120,13 @@ def cmd_data_make(args):
 
 
 # -- runs ----------------------------------------------------------------------------------
-class Runner(object):
+class Runner:
     """Shows progress, appends each record as it arrives and emits MLPerf lines if asked."""
 
     def __init__(self, args, total_runs):
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-        from .progress import progress_display
         self.args = args
-        self.console = _console()
+        self.console = rich_console()
         self.records = []
         self.mllog = None
         if getattr(args, "mllog", None):
@@ -149,7 +147,6 @@ class Runner(object):
         self.progress.__exit__(*exc)
 
     def run(self, model, backend, batch_size, overrides=None):
-        from . import suite
         label = "{} on {}".format(model, backend) + (" (batch {})".format(batch_size) if batch_size else "")
         task = self.progress.add_task(label, total=None, stage="")
 
@@ -170,7 +167,6 @@ class Runner(object):
         return self._finished(record, task)
 
     def _run_distributed(self, model, backend, batch_size, overrides, task):
-        from . import suite
         a = self.args
         self.progress.update(task, stage="{} process(es) x {} node(s)".format(a.nproc, a.nnodes))
         records = suite.run_distributed(
@@ -186,7 +182,6 @@ class Runner(object):
         return records[-1]
 
     def _finished(self, record, task):
-        from . import suite
         a = self.args
         self.records.append(record)
         if a.output:
@@ -221,7 +216,6 @@ def check_protocol(args):
 
 
 def cmd_run(args):
-    from . import suite
     check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
@@ -233,7 +227,6 @@ def cmd_run(args):
 
 
 def cmd_sweep(args):
-    from . import suite
     check_protocol(args)
     suite.plan([args.model], [args.backend])
     overrides = overrides_for(args.model, args)
@@ -252,8 +245,6 @@ def cmd_sweep(args):
 def sweep_learners(args, overrides):
     """``tbd sweep a3c --learners ...``: asynchronous A3C at each number of actor-learners
     (docs/a3c.md); the batch-size sweep's options that do not apply are refused."""
-    from . import suite
-    from .rl.async_learners import check_learners
     if args.batch_sizes is not None:
         raise UsageError("give --batch-sizes (a batch-size sweep) or --learners (asynchronous "
                          "A3C), not both")
@@ -270,7 +261,7 @@ def sweep_learners(args, overrides):
     if frames is None and seconds is None:
         seconds = 30.0
     command = " ".join(["tbd"] + sys.argv[1:])
-    console = _console()
+    console = rich_console()
 
     def on_record(record):
         if args.output:
@@ -316,7 +307,6 @@ def async_table(records):
 
 
 def cmd_bench(args):
-    from . import suite
     runs = suite.plan(args.models, args.backends)
     if not runs:
         print("tbd: no backend is ready; run `make env` first (see `tbd list`)", file=sys.stderr)
@@ -407,7 +397,6 @@ def data_options(args):
 def check_data(args, overrides):
     """Refuse a --data run that cannot work before anything is built: a model without a
     reader, a data-parallel run on CNTK, or a data set that the reader refuses (named file)."""
-    from .pipelines.measure import open_source
     if _distributed(args) and args.backend == "cntk":
         raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
                          "environment, which has no Pillow to decode the JPEGs; drop --nproc "
@@ -469,8 +458,6 @@ def world_options(args):
 
 
 def _distributed_flags(p, baseline=True):
-    from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
-    from .distributed.world import BN_MODES
     g = p.add_argument_group("data-parallel training (docs/distributed.md)")
     g.add_argument("--nproc", type=_positive, default=1, help="processes on this host (default 1)")
     g.add_argument("--nnodes", type=_positive, default=1, help="hosts (default 1)")
@@ -554,7 +541,6 @@ def bench_overrides(models, args):
 
 
 def _choices(option):
-    from .models.constraints import COMMON
     return COMMON[option].choices
 
 
@@ -641,9 +627,7 @@ def parser():
     data_make.add_argument("--set", type=_assignment, action="append", metavar="OPTION=VALUE",
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
-    from .training.command import add_parser as add_train_parser
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
-    from .consistency import add_parser as add_consistency_parser
     add_consistency_parser(sub)
     for command in _leaf_parsers(sub):
         # after the command too (tbd run ... --verbose); SUPPRESS keeps one given before it
@@ -657,8 +641,7 @@ VERBOSE_HELP = ("leave the frameworks' start-up banners and warnings on (TensorF
 
 
 def cmd_train(args):
-    from .training.command import cmd_train as run_train
-    return run_train(args, _console())
+    return run_train(args, rich_console())
 
 
 def _leaf_parsers(sub):
@@ -674,14 +657,12 @@ def _leaf_parsers(sub):
 
 
 def cmd_consistency(args):
-    from .consistency import command
-    return command(args, _console())
+    return consistency_command(args, rich_console())
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.verbose:  # read by each backend as it imports its framework, here and in workers
-        from .backends.common.quiet import VERBOSE_VARIABLE
         os.environ[VERBOSE_VARIABLE] = "1"
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
                 "report": cmd_report, "data": cmd_data, "train": cmd_train,

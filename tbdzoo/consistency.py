@@ -22,8 +22,9 @@ comparison of any two backends (tests use it).
 
 ``tbd consistency record`` writes one .npz per case; ``tbd consistency check`` runs every
 backend on them from the main environment (CNTK through its worker) and prints a table per
-case. ``python -m tbdzoo.consistency`` is the same command.
+case. ``python -m tbdzoo.consistency`` is the same command (its parser and command alone).
 """
+import argparse
 import fnmatch
 import os
 import sys
@@ -33,8 +34,11 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .backends.programs import step_result
-from .backends.registry import build, build_native
-from .errors import ConsistencyReferenceError, UnknownNameError
+from .backends.registry import BACKEND_NAMES, build, build_native, list_backends
+from .errors import ConsistencyReferenceError, TbdError, UnknownNameError
+from .models import get_model, list_models
+from .models.probes import PROBES
+from .progress import rich_console
 from .weights import load_arrays, save_arrays
 
 # The backend the pairwise gradient comparison holds the others to (each parameter's gradient
@@ -84,8 +88,6 @@ def cases():
     (``get_model(name).consistency``: its overrides, seed and tolerances, each with its
     reason). Consistency runs use the tiny configs without dropout, whose masks no two
     frameworks draw alike."""
-    from .models import get_model, list_models
-    from .models.probes import PROBES
     out = OrderedDict(("probe/" + p, _case("probe/" + p)) for p in PROBES)
     for name in list_models():
         card = get_model(name).consistency
@@ -584,7 +586,6 @@ def check_case(name, case, backend, directory):
 
 def default_backends():
     """Every ready backend."""
-    from .backends.registry import list_backends
     return [b["name"] for b in list_backends() if b["ready"]]
 
 
@@ -629,7 +630,6 @@ def command(args, console):
         console.print("{} case(s) recorded in {}".format(len(selected), args.dir))
         return 0
     backends = [b for b in (args.backends or "").split(",") if b] or default_backends()
-    from .backends.registry import BACKEND_NAMES
     for backend in backends:
         if backend not in BACKEND_NAMES:
             raise UnknownNameError("backend", backend, BACKEND_NAMES)
@@ -670,8 +670,14 @@ def _check(selected, backends, directory, console):
 
 def main(argv=None):
     """``python -m tbdzoo.consistency``: ``tbd consistency``."""
-    from .cli import main as tbd_main
-    return tbd_main(["consistency"] + list(sys.argv[1:] if argv is None else argv))
+    parser = argparse.ArgumentParser(prog="python -m tbdzoo")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["consistency"] + list(sys.argv[1:] if argv is None else argv))
+    try:
+        return command(args, rich_console())
+    except TbdError as e:
+        print("tbd: error: {}".format(e), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

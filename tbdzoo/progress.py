@@ -25,6 +25,13 @@ def interval_from_environment():
     return value if value > 0 else DEFAULT_INTERVAL
 
 
+def rich_console():
+    """Rich's console; wide enough for the tables when output is not a terminal."""
+    from rich.console import Console
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
+
+
 def progress_display(console, *columns, **options):
     """rich.progress.Progress(*columns, console=console, **options) on a terminal, else a
     :class:`PlainProgress` writing to the same console."""
@@ -44,13 +51,13 @@ def elapsed_text(seconds):
     return "{} h {:02d} min".format(seconds // 3600, seconds % 3600 // 60)
 
 
-class _Task(object):
+class _Task:
     def __init__(self, description, total, fields, started):
         self.description, self.total, self.fields = description, total, dict(fields)
         self.completed, self.started, self.stopped = 0, started, None
 
 
-class PlainProgress(object):
+class PlainProgress:
     """The part of rich.progress.Progress the commands use (add_task, update, advance,
     stop_task, a context manager), as plain lines through ``write`` (a callable taking one
     string). ``clock`` gives seconds; a thread calls :meth:`tick` while the context is open, and

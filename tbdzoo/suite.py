@@ -5,36 +5,28 @@ memory and threads never disturb another's figures, and a crash or an out-of-mem
 record with ``status`` 'oom' or 'error' while the rest goes on. Each record is appended to the
 JSONL file as soon as its run finishes, so an interrupted suite keeps every finished record.
 """
-import functools
-import glob
 import json
 import os
-import subprocess
 import threading
 from collections import OrderedDict
 
+from . import distributed
 from .backends import environments
 from .backends.registry import _check_backend, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
-from .models.registry import EXECUTION_DEFAULTS
-from .profiling.profile import failed_record
-
 from .models.a3c import NAME as A3C
-
-# The device a backend's model picks when none is named, asked of the backend's own class in
-# its own environment (as a run's worker would build it), so this process imports no framework.
-_DEVICE_PROBE = ("import sys\n"
-                 "from tbdzoo.backends.registry import _native_class\n"
-                 "model = _native_class(sys.argv[1])\n"
-                 "print(model._resolve_device(model.__new__(model), None))\n")
+from .models.registry import EXECUTION_DEFAULTS
+from .pipelines.measure import INPUT_BOUND_WAIT, data_fed
+from .profiling.profile import failed_record, run_record
+from .rl.async_learners import train_a3c
 
 
 def ready_backends():
     return [b["name"] for b in list_backends() if b["ready"]]
 
 
-class MemoryCap(object):
+class MemoryCap:
     """Stops a worker whose peak resident memory passes ``cap_bytes``, so a sweep on the CPU
     ends in a recorded 'oom' instead of the machine swapping or the kernel's OOM killer picking
     a victim. It reads the kernel's high-water mark (VmHWM), checked at once and then every
@@ -89,36 +81,6 @@ class MemoryCap(object):
             pass
 
 
-def machine_has_gpu():
-    """Whether any GPU device node exists; without one no framework can pick a GPU."""
-    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg"))
-
-
-@functools.lru_cache(maxsize=None)
-def default_device(backend):
-    """'cpu' or 'cuda:N': where ``backend`` runs when no device is named; None when its
-    environment cannot say (the run itself then reports why)."""
-    return ask_device(backend) if machine_has_gpu() else "cpu"
-
-
-def ask_device(backend):
-    """The backend's own choice of device, asked in its environment (importing its framework
-    there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
-    try:
-        proc = subprocess.run([environments.python_for(backend), "-c", _DEVICE_PROBE, backend],
-                              capture_output=True, timeout=600,
-                              env=environments.worker_environment(), universal_newlines=True)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = proc.stdout.split()
-    return lines[-1] if proc.returncode == 0 and lines else None
-
-
-def on_gpu(backend, device=None):
-    """Whether a run of ``backend`` on ``device`` (None: the backend's choice) uses a GPU."""
-    return (device or default_device(backend) or "cpu").startswith("cuda")
-
-
 def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batches=True):
     """The batch a suite run uses: None (the config's own) on a GPU, for configs other than
     the paper's and when ``cpu_batches`` is off; on a CPU, the model's card's
@@ -126,7 +88,7 @@ def bench_batch_size(model_name, backend, config="paper", device=None, cpu_batch
     bench = get_model(model_name).benchmark
     if config != "paper" or not cpu_batches or bench is None or bench.cpu_batch_size is None:
         return None
-    return None if on_gpu(backend, device) else bench.cpu_batch_size
+    return None if environments.on_gpu(backend, device) else bench.cpu_batch_size
 
 
 def bench_overrides(model_name, backend, config="paper", device=None, cpu_batches=True):
@@ -136,7 +98,7 @@ def bench_overrides(model_name, backend, config="paper", device=None, cpu_batche
     bench = get_model(model_name).benchmark
     if config != "paper" or not cpu_batches or bench is None or not bench.cpu_overrides:
         return {}
-    return {} if on_gpu(backend, device) else dict(bench.cpu_overrides)
+    return {} if environments.on_gpu(backend, device) else dict(bench.cpu_overrides)
 
 
 def run_one(model_name, backend, config="paper", batch_size=None, overrides=None, **options):
@@ -157,7 +119,6 @@ def run_distributed(model_name, backend, config="paper", batch_size=None, overri
     hosts, interface, global_batch, bn_mode, rank_timeout, step_timeout). With ``baseline``
     a one-process run of the same per-replica batch comes first and gives the speedup; the
     records are returned in the order they ran (None on a node without rank 0)."""
-    from . import distributed
     overrides = dict(overrides or {})
     world = dict(world or {})
     keep = ("warmup", "steps", "repeats", "seed", "device", "samplers", "command", "data")
@@ -265,7 +226,6 @@ def _with_data(record, model, data, timing, status=None):
     options["data_dir"] = options.pop("dir")
     try:
         if model.backend in FEEDS_FROM_HERE:
-            from .pipelines.measure import data_fed
             fed = data_fed(model, **options)
         else:
             fed = model.data_fed_in_worker(**options)
@@ -279,11 +239,6 @@ def _with_data(record, model, data, timing, status=None):
     fed["input_bound"] = fed["input_wait_fraction"] > INPUT_BOUND_WAIT
     record["data"] = fed
     return record
-
-
-# A data-fed run is input-bound when its steps spend more than this fraction of their time
-# waiting for the next batch.
-INPUT_BOUND_WAIT = 0.1
 
 
 def append_record(path, record):
@@ -324,8 +279,6 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
     frames counted) and ``asynchronous`` holds the learners, updates/s and each learner's CPU
     utilisation. It runs from this process, whose learners are the workers; a failure becomes
     a record, as for any run."""
-    from .profiling.profile import failed_record
-    from .rl.async_learners import train_a3c
     overrides = dict(overrides or {})
     try:
         result = train_a3c(backend, config, learners=learners, frames=frames, seconds=seconds,
@@ -335,12 +288,10 @@ def run_async(backend, learners, config="paper", frames=None, seconds=None, seed
         record = failed_record(A3C, backend, config, None, message, command)
         record["asynchronous"] = OrderedDict([("learners", learners)])
         return _with_options(record, A3C, config, overrides)
-    record = failed_record(A3C, backend, config, None, None, command, status="ok")
-    del record["error"]
-    record["device"] = device or "cpu"
-    record["throughput"] = OrderedDict([("value", result.frames_per_second),
-                                        ("unit", "frames/s")])
-    record["asynchronous"] = result.record()
+    record = run_record(A3C, backend, config, "ok", None, None, [
+        ("device", device or "cpu"),
+        ("throughput", OrderedDict([("value", result.frames_per_second), ("unit", "frames/s")])),
+        ("asynchronous", result.record())], command)
     return _with_options(record, A3C, config, overrides)
 
 
@@ -357,5 +308,4 @@ def sweep_learners(backend, learners, run=run_async, on_record=None, **options):
 
 
 __all__ = ["run_one", "run_distributed", "sweep", "run_async", "sweep_learners", "plan", "append_record",
-           "ready_backends", "MemoryCap", "bench_batch_size", "bench_overrides", "on_gpu", "default_device",
-           "ask_device"]
+           "ready_backends", "MemoryCap", "bench_batch_size", "bench_overrides"]

@@ -61,7 +61,7 @@ def step_fractions(step, drain, trials=TRIALS):
     return [queued_fraction(drain, _timed(step)) for _ in range(trials)]
 
 
-class DrainMeter(object):
+class DrainMeter:
     """A meter for time_training: stop() runs right after the last timed window has closed."""
 
     def __init__(self, drain):

@@ -135,14 +135,15 @@ def run_in_env(python, args, timeout=1800):
     """Run ``python args`` with tbdzoo importable; return the completed process."""
     return subprocess.run([python] + list(args), env=environments.worker_environment(),
                           capture_output=True, timeout=timeout,
-                          universal_newlines=True)
+                          text=True)
 
 
 def random_weights(model, seed=3):
     """Canonical weights drawn at random (positive variances), unlike any initial values, so a
     round trip or a layout conversion cannot pass by returning the initial weights."""
-    import numpy as np
     from collections import OrderedDict
+
+    import numpy as np
     rng = np.random.RandomState(seed)
     out = OrderedDict()
     for name, value in model.get_weights().items():

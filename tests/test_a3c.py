@@ -3,17 +3,17 @@ against NumPy, the synchronous trainer (seeded, learning) and the errors of bad 
 import numpy as np
 import pytest
 
+from conftest import random_weights, require_backend
 from tbdzoo import consistency
+from tbdzoo import reference as numpy_ref
 from tbdzoo.backends import programs
 from tbdzoo.backends.registry import build
-from tbdzoo.models.a3c.environments import Rollout, UnknownEnvironmentError
 from tbdzoo.errors import HyperparameterError
+from tbdzoo.models.a3c.environments import Rollout, UnknownEnvironmentError
+from tbdzoo.models.a3c.rollouts import split_output
 from tbdzoo.rl import sample_actions, train_a2c, update_batch
 from tbdzoo.rl.a2c import EnvironmentMismatchError
-from tbdzoo.models.a3c.rollouts import split_output
 
-from tbdzoo import reference as numpy_ref
-from conftest import random_weights, require_backend
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread(one_torch_thread):
@@ -166,6 +166,7 @@ def test_the_command_line_records_each_run(tmp_path):
     """`python -m tbdzoo.rl --record FILE` adds one run per call, with the command that
     reproduces it (benchmarks/results/a3c_cartpole.json is such a file)."""
     import json
+
     from tbdzoo.rl.__main__ import main
     path = str(tmp_path / "runs.json")
     argv = ["--config", "cartpole", "--set", "hidden=8,8", "--set", "learners=4",

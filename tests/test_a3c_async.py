@@ -7,11 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from tbdzoo.errors import HyperparameterError, UnsupportedOptionError
-from tbdzoo.rl import train_a3c
-from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
-
 from conftest import require_backend
+from tbdzoo.errors import HyperparameterError, UnsupportedOptionError
+from tbdzoo.rl import RunResult, train_a2c, train_a3c
+from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
 
 # CartPole's network narrowed, so each learner's step costs little on a loaded machine.
 SMALL = {"hidden": (8, 8)}
@@ -22,6 +21,7 @@ FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60}
 def test_two_learners_update_the_shared_parameters(backend):
     require_backend(backend)
     result = train_a3c(backend, "cartpole", learners=2, frames=FRAMES[backend], seed=0, **SMALL)
+    assert isinstance(result, RunResult) and result.backend == backend
     t_max = 5   # CartPole: one frame per agent step
     assert result.learners == 2 and len(result.cpu_utilisation) == 2
     assert result.frames >= FRAMES[backend]
@@ -72,6 +72,7 @@ def test_two_learners_share_one_numpy_rmsprop_state():
 
 def test_two_learners_share_one_torch_rmsprop_state():
     import torch
+
     from tbdzoo.rl.async_learners.torch import SharedRMSprop
     s = _settings()
     w = np.array([1.0, -2.0, 0.5], np.float32)
@@ -87,6 +88,41 @@ def test_two_learners_share_one_torch_rmsprop_state():
     np.testing.assert_allclose(shared.detach().numpy(), want_w, rtol=1e-5)
     np.testing.assert_allclose(first.square_averages[0].numpy(), want_v, rtol=1e-5)
     assert first.updates.tolist() == [1, 1]
+
+
+def test_two_learners_share_one_tensorflow_rmsprop_state():
+    """Each learner thread steps its own backend RMSProp over the shared variable and the one
+    shared square average (tbdzoo/backends/tensorflow/optimizers.py's fused kernel)."""
+    tf = pytest.importorskip("tensorflow")
+    from tbdzoo.rl.async_learners.tensorflow import SharedRMSprop
+    s = _settings()
+    w = np.array([1.0, -2.0, 0.5], np.float32)
+    g1, g2 = np.array([0.3, -1.0, 2.0], np.float32), np.array([-0.5, 0.2, 1.0], np.float32)
+    shared = tf.Variable(w)
+    optimizer = SharedRMSprop([shared], s, learners=2)
+    optimizer.step(0, [tf.constant(g1)], 0.1)
+    optimizer.step(1, [tf.constant(g2)], 0.1)
+    want_w, want_v = _expected(w, g1, g2, s, 0.1)
+    np.testing.assert_allclose(shared.numpy(), want_w, rtol=1e-5)
+    np.testing.assert_allclose(optimizer.slots[0].numpy(), want_v, rtol=1e-5)
+    assert optimizer.updates.tolist() == [1, 1]
+
+
+def test_one_result_type_for_the_synchronous_and_the_asynchronous_modes():
+    """train_a2c and train_a3c both return a RunResult; an asynchronous one says so in its
+    summary and record, a synchronous one names its target."""
+    import tbdzoo
+    model = tbdzoo.build("a3c", backend="torch", config="cartpole", seed=0, **SMALL)
+    try:
+        sync = train_a2c(model, seed=0, max_updates=3, progress=lambda line: None)
+    finally:
+        model.close()
+    assert isinstance(sync, RunResult) and sync.learners is None
+    assert sync.updates == 3 and "target not reached" in sync.summary()
+    run = RunResult("CartPole-v1", backend="torch", learners=2, how="2 processes")
+    run.episode_returns = [float(r) for r in range(150)]
+    assert run.mean_return() == pytest.approx(np.mean(range(50, 150)))   # the last 100
+    assert "2 learners" in run.summary() and run.record()["episodes"] == 150
 
 
 def test_the_learning_rate_anneals_with_the_frames_of_all_learners():
@@ -105,6 +141,6 @@ def test_fewer_than_one_learner_is_refused():
         train_a3c("mxnet", "cartpole", learners=1, frames=10, device="cuda:0")
     done = subprocess.run([sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend",
                            "torch", "--config", "cartpole", "--learners", "2,0", "--frames", "10"],
-                          capture_output=True, universal_newlines=True)
+                          capture_output=True, text=True)
     assert done.returncode == 2
     assert "learners=0: asynchronous A3C needs at least one actor-learner" in done.stderr

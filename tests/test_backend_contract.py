@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import random_weights, require_backend, run_in_env
 from tbdzoo.backends import environments, remote
 from tbdzoo.backends.common import attention, kernels, op_support, pooling
 from tbdzoo.errors import BatchError, UnsupportedOpError, UnsupportedOptionError
 from tbdzoo.models import get_model
-from tbdzoo.spec import Graph, ops as spec_ops
-
-from conftest import random_weights, require_backend, run_in_env
+from tbdzoo.spec import Graph
+from tbdzoo.spec import ops as spec_ops
 
 BACKENDS = ["torch", "tensorflow", "mxnet", "cntk"]
 

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import require_backend
 from tbdzoo.backends import programs
 from tbdzoo.backends.common import batches, sequences
 from tbdzoo.errors import BatchError, HyperparameterError, WeightsError
-from tbdzoo.models.registry import list_models
-
-from conftest import require_backend
+from tbdzoo.models import list_models
 
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
 # ResNet-50 last: the tests after the matrix use it, and one CNTK worker is alive at a time

@@ -63,7 +63,7 @@ def test_an_aggregate_splits_back_into_its_processes():
 
 
 # -- the comparison scripts' arguments and calibration ---------------------------------------------
-import pytest  # noqa: E402
+import pytest
 
 
 def _scripts():
@@ -138,6 +138,7 @@ def test_resnet_baseline_holds_tbdzoos_weights_and_takes_its_first_loss():
     """torchvision's ResNet from tbdzoo's weights (tiny blocks, torchvision's 64-wide stem),
     one SGD step each on the same batch: the same loss."""
     import torch
+
     import tbdzoo
     from benchmarks.gpu_handwritten import ResNetBaseline
     model = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu", width=64, batch_size=2,

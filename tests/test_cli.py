@@ -11,7 +11,7 @@ import pytest
 def tbd(*args, timeout=600, env=None):
     """`tbd ARGS` in a new process, its output piped (not a terminal); ``env``: variables added."""
     return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args), capture_output=True,
-                          universal_newlines=True, timeout=timeout,
+                          text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
 
 
@@ -138,6 +138,7 @@ def test_options_and_hyperparameters_travel_to_the_worker_and_into_the_record(tm
 
 def test_bench_applies_a_setting_to_the_models_that_have_it(capsys):
     import argparse
+
     from tbdzoo import cli
     args = argparse.Namespace(config="tiny", set=[("vocab", "100"), ("lr", "0.5")],
                               precision="bf16", execution=None, memory_format=None, batch_size=None)
@@ -159,19 +160,21 @@ def _bench_sizes(monkeypatch, *args):
 
 def test_bench_uses_cpu_sized_batches_only_on_a_cpu(monkeypatch):
     import torch
+
     from tbdzoo import suite
+    from tbdzoo.backends import environments
     # this machine: the device each backend would pick, asked of the backend itself
     gpu = torch.cuda.is_available()
-    assert suite.ask_device("torch") == ("cuda:0" if gpu else "cpu")
-    assert suite.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
-    assert suite.default_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert environments.ask_device("torch") == ("cuda:0" if gpu else "cpu")
+    assert environments.ask_device("cntk") == ("cpu" if "cntk" in suite.ready_backends() else None)
+    assert environments.default_device("torch") == ("cuda:0" if gpu else "cpu")
     here = None if gpu else 8
     assert suite.bench_batch_size("resnet50", "torch") == here
     assert suite.bench_batch_size("resnet50", "torch", device="cpu") == 8
     assert suite.bench_batch_size("resnet50", "torch", config="tiny") is None
     assert suite.bench_batch_size("resnet50", "torch", cpu_batches=False) is None
     # a GPU runs the configs' batch sizes; a CPU-only backend beside it keeps the small ones
-    monkeypatch.setattr(suite, "default_device", lambda b: "cuda:0" if b == "torch" else "cpu")
+    monkeypatch.setattr(environments, "default_device", lambda b: "cuda:0" if b == "torch" else "cpu")
     assert _bench_sizes(monkeypatch) == [
         ("resnet50", "torch", None), ("resnet50", "mxnet", 8), ("transformer", "torch", None),
         ("transformer", "mxnet", 16), ("inception_v3", "torch", None), ("inception_v3", "mxnet", 4),
@@ -220,6 +223,7 @@ def test_plain_progress_prints_a_line_per_running_task_every_interval():
 def test_plain_progress_keeps_printing_while_a_step_is_silent():
     """The context's thread prints on its own: a run whose step takes minutes still shows."""
     import time
+
     from tbdzoo.progress import PlainProgress
     lines = []
     with PlainProgress(lines.append, interval=0.05) as progress:
@@ -260,11 +264,11 @@ def test_importing_a_backend_prints_nothing_unless_verbose(python, backend):
     env = dict(environments.worker_environment(), TBDZOO_VERBOSE="")
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     quiet = subprocess.run([python, "-W", "default", "-c", code], stderr=subprocess.PIPE,
-                           universal_newlines=True, env=env, timeout=300)
+                           text=True, env=env, timeout=300)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     env["TBDZOO_VERBOSE"] = "1"
     loud = subprocess.run([python, "-W", "default", "-c", code], stderr=subprocess.PIPE,
-                          universal_newlines=True, env=env, timeout=300)
+                          text=True, env=env, timeout=300)
     assert loud.returncode == 0 and loud.stderr != ""  # the same import, its banners left on
 
 

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import random_weights, require_backend, run_in_env
 from tbdzoo.backends import environments
 from tbdzoo.backends.base import BackendModel
 from tbdzoo.backends.remote import RemoteModel, WorkerHandle
-
-from conftest import random_weights, require_backend, run_in_env
 
 BACKEND_DIR = os.path.join(environments.SOURCE_ROOT, "tbdzoo", "backends", "cntk")
 
@@ -154,7 +153,7 @@ def test_one_thread_runs_finish_their_convolution_gradients():
     env.pop("OMP_THREAD_LIMIT", None)
     try:
         done = subprocess.run([environments.python_for("cntk"), "-c", _ONE_THREAD_WEIGHT_GRADIENTS],
-                              env=env, capture_output=True, universal_newlines=True, timeout=180)
+                              env=env, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:
         pytest.fail("two one-thread WGAN steps (seconds each) did not finish in 180 s: a "
                     "capped OpenMP team deadlocks MKL-ML's weight gradient")

@@ -11,10 +11,9 @@ import os
 import numpy as np
 import pytest
 
+from conftest import require_backend
 from tbdzoo import cli, consistency
 from tbdzoo.weights import load_arrays, save_arrays
-
-from conftest import require_backend
 
 CASES = list(consistency.cases())
 BACKENDS = ["torch", "tensorflow", "mxnet", "cntk"]

@@ -218,7 +218,7 @@ def _rows(n, side=64):
 
 
 def test_pickled_files_are_refused_by_name_never_unpickled(tmp_path):
-    class Boom(object):
+    class Boom:
         def __reduce__(self):
             return (os.mkdir, (str(tmp_path / "unpickled"),))
 
@@ -302,7 +302,7 @@ def test_malformed_png_folders_name_the_file(tmp_path):
 # -- the command line ------------------------------------------------------------------------
 def tbd(*args):
     return subprocess.run([sys.executable, "-m", "tbdzoo.cli"] + list(args),
-                          capture_output=True, universal_newlines=True, timeout=300)
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_tbd_data_list_and_make(tmp_path):

@@ -11,7 +11,7 @@ from tbdzoo.spec import Graph, initial_weights
 from tbdzoo.spec.derivative import input_gradient
 
 torch = pytest.importorskip("torch")
-from tbdzoo.backends.torch.model import SpecModule  # noqa: E402
+from tbdzoo.backends.torch.model import SpecModule
 
 
 def critic():

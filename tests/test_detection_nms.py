@@ -5,8 +5,8 @@ and per class."""
 import numpy as np
 import pytest
 
-from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
 from tbdzoo.errors import DetectionInputError
+from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
 
 
 def tied_pixel_boxes(rng, n=300):
@@ -119,9 +119,9 @@ def test_proposals_on_pytorch_are_the_numpy_boxes_bit_for_bit():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
     from tbdzoo.detection import torch_proposals
+    from tbdzoo.errors import DetectionInputError
     from tbdzoo.models.faster_rcnn.detection import kernels
     from tbdzoo.models.faster_rcnn.detection.proposals import proposals
-    from tbdzoo.errors import DetectionInputError
     kernel = torch_proposals.host_kernel(torch.device("cpu"))
     rng = np.random.RandomState(4)
     for trial in range(6):
@@ -169,6 +169,7 @@ def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():
 def test_torch_nms_without_torchvision_runs_the_reference(monkeypatch):
     torch = pytest.importorskip("torch")
     import sys
+
     from tbdzoo.detection import torch_nms
     boxes, scores = tied_pixel_boxes(np.random.RandomState(5), 60)
     monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now fails
@@ -210,8 +211,9 @@ def test_tensorflow_nms_keeps_the_reference_boxes_on_whole_pixels_with_ties():
 def test_mxnet_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
     from conftest import require_framework
     require_framework("mxnet")
-    from tbdzoo.detection import mxnet_nms
     import mxnet as mx
+
+    from tbdzoo.detection import mxnet_nms
     rng = np.random.RandomState(3)
     for trial in range(12):
         boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng)

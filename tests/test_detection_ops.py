@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import require_backend, require_framework
 from tbdzoo.spec import Graph
 from tbdzoo.spec.program import Program
 
-from conftest import require_backend, require_framework
-
 require_framework("torch")
 
-from tbdzoo import reference as ref  # noqa: E402
+from tbdzoo import reference as ref
 
 
 def test_roi_align_is_torchvisions_roi_align_with_its_sample_points_as_inputs():
@@ -51,6 +50,7 @@ def _roi_align_case():
     feature gradient for them."""
     import torch
     import torchvision
+
     from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(3)
     features = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
@@ -99,6 +99,7 @@ def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridiz
     from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
     # isort: split
     import mxnet as mx
+
     from tbdzoo.backends.mxnet import ops as mx_ops
     features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
     ctx = mx_ops.GraphContext({}, False)
@@ -197,6 +198,7 @@ def test_frozen_batchnorm_holds_state_only_and_folds_exactly():
     with pytest.raises(ValueError, match="eps must be a number >= 0"):
         g.add("bn2", "frozen_batchnorm", x, eps=-1.0)
     import torch
+
     from tbdzoo.backends.torch import ops as torch_ops
     rng = np.random.RandomState(1)
     p = {"gamma": rng.standard_normal(3), "beta": rng.standard_normal(3),
@@ -332,6 +334,5 @@ def test_a_kernel_is_lent_only_for_its_block_and_only_by_a_known_name():
             assert kernels.lent("nms") is None
         assert kernels.lent("nms") is len
     assert kernels.lent("nms") is None
-    with pytest.raises(ValueError, match="roi_align_points"):
-        with kernels.lending(roi_align=len):
-            pass
+    with pytest.raises(ValueError, match="roi_align_points"), kernels.lending(roi_align=len):
+        pass

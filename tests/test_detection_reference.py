@@ -3,6 +3,7 @@ torchvision's own operators, hand-computed VOC07 APs, and the samplers' promises
 import numpy as np
 import pytest
 
+from conftest import require_backend, run_in_env
 from tbdzoo.errors import DetectionInputError
 from tbdzoo.models.faster_rcnn.detection import boxes as B
 from tbdzoo.models.faster_rcnn.detection.anchors import anchors
@@ -13,8 +14,6 @@ from tbdzoo.models.faster_rcnn.detection.proposals import EVAL, TRAIN, proposals
 from tbdzoo.models.faster_rcnn.detection.randomness import step_rng
 from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_numpy, roi_align_points
 from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets, sample_rois
-
-from conftest import require_backend, run_in_env
 
 torch = pytest.importorskip("torch")
 tv_ops = pytest.importorskip("torchvision.ops")
@@ -398,9 +397,10 @@ def test_the_cntk_interpreter_draws_the_same_boxes():
     require_backend("cntk")
     import subprocess
     import sys
+
     from tbdzoo.backends import environments
     here = subprocess.run([sys.executable, "-c", SAME_DRAWS], env=environments.worker_environment(),
-                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+                          stdout=subprocess.PIPE, text=True, check=True).stdout
     there = run_in_env(environments.python_of("cntk"), ["-c", SAME_DRAWS])
     assert there.returncode == 0, there.stderr
     assert there.stdout == here

@@ -8,13 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import require_backend
 from tbdzoo.datasets.makers import make
 from tbdzoo.training import TrainingError, train_to_target
 from tbdzoo.training.detection_task import DetectionTask
 from tbdzoo.training.loop import build_proxy, task_check
 from tbdzoo.training.targets import parse_target
-
-from conftest import require_backend
 
 # 8 train, 4 val, 4 test images of 96 x 128, one or two garments of 48 to 67 pixels each
 SMALL_VOC = {"images": 16, "long_side": 128, "min_side": 48, "max_objects": 2}
@@ -36,7 +35,7 @@ def model(one_torch_thread):
     net.close()
 
 
-class Oracle(object):
+class Oracle:
     """Stands in for the model's ``predict``: each held-out image's annotated objects (those
     marked difficult included), score 1, or nothing at all."""
 

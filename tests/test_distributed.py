@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import require_framework
 from tbdzoo import distributed
 from tbdzoo.backends.registry import build_native
 from tbdzoo.consistency import TOLERANCES
@@ -17,8 +18,6 @@ from tbdzoo.distributed import launch
 from tbdzoo.distributed.world import Node, batch_sizes, counted, gradient_weight, shard
 from tbdzoo.errors import DistributedError, UnsupportedOptionError
 from tbdzoo.models import get_model
-
-from conftest import require_framework
 
 require_framework("torch")
 

@@ -18,10 +18,17 @@ from tbdzoo.distributed import launch
 from tbdzoo.distributed.world import Node, gradient_weight, shard
 from tbdzoo.errors import DistributedError
 from tbdzoo.models import get_model
-
-from test_distributed import (FAST, GLOBAL_BATCH, LOSS_ATOL, LOSS_RTOL, alive,  # noqa: F401
-                              assert_a_stopped_rank_is_declared_hung, assert_trained_like_one,
-                              assert_weights_close, wait_for_steps)
+from test_distributed import (
+    FAST,
+    GLOBAL_BATCH,
+    LOSS_ATOL,
+    LOSS_RTOL,
+    alive,
+    assert_a_stopped_rank_is_declared_hung,
+    assert_trained_like_one,
+    assert_weights_close,
+    wait_for_steps,
+)
 
 if not os.path.exists(environments.python_of("cntk")):
     pytest.skip("the CNTK environment is missing; " + environments.how_to_create("cntk"),

@@ -3,7 +3,6 @@ its share through its framework's pipeline; the record sums the ranks) and `tbd 
 (each rank trains on its share, rank 0 evaluates and the stop reaches every rank).
 docs/distributed.md, "Data-fed runs" and "Training to a target"; docs/training.md."""
 import json
-import os
 
 import numpy as np
 import pytest

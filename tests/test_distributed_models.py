@@ -10,15 +10,13 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import require_framework
 from tbdzoo import distributed
 from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
 from tbdzoo.distributed.world import gradient_weight, shard
 from tbdzoo.models import get_model
-
-from conftest import require_framework
-from test_distributed import (FAST, LOSS_ATOL, LOSS_RTOL, WEIGHT_ATOL, WEIGHT_RTOL,  # noqa: E402
-                              assert_weights_close, noise_only)
+from test_distributed import FAST, LOSS_ATOL, LOSS_RTOL, WEIGHT_ATOL, WEIGHT_RTOL, assert_weights_close, noise_only
 
 require_framework("torch")
 

@@ -6,25 +6,22 @@ import os
 import signal
 import time
 
-import numpy as np
 import psutil
 import pytest
 
+from conftest import require_framework
 from tbdzoo import distributed
 from tbdzoo.distributed import launch
 from tbdzoo.distributed.world import Node
 from tbdzoo.errors import DistributedError
 
-from conftest import require_framework
-
 require_framework("mxnet")
 
 # the same checks and tolerances as PyTorch and TensorFlow
-from test_distributed import FAST, alive, assert_a_stopped_rank_is_declared_hung, wait_for_steps  # noqa: E402
-from test_distributed import test_batchnorm_statistics_are_per_replica as per_replica_check  # noqa: E402
-from test_distributed import test_two_processes_train_like_one as train_like_one_check  # noqa: E402
-from test_distributed import (  # noqa: E402
-    test_a_training_program_reduces_each_phase_before_clipping as program_check)
+from test_distributed import FAST, alive, assert_a_stopped_rank_is_declared_hung, wait_for_steps
+from test_distributed import test_a_training_program_reduces_each_phase_before_clipping as program_check
+from test_distributed import test_batchnorm_statistics_are_per_replica as per_replica_check
+from test_distributed import test_two_processes_train_like_one as train_like_one_check
 
 
 def test_two_workers_train_like_one_process():

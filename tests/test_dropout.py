@@ -20,9 +20,7 @@ import numpy as np
 import pytest
 
 import tbdzoo
-
 from conftest import require_backend
-
 from tbdzoo import reference as ref
 
 RATE = 0.3

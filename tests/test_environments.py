@@ -6,11 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-from tbdzoo.models.a3c import environments as E
+from conftest import IN_CI, require_backend, run_in_env
 from tbdzoo.backends import environments as venvs
 from tbdzoo.errors import TbdError
-
-from conftest import IN_CI, require_backend, run_in_env
+from tbdzoo.models.a3c import environments as E
 
 
 def require_opencv():

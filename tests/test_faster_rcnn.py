@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import require_backend
 from tbdzoo import consistency
 from tbdzoo.backends.registry import build, build_native
-from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid
-from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets
 from tbdzoo.errors import BatchError, HyperparameterError
 from tbdzoo.models import faster_rcnn
+from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid
+from tbdzoo.models.faster_rcnn.detection.targets import anchor_targets
 from tbdzoo.spec.targets import seeded_rng
-
-from conftest import require_backend
 
 NAME = "faster_rcnn"
 LOSSES = ("rpn_objectness", "rpn_box", "head_class", "head_box")
@@ -75,6 +74,7 @@ def test_torchvisions_model_takes_tbdzoos_weights_and_computes_the_same_outputs(
     trains it from them) give the same RPN outputs and, on the same RoIs, class scores."""
     require_backend("torch")
     import torch
+
     from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     torchvision_reference = _torchvision_reference()
     model = build_native(NAME, "torch", config="tiny", seed=0)

@@ -4,13 +4,12 @@ evaluation the same on both from the same weights, and the errors of bad input."
 import numpy as np
 import pytest
 
+from conftest import require_backend
 from tbdzoo.cli import main
 from tbdzoo.datasets.makers import make
 from tbdzoo.training import TrainingError, parse_target, train_to_target
 from tbdzoo.training.frechet import FeatureNetwork, frechet_distance, grey_grid
 from tbdzoo.training.gan_task import GanTask, scale
-
-from conftest import require_backend
 
 # A narrow WGAN-GP (the proxy's program: one generator and n_critic critic updates a step).
 TINY = {"dim": 2, "z_dim": 8, "batch_size": 4, "n_critic": 2}

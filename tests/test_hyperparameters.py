@@ -5,12 +5,16 @@ import math
 import pytest
 
 import tbdzoo
+from conftest import require_backend
+from tbdzoo.backends.common.optimizers import NAMES, hyperparameters
 from tbdzoo.errors import HyperparameterError
 from tbdzoo.models.constraints import COMMON
 from tbdzoo.models.probes import PROBES
+from tbdzoo.profiling.memory import optimizer_slots
+from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer
 from tbdzoo.schedules import learning_rate
-
-from conftest import require_backend
+from tbdzoo.spec.optimizers import OPTIMIZERS, state_slots
+from tbdzoo.spec.program import OPTIMIZER_FIELDS
 
 ALL_MODELS = tbdzoo.list_models() + ["probe/" + p for p in PROBES]
 
@@ -108,3 +112,25 @@ def test_command_line_text_is_parsed_to_the_rules_type(name, text, value):
 def test_unreadable_text_names_the_hyperparameter_the_value_and_the_type(name, text, wanted):
     with pytest.raises(HyperparameterError, match="{}: cannot read '{}' as {}".format(name, text, wanted)):
         tbdzoo.get_model("resnet50").rules[name].parse(name, text)
+
+
+def test_one_optimizer_table_is_what_every_reader_sees():
+    """tbdzoo/spec/optimizers.py names the optimizers and their hyperparameters once: the
+    models' rule, a program group's fields, the backends' reference and the memory model
+    read it, so an optimizer added there is one every reader knows."""
+    assert list(OPTIMIZERS) == ["sgd", "adam", "rmsprop"]
+    for name, optimizer in OPTIMIZERS.items():
+        COMMON["optimizer"].check("optimizer", name, "m")       # a model may name it
+        assert OPTIMIZER_FIELDS[name] == ("lr",) + optimizer.hyperparameters
+        hp = {k: 1 if k in optimizer.switches else 0.5 for k in optimizer.hyperparameters}
+        hp["optimizer"] = name
+        assert list(ReferenceOptimizer(hp).hp) == list(optimizer.hyperparameters)
+        assert optimizer_slots(hp) == state_slots(name, hp) == optimizer.slots(hp)
+    assert NAMES == ("sgd", "adam")          # what a whole model may train with on a backend
+    assert hyperparameters({"optimizer": "sgd", "momentum": 0.9, "nesterov": 0,
+                            "weight_decay": 1e-4}) == {"momentum": 0.9, "nesterov": False,
+                                                       "weight_decay": 1e-4}
+    assert [state_slots("sgd", {"momentum": m}) for m in (0.0, 0.9)] == [0, 1]
+    assert [state_slots("rmsprop", {"centered": c}) for c in (False, True)] == [2, 3]
+    with pytest.raises(HyperparameterError, match="lamb"):
+        COMMON["optimizer"].check("optimizer", "lamb", "m")

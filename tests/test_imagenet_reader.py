@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from image_folders import SYNSETS, make_folder, write_jpeg, gradient_image
+from image_folders import SYNSETS, gradient_image, make_folder, write_jpeg
 from tbdzoo.datasets import DatasetError, ImageNetFolder
 
 

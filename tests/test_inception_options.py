@@ -8,7 +8,7 @@ import tbdzoo
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
-from tbdzoo.backends.registry import build_native  # noqa: E402
+from tbdzoo.backends.registry import build_native
 
 
 def _spec(**overrides):

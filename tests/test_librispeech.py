@@ -9,8 +9,7 @@ import pytest
 
 import tbdzoo
 from tbdzoo.datasets import DatasetError, make_speech, spectrogram
-from tbdzoo.datasets.librispeech import (ALPHABET, LibriSpeech, labels_text, make_batch,
-                                         transcript_labels)
+from tbdzoo.datasets.librispeech import ALPHABET, LibriSpeech, labels_text, make_batch, transcript_labels
 from tbdzoo.models import deepspeech2
 
 needs_espeak = pytest.mark.skipif(
@@ -187,7 +186,7 @@ def test_an_unknown_subset_lists_the_present_ones(tmp_path):
 def test_batches_are_the_models_inputs_from_the_real_front_end(spoken):
     root, _ = spoken
     data = LibriSpeech(root, "train-clean")
-    batches = list(data.batches(HP, 4, seed=1))
+    batches = list(data.batches(HP, deepspeech2, 4, seed=1))
     assert [len(b["labels"]) for b in batches] == [4, 2]
     for batch in batches:
         deepspeech2.check_batch(HP, batch)
@@ -210,12 +209,12 @@ def test_utterances_longer_than_the_config_are_named_or_skipped(spoken):
     short = dict(HP, max_frames=data.frames(longest, HP) - 1)
     with pytest.raises(DatasetError, match=r"{}.flac: \d+ frames, more than max_frames".format(
             data[longest].id)):
-        list(data.batches(short, 4))
+        list(data.batches(short, deepspeech2, 4))
     with pytest.warns(UserWarning, match=r"left out \d of 6 utterances"):
-        kept = data.fitting(short, too_long="skip")
+        kept = data.fitting(short, deepspeech2, too_long="skip")
     assert longest not in kept and len(kept) >= 1
     with pytest.raises(DatasetError, match="num_classes is 30"):
-        data.fitting(dict(HP, num_classes=30))
+        data.fitting(dict(HP, num_classes=30), deepspeech2)
 
 
 @needs_espeak
@@ -224,8 +223,8 @@ def test_deep_speech_2_trains_on_the_spoken_numbers(spoken):
     data = LibriSpeech(root, "train-clean")
     model = tbdzoo.build("deepspeech2", backend="torch", config="tiny", sample_rate=8000,
                          max_frames=250)
-    batch = next(data.batches(model.hparams, 3, seed=0))
+    batch = next(data.batches(model.hparams, deepspeech2, 3, seed=0))
     assert set(batch) == set(model.synthetic_batch(seed=0))
     losses = [model.train_step(batch) for _ in range(4)]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
-    assert make_batch(model.hparams, [], [])["spectrogram"].shape == (0, 250, 81)
+    assert make_batch(model.hparams, deepspeech2, [], [])["spectrogram"].shape == (0, 250, 81)

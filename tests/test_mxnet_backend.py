@@ -11,12 +11,14 @@ from conftest import random_weights, require_framework
 
 require_framework("mxnet")
 
-import tbdzoo.backends.mxnet  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
+import tbdzoo.backends.mxnet  # noqa: F401  (sets numpy.bool before mxnet is imported)
+
 # isort: split
-from mxnet import gluon, nd  # noqa: E402
-from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer  # noqa: E402
-from tbdzoo.backends.mxnet import optimizers  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
+from mxnet import gluon, nd
+
+from tbdzoo.backends.mxnet import optimizers
+from tbdzoo.backends.registry import build_native
+from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer
 
 
 def _model(name, **overrides):

@@ -11,9 +11,10 @@ from conftest import require_framework
 
 require_framework("mxnet")
 
-from tbdzoo.backends.mxnet import ops  # noqa: E402  (first: it sets numpy.bool for mxnet)
+from tbdzoo.backends.mxnet import ops
+
 # isort: split
-from mxnet import autograd, nd  # noqa: E402
+from mxnet import autograd, nd
 
 Node = namedtuple("Node", "name op attrs")
 ATTRS = {"eps": 1e-3, "momentum": 0.1, "track_running_stats": True}

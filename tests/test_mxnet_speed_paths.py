@@ -14,10 +14,10 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-from tbdzoo import consistency  # noqa: E402
-from tbdzoo.backends.mxnet import Model  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
-from tbdzoo.models.registry import get_model  # noqa: E402
+from tbdzoo import consistency
+from tbdzoo.backends.mxnet import Model
+from tbdzoo.backends.registry import build_native
+from tbdzoo.models import get_model
 
 
 class ExactModel(Model):
@@ -75,6 +75,7 @@ def test_the_multi_array_update_computes_a_y_plus_b_x(scale_only):
     """Over 130 arrays (three operator calls of at most 60), per-array a and b, to float32
     rounding of the exact value, as the one-array update."""
     from mxnet import nd
+
     from tbdzoo.backends.mxnet import optimizers
     rng = np.random.RandomState(0)
     shapes = [tuple(rng.randint(1, 9, size=rng.randint(1, 4))) for _ in range(130)]
@@ -122,8 +123,8 @@ def test_rmsprop_follows_the_documented_formula_over_several_steps(momentum, cen
     the float64 reference of docs/optimizers.md over the concatenated parameters: eps inside
     the root, lr inside the momentum buffer, coupled weight decay after the clipping. The
     gradients grow and shrink so that the global norm clips some steps and not others."""
-    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     # isort: split
     from mxnet import nd
     rng = np.random.RandomState(3)
@@ -153,10 +154,9 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     """Steps far below the weights' float32 resolution (tiny gradient, tiny rate): the
     momentum route recovers lr g / sqrt(v + eps) from w - 2^64 s, so every step still lands
     in the momentum buffer at float32 precision."""
-    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     # isort: split
-    from mxnet import nd
     start, grad = np.array([[100.0, -3.0], [0.5, 1e-3]], np.float32), np.float32(1e-6)
     spec = {"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": False,
             "weight_decay": 0.0}
@@ -178,8 +178,8 @@ def test_rmsprop_momentum_route_keeps_small_steps_exact():
     ids=["adam", "sgd-momentum", "sgd-nesterov", "sgd"])
 def test_sgd_and_adam_take_the_global_norm_factor_as_their_gradient_scale(kind, hp):
     """The clipping factor enters SGD's and Adam's fused operators too (before weight decay)."""
-    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     # isort: split
     from mxnet import nd
     rng = np.random.RandomState(0)

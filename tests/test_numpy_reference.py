@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import require_framework
 from tbdzoo.models.probes import PROBES
 from tbdzoo.spec import losses as spec_losses
 from tbdzoo.spec import ops as spec_ops
 
-from conftest import require_framework
-
 require_framework("torch")
 
-from tbdzoo import reference as ref  # noqa: E402
+from tbdzoo import reference as ref
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -119,6 +118,7 @@ def test_torch_transformer_matches_numpy_with_padding_ignored():
 @pytest.mark.parametrize("ignore_index", [None, 0, 3])
 def test_cross_entropy_matches_torch(label_smoothing, ignore_index):
     import torch
+
     from tbdzoo.backends.torch import ops as torch_ops
     rng = np.random.RandomState(7)
     logits = rng.standard_normal((4, 5, 6)).astype(np.float32) * 3

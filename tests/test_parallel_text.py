@@ -9,8 +9,7 @@ import pytest
 
 import tbdzoo
 from tbdzoo.datasets import DatasetError, make_text, subwords
-from tbdzoo.datasets.parallel_text import (WMT14, ParallelText, read_vocab, word_vocabulary,
-                                           write_parallel)
+from tbdzoo.datasets.parallel_text import WMT14, ParallelText, read_vocab, word_vocabulary, write_parallel
 from tbdzoo.models import seq2seq, transformer
 
 SIZES = dict(train=120, dev=15, test=15)

@@ -38,7 +38,7 @@ def test_crop_windows_follow_the_spec():
     for _ in range(500):
         h, w = rng.integers(8, 400, size=2)
         top, left, ch, cw = augment.crop_window(rng, h, w)
-        assert 0 <= top and top + ch <= h and 0 <= left and left + cw <= w and ch > 0 and cw > 0
+        assert top >= 0 and top + ch <= h and left >= 0 and left + cw <= w and ch > 0 and cw > 0
     # a 100 x 100 image: the area fraction and aspect ratio stay in range (up to rounding)
     windows = [augment.crop_window(rng, 100, 100) for _ in range(2000)]
     area = np.array([ch * cw for _, _, ch, cw in windows]) / 1e4
@@ -165,7 +165,7 @@ def test_tbd_run_with_data_records_data_fed_figures_beside_the_synthetic_ones(so
         [sys.executable, "-m", "tbdzoo.cli", "run", "resnet50", "--backend", "torch", "--config",
          "tiny", "--set", "image_size={}".format(SIZE), "--set", "num_classes=3", "--data",
          source.root, "--data-workers", "1", "--warmup", "1", "--steps", "2", "--repeats", "2",
-         "-o", str(out)], capture_output=True, universal_newlines=True, timeout=600)
+         "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "fed from {}".format(source.root) in " ".join(proc.stdout.split())
     record = json.loads(out.read_text())

@@ -2,6 +2,7 @@
 import gc
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -12,12 +13,13 @@ from collections import OrderedDict
 import pytest
 
 import tbdzoo
+from conftest import require_backend
 from tbdzoo import suite
 from tbdzoo.profiling import cuda_memory, flops, memory, resident
-from tbdzoo.profiling.profile import classify, profile
+from tbdzoo.profiling.cpu import CpuMeter
+from tbdzoo.profiling.profile import classify, failed_record, profile, run_record
+from tbdzoo.profiling.report import check_schema
 from tbdzoo.profiling.timing import summarize
-
-from conftest import require_backend
 
 RECORD_KEYS = {"schema", "model", "backend", "config", "status", "throughput", "step_time", "cpu",
                "gpu", "flops", "memory", "env", "command", "timestamp"}
@@ -324,7 +326,7 @@ def test_summary_statistics():
 def test_profile_record_in_process_measures_torch_memory():
     m = tbdzoo.build("resnet50", backend="torch", config="tiny", device="cpu")
     r = profile(m, steps=1, warmup=1, repeats=2)
-    assert RECORD_KEYS <= set(r) and r["status"] == "ok" and r["schema"] == "tbdzoo.run/1"
+    assert set(r) >= RECORD_KEYS and r["status"] == "ok" and r["schema"] == "tbdzoo.run/1"
     mem, a = r["memory"], r["memory"]["analytic"]
     for key in ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch"):
         assert mem[key]["source"] == "measured"
@@ -423,3 +425,41 @@ def test_a_killed_suite_keeps_its_finished_records(tmp_path):
     assert len(lines) >= 1
     first = json.loads(lines[0])
     assert first["model"] == "resnet50" and first["status"] == "ok"
+
+
+def test_one_cpu_meter_counts_this_process_or_its_whole_tree():
+    """CpuMeter() reads this process alone (a profile's "cpu"); CpuMeter(tree=True) adds the
+    children, live and reaped (a data-fed run's "cpu": a DataLoader's workers), each under
+    its own keys in the records' order."""
+    alone, tree = CpuMeter(), CpuMeter(tree=True)
+    alone.start()
+    tree.start()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    a, t = alone.stop(), tree.stop()
+    assert list(a) == ["cores", "process_cores_busy", "process_utilization", "system_per_core",
+                       "source"]
+    assert list(t) == ["cores", "process_tree_cores_busy", "process_tree_utilization",
+                       "system_per_core", "source"]
+    # the child's 0.4 s of CPU shows in the tree's reading and not in the process's own
+    assert t["process_tree_cores_busy"] > a["process_cores_busy"] + 0.2
+    assert t["process_tree_utilization"] == pytest.approx(t["process_tree_cores_busy"] / t["cores"])
+
+
+def test_every_run_record_starts_and_ends_the_same_way():
+    """run_record builds the records of tbd run and tbd bench: a profile's, a failed run's and
+    an asynchronous A3C run's differ only in the figures between the head and the tail."""
+    head = ["schema", "model", "backend", "config", "status", "error", "batch_size"]
+    tail = ["env", "command", "timestamp"]
+    ok = run_record("a3c", "torch", "paper", "ok", None, None,
+                    [("device", "cpu"), ("throughput", {"value": 5.0, "unit": "frames/s"})],
+                    command="tbd bench a3c")
+    assert list(ok) == head + ["device", "throughput"] + tail
+    assert ok["command"] == "tbd bench a3c" and ok["env"]["tbdzoo"] == tbdzoo.__version__
+    failed = failed_record("resnet50", "torch", "paper", 8, "CUDA out of memory", "tbd run")
+    assert list(failed) == head + tail
+    assert (failed["status"], failed["error"], failed["batch_size"]) == (
+        "oom", "CUDA out of memory", 8)
+    for record in (ok, failed):
+        check_schema(record, "here")   # what tbd report reads
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["timestamp"])

@@ -6,14 +6,13 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
+from conftest import require_backend
 from tbdzoo import consistency
 from tbdzoo.backends import programs
 from tbdzoo.backends.registry import build, build_native
 from tbdzoo.models import probes
 from tbdzoo.spec import Graph, targets
 from tbdzoo.spec.program import Program, ProgramError
-
-from conftest import require_backend
 
 PROBE = "probe/targets_topk"
 SGD = {"kind": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False, "weight_decay": 0.0}
@@ -96,7 +95,7 @@ def test_a_second_targets_step_is_refused():
 
 
 # -- when the backend calls the function -----------------------------------------------------
-class Spy(object):
+class Spy:
     """Wraps the probe's function: records each call's step (from the RandomState's seed)
     and what it wrote; ``updates`` records which update's stream each call drew from."""
 

@@ -8,11 +8,10 @@ steps) on a CNTK worker, at the tolerances of docs/consistency.md.
 import numpy as np
 import pytest
 
-from tbdzoo import consistency
-from tbdzoo.reference.optimizers import trajectory as reference_trajectory
-from tbdzoo.backends.registry import build
-
 from conftest import require_backend
+from tbdzoo import consistency
+from tbdzoo.backends.registry import build
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -131,8 +130,9 @@ def test_cntk_rmsprop_and_global_norm_clipping_follow_the_documented_formula(tmp
     coupled weight decay, epsilon inside the root, the learning rate inside the momentum
     buffer."""
     import json
-    from tbdzoo.backends import environments
+
     from conftest import run_in_env
+    from tbdzoo.backends import environments
     grads = [[3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0]]
     script = tmp_path / "rmsprop.py"
     script.write_text(RMSPROP_SCRIPT)

@@ -15,8 +15,8 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-from tbdzoo import consistency  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
+from tbdzoo import consistency
+from tbdzoo.backends.registry import build_native
 
 
 def _values(loss):
@@ -152,8 +152,8 @@ def _parameter(values):
 def test_rmsprop_and_clipping_follow_the_documented_formulas(centered):
     """Three steps against the float64 reference of docs/optimizers.md: clipping before coupled
     weight decay, eps inside the root, lr inside the momentum buffer, a changing rate."""
-    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     from tbdzoo.backends.mxnet import optimizers  # first: it lets MXNet import under NumPy 1.24+
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     # isort: split
     from mxnet import nd
     spec = {"kind": "rmsprop", "alpha": 0.9, "eps": 1.0, "momentum": 0.9, "centered": centered,

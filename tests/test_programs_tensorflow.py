@@ -20,9 +20,9 @@ from conftest import random_weights, require_framework
 require_framework("tensorflow")
 require_framework("torch")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (first: it orders the triton import)
-from tbdzoo import consistency  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
+import tbdzoo.backends.tensorflow  # noqa: F401  (first: it orders the triton import)
+from tbdzoo import consistency
+from tbdzoo.backends.registry import build_native
 
 
 def _consistency_failures(name, config, seed=0, execution="default", tolerances=None,
@@ -130,8 +130,9 @@ def test_rmsprop_and_clipping_follow_the_documented_formula(spec, clip, rates):
     """One variable, three steps, against the float64 reference of docs/optimizers.md: eps
     inside the root, lr inside the momentum buffer, clipping before the coupled weight decay."""
     import tensorflow as tf
-    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
+
     from tbdzoo.backends.tensorflow import optimizers
+    from tbdzoo.reference.optimizers import trajectory as reference_trajectory
     start, grads = [1.0, -2.0, 3.0], ([3.0, 4.0, 0.0], [1.0, 1.0, 1.0], [-2.0, 0.0, 5.0])
     w = tf.Variable(start)
     opt = optimizers.make_group([w], spec)

@@ -11,9 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tbdzoo.backends import programs  # noqa: E402
-from tbdzoo.reference.optimizers import trajectory as reference_trajectory  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
+from tbdzoo.backends import programs
+from tbdzoo.backends.registry import build_native
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory
 
 
 def test_inception_v3_matches_torchvision_loss_gradients_and_rmsprop_step():

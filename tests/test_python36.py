@@ -1,9 +1,8 @@
 """The code the CNTK worker imports stays valid CPython 3.6 and hashes specs identically."""
 
 import tbdzoo
-from tbdzoo.backends import environments
-
 from conftest import require_backend, run_in_env
+from tbdzoo.backends import environments
 
 SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo/schedules.py",
           "tbdzoo/consistency.py", "tbdzoo/spec", "tbdzoo/models", "tbdzoo/datasets",
@@ -13,8 +12,10 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py", "tbdzoo/backends/common",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
-          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk",
-           "tbdzoo/reference"]
+          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/reference",
+          "tbdzoo/version.py", "tbdzoo/progress.py", "tbdzoo/backends/common",
+          "tbdzoo/distributed", "tbdzoo/training", "tbdzoo/pipelines/__init__.py",
+          "tbdzoo/pipelines/measure.py", "tbdzoo/pipelines/augment.py", "tbdzoo/pipelines/order.py"]
 
 
 def test_shared_code_compiles_under_python36():

@@ -9,11 +9,10 @@ canonical parameter, and a CTC batch that cannot be aligned is refused with the 
 import numpy as np
 import pytest
 
+from conftest import random_weights, require_backend, run_in_env
+from tbdzoo import reference as ref
 from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
-
-from tbdzoo import reference as ref
-from conftest import random_weights, require_backend, run_in_env
 
 PROBES = ("lstm", "lstm_bidirectional_sum", "gru", "gru_bidirectional", "additive_attention",
           "sequence_batchnorm", "clipped_relu", "transpose", "ctc")

@@ -2,6 +2,7 @@
 hyperparameter rules, their synthetic batches, the spectrogram front-end, the checks that turn
 a bad batch into a clear error, and a short training run of the tiny configs on PyTorch."""
 import itertools
+
 import numpy as np
 import pytest
 

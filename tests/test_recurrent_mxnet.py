@@ -17,17 +17,19 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-from tbdzoo import reference as ref  # noqa: E402
-import tbdzoo.backends.mxnet as mx_backend  # noqa: E402  (sets numpy.bool before mxnet)
+import tbdzoo.backends.mxnet as mx_backend
+from tbdzoo import reference as ref
+
 # isort: split
-import tbdzoo.backends.torch as torch_backend  # noqa: E402
-from mxnet import autograd, nd  # noqa: E402
-from tbdzoo.backends.mxnet import ops  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
-from tbdzoo.models.registry import ModelDef  # noqa: E402
-from tbdzoo.spec import Graph  # noqa: E402
-from tbdzoo.spec import ops as spec_ops  # noqa: E402
-from tbdzoo.spec.program import single_objective  # noqa: E402
+from mxnet import autograd, nd
+
+import tbdzoo.backends.torch as torch_backend
+from tbdzoo.backends.mxnet import ops
+from tbdzoo.backends.registry import build_native
+from tbdzoo.models.registry import ModelDef
+from tbdzoo.spec import Graph
+from tbdzoo.spec import ops as spec_ops
+from tbdzoo.spec.program import single_objective
 
 T, D, CLASSES = 6, 3, 5
 LENGTHS = np.array([6, 2, 4], np.int32)  # one at full length, one short, ragged

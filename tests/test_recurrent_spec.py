@@ -10,11 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from tbdzoo.spec import Graph, initial_weights
-from tbdzoo.spec import losses
-from tbdzoo.spec.program import Program, ProgramError
-
 from tbdzoo import reference as ref
+from tbdzoo.spec import Graph, initial_weights, losses
+from tbdzoo.spec.program import Program, ProgramError
 
 
 def _sequence_graph(t=5, d=3):

@@ -12,13 +12,15 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
-# isort: split
-import tensorflow as tf  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
-from tbdzoo.backends.tensorflow import model as tf_model, ops  # noqa: E402
+import tbdzoo.backends.tensorflow  # noqa: F401  (sets the TF log level before the import)
 
-from tbdzoo import reference as ref  # noqa: E402
+# isort: split
+import tensorflow as tf
+
+from tbdzoo import reference as ref
+from tbdzoo.backends.registry import build_native
+from tbdzoo.backends.tensorflow import model as tf_model
+from tbdzoo.backends.tensorflow import ops
 
 # probe -> the node that holds the op under test
 PROBES = OrderedDict([

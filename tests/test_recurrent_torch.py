@@ -13,13 +13,13 @@ from conftest import require_framework
 
 require_framework("torch")
 
-import torch  # noqa: E402
+import torch
 
-from tbdzoo import reference as ref  # noqa: E402
-import tbdzoo  # noqa: E402
-from tbdzoo.backends.torch import ops  # noqa: E402
-from tbdzoo.errors import BatchError  # noqa: E402
-from tbdzoo.spec import Graph  # noqa: E402
+import tbdzoo
+from tbdzoo import reference as ref
+from tbdzoo.backends.torch import ops
+from tbdzoo.errors import BatchError
+from tbdzoo.spec import Graph
 
 
 def _canonical_params(op, attrs, d, seed=0):

@@ -11,9 +11,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tbdzoo.profiling.report import ReportInputError, write_report
-
 from conftest import IN_CI
+from tbdzoo.profiling.report import ReportInputError, write_report
 
 CHROMIUM = "/usr/bin/chromium"
 GiB, MiB = 2 ** 30, 2 ** 20
@@ -305,7 +304,7 @@ def image_status(chromium, index, tmp_path):
             "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()]
     try:
         proc = subprocess.run(args, capture_output=True, timeout=25,
-                              universal_newlines=True)
+                              text=True)
     finally:
         shutil.rmtree(str(profile), ignore_errors=True)
     status = re.search(r'<pre id="status">(.*?)</pre>', proc.stdout, re.S)
@@ -337,6 +336,7 @@ def test_the_report_states_tbds_memory_finding_from_measured_h200_records(tmp_pa
     """The committed H200 records (benchmarks/results): at the paper's batch of 32, feature
     maps are ResNet-50's largest memory category, 70-90% of it as TBD found."""
     import os
+
     from tbdzoo.profiling.report import write_report
     records = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
                            "h200_profile_records.jsonl")
@@ -358,7 +358,7 @@ def test_sweeps_of_the_recurrent_models_report_in_their_own_units(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "tbdzoo.cli", "sweep", model, "--backend", "torch", "--config",
              "tiny", "--batch-sizes", "1,2", "--steps", "1", "--warmup", "1", "--repeats", "1",
-             "--no-samplers", "-o", str(out)], capture_output=True, universal_newlines=True, timeout=900)
+             "--no-samplers", "-o", str(out)], capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["model"], r["batch_size"], r["status"]) for r in records] == [
@@ -430,7 +430,7 @@ def test_a_learners_sweep_of_asynchronous_a3c_reports_frames_updates_and_cpu(tmp
     proc = subprocess.run(
         [sys.executable, "-m", "tbdzoo.cli", "sweep", "a3c", "--backend", "torch", "--config",
          "cartpole", "--learners", "2,1", "--frames", "100", "--set", "hidden=8,8", "-o",
-         str(out)], capture_output=True, universal_newlines=True,
+         str(out)], capture_output=True, text=True,
         timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -470,6 +470,7 @@ def test_runs_of_other_world_sizes_precisions_or_executions_are_separate_lines(t
     """One process and two processes at the same batch sizes are two lines (and two kept rows),
     as are bf16 against fp32 and compiled against eager; labels name only what differs."""
     from matplotlib.figure import Figure
+
     from tbdzoo.profiling import plots
     one = [record("resnet50", "torch", b, v) for b, v in ((8, 10.0), (16, 12.0))]
     two = [distributed(record("resnet50", "torch", b, v), 2, b // 2)

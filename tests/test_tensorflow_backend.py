@@ -10,15 +10,18 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
+import tbdzoo.backends.tensorflow  # noqa: F401  (sets the TF log level before the import)
+
 # isort: split
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tbdzoo.reference.optimizers import trajectory as reference_trajectory  # noqa: E402
-from tbdzoo.backends.registry import build_native  # noqa: E402
-from tbdzoo.backends.tensorflow import model as tf_model, optimizers  # noqa: E402
-from tbdzoo.models.registry import ModelDef  # noqa: E402
-from tbdzoo.spec import Graph  # noqa: E402
+import keras
+import tensorflow as tf
+
+from tbdzoo.backends.registry import build_native
+from tbdzoo.backends.tensorflow import model as tf_model
+from tbdzoo.backends.tensorflow import optimizers
+from tbdzoo.models.registry import ModelDef
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory
+from tbdzoo.spec import Graph
 
 
 def _model(name, **overrides):

@@ -1,14 +1,15 @@
 """Timing measures finished work, on the GPU the run uses, for the batch that ran."""
 import json
 import os
+import time
 
 import pytest
 
-import tbdzoo
-from tbdzoo.backends import environments
-
 import completion_probe
+import tbdzoo
 from conftest import require_backend, run_in_env
+from tbdzoo.backends import environments
+from tbdzoo.profiling.timing import time_repeats
 
 # A step that returned with work still queued leaves a large part of its own time to drain
 # (MXNet once returned with its backward pass and update queued: 20-70% of the step here);
@@ -42,11 +43,11 @@ def test_a_step_and_every_timed_window_end_with_the_work_done(backend):
 
 
 # -- the GPU the sampler watches ----------------------------------------------------------------
-class FakeNvml(object):
+class FakeNvml:
     """NVML's calls that tbdzoo makes, over GPUs listed in PCI order (NVML's numbering). Each
     GPU reports readings of its own, so a sampler that watches the wrong one is caught."""
 
-    class _Reading(object):
+    class _Reading:
         def __init__(self, **fields):
             self.__dict__.update(fields)
 
@@ -114,7 +115,8 @@ def test_a_cuda_device_is_found_in_nvml_by_uuid(ordinal, uuid, visible, expected
 
 def test_the_sampler_reads_the_gpu_the_run_uses(monkeypatch):
     """profile() on cuda:1 with CUDA_VISIBLE_DEVICES naming GPUs 2 and 0 samples NVML's GPU 0."""
-    from tbdzoo.profiling import gpu, profile as profile_mod
+    from tbdzoo.profiling import gpu
+    from tbdzoo.profiling import profile as profile_mod
     fake = FakeNvml(UUIDS)
     monkeypatch.setattr(gpu, "_nvml", lambda: fake)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "{},GPU-0a1b".format(UUIDS[2]))
@@ -207,3 +209,41 @@ def test_a_minimum_repeat_time_adds_steps_to_fast_repeats_only():
     slow = tbdzoo.profile(model, steps=1, warmup=2, repeats=2, min_repeat_s=1e-9,
                           samplers=False)["protocol"]
     assert (slow["warmup"], slow["steps"]) == (2, 1)  # one step already lasted the minimum
+
+
+# -- the one step timer ---------------------------------------------------------------------------
+class _CountingModel:
+    """A model whose step takes ``step_s`` and records how it was called."""
+
+    def __init__(self, step_s):
+        self.step_s, self.calls = step_s, []
+
+    def synchronize(self):
+        self.calls.append("sync")
+
+    def train_step(self, batch, sync=True):
+        time.sleep(self.step_s)
+        self.calls.append(("step", batch, sync))
+        return float(batch)
+
+
+def test_one_timer_times_the_repeats_of_profiles_and_data_fed_runs():
+    """time_repeats is the timed region of both protocols: each run starts and ends on a
+    synchronised model with its last step synchronous, and the input's wait is its own share
+    (a profile's synthetic batch waits 0; a data-fed batch waits for its pipeline)."""
+    model, losses, seen = _CountingModel(0.01), [], []
+
+    def next_input():
+        time.sleep(0.01)  # as long as the step: the wait is half of each run
+        return len(losses) + 1, 0.01
+
+    per_step, waits, done = time_repeats(model, next_input, 3, 2, losses,
+                                         lambda d, t: seen.append((d, t)), done=5, total=11)
+    assert done == 11 and seen == [(d, 11) for d in range(6, 12)]
+    assert losses == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    run = ["sync", ("step", 1, False), ("step", 2, False), ("step", 3, True), "sync"]
+    assert model.calls[:5] == run and len(model.calls) == 10
+    assert len(per_step) == 2 and all(0.015 < s < 0.2 for s in per_step)
+    assert all(0.1 < w < 0.55 for w in waits)
+    _, still, _ = time_repeats(model, lambda: (0, 0.0), 1, 1, [])
+    assert still == [0.0]

@@ -4,6 +4,7 @@ flatten_parameters(): leaf tensors in one flat buffer, read and written per gate
 and the weights files are what they were when the per-gate tensors were concatenated on every
 call; cuDNN's biases that the spec does not have stay exactly zero."""
 import itertools
+
 import numpy as np
 import pytest
 
@@ -11,14 +12,14 @@ from conftest import random_weights, require_framework
 
 require_framework("torch")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-import tbdzoo  # noqa: E402
-from tbdzoo.backends.torch import ops  # noqa: E402
-from tbdzoo.backends.torch.recurrent import RecurrentWeights  # noqa: E402
-from tbdzoo.profiling import memory  # noqa: E402
-from tbdzoo.spec import Graph  # noqa: E402
+import tbdzoo
+from tbdzoo.backends.torch import ops
+from tbdzoo.backends.torch.recurrent import RecurrentWeights
+from tbdzoo.profiling import memory
+from tbdzoo.spec import Graph
 
 # seq2seq: stacked LSTMs; deepspeech2: bidirectional GRUs (b_hn inside cuDNN's bias_hh)
 MODELS = ["seq2seq", "deepspeech2"]

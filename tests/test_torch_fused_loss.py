@@ -4,7 +4,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from tbdzoo.backends.torch import fused_loss  # noqa: E402
+from tbdzoo.backends.torch import fused_loss
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -5,8 +5,8 @@ an objective's largest term runs first."""
 import pytest
 
 torch = pytest.importorskip("torch")
-from tbdzoo.backends.torch import ops  # noqa: E402
-from tbdzoo.backends.torch.model import _largest_first  # noqa: E402
+from tbdzoo.backends.torch import ops
+from tbdzoo.backends.torch.model import _largest_first
 
 
 def _second_order(fn, *tensors):

@@ -7,12 +7,11 @@ import pathlib
 
 import pytest
 
+from conftest import require_backend
 from tbdzoo.cli import main
 from tbdzoo.datasets.makers import make
 from tbdzoo.training import TrainingError, parse_target, train_to_target
 from tbdzoo.training.mllog import TrainingMllog
-
-from conftest import require_backend
 
 # Ten classes, so chance is 0.1: 0.4 top-1 on the held-out split is learnt, not guessed.
 TARGET = "top1=0.4"

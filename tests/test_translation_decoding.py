@@ -7,13 +7,12 @@ words."""
 import numpy as np
 import pytest
 
+from conftest import require_backend
 from tbdzoo.datasets.makers import make
 from tbdzoo.training import train_to_target
 from tbdzoo.training.decoding import greedy_decode
 from tbdzoo.training.loop import build_proxy
 from tbdzoo.training.translation_task import TranslationTask
-
-from conftest import require_backend
 
 
 @pytest.fixture(scope="module")

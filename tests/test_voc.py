@@ -8,11 +8,17 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 import pytest
 
-from tbdzoo.datasets import (DatasetError, VOCDetection, check_detection_batch, iterate_batches,
-                             synthetic_detection_batch, voc, write_voc)
-from tbdzoo.datasets import detection_batch as db
-
 from conftest import require_backend, run_in_env
+from tbdzoo.datasets import (
+    DatasetError,
+    VOCDetection,
+    check_detection_batch,
+    iterate_batches,
+    synthetic_detection_batch,
+    voc,
+    write_voc,
+)
+from tbdzoo.datasets import detection_batch as db
 
 
 def smooth_image(height, width, phase=0.0):

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 
 import tbdzoo
+from conftest import random_weights, require_backend
 from tbdzoo import weights as weights_io
 from tbdzoo.backends import remote, worker
 from tbdzoo.backends.remote import RemoteModel
 from tbdzoo.datasets.errors import DatasetError
 from tbdzoo.errors import BatchError, NonFiniteStepError, WeightsError, WorkerError
 from tbdzoo.spec import initial_weights
-
-from conftest import random_weights, require_backend
 
 # What CNTK and TensorFlow print on import, whatever happens after: a report never shows it.
 BANNERS = ("Selected CPU as the process wide default device", "Unsupported Linux distribution",

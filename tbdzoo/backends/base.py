@@ -32,13 +32,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import schedules, weights as weights_io
+from .. import schedules
+from .. import weights as weights_io
+from ..errors import NonFiniteStepError, UnsupportedOptionError
+from ..models.constraints import integer
+from ..profiling.profile import resident_bytes
 from ..spec import initial_weights
 from ..spec.program import Program
 from ..spec.targets import StepRandomState
-from .common import batches, op_support, optimizers
 from . import programs
-from ..errors import NonFiniteStepError
+from .common import batches, op_support, optimizers
+from .environments import framework_of
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
 
@@ -65,7 +69,6 @@ def check_buildable(model_def, hparams, backend):
 def _checked_argument(name, value, low, model):
     """``value`` of synthetic_batch's argument ``name`` as an int >= ``low`` (the rule build
     applies to batch_size), or HyperparameterError naming it."""
-    from ..models.constraints import integer
     if isinstance(value, np.integer):
         value = int(value)
     return integer(low).check(name, value, model)
@@ -77,7 +80,7 @@ def _note_undone_updates(error):
     error.args = (error.args[0] + " The step's earlier updates were undone too.",)
 
 
-class Prepared(object):
+class Prepared:
     """A batch already converted for one backend, so timed steps measure only the step."""
 
     __slots__ = ("backend", "native", "items")
@@ -86,7 +89,7 @@ class Prepared(object):
         self.backend, self.native, self.items = backend, native, items
 
 
-class PendingTargets(object):
+class PendingTargets:
     """What a Prepared holds for a program whose targets step must run: the written inputs
     change every step, so each update that reads them keeps its NumPy batch and is prepared
     per step, after the targets function; every other update is prepared once."""
@@ -97,7 +100,7 @@ class PendingTargets(object):
         self.updates = updates  # [(phase index, prepared native or None, NumPy part or None)]
 
 
-class BackendModel(object):
+class BackendModel:
     backend = None
     RUNS_PROGRAMS = False
     # The values of the execution options (tbdzoo/models/registry.py) this backend honours.
@@ -113,7 +116,6 @@ class BackendModel(object):
         self.spec = check_buildable(model_def, hparams, self.backend)
         self._check_options(hparams)
         if self.spec.program is not None and not self.RUNS_PROGRAMS:
-            from ..errors import UnsupportedOptionError
             raise UnsupportedOptionError(
                 "{} is a training program of {} objective(s) and {} parameter group(s), which "
                 "backend {} does not run".format(
@@ -121,7 +123,6 @@ class BackendModel(object):
                     self.backend))
         self.step_count = 0
         self.native = None
-        from ..profiling.profile import resident_bytes
         self.rss_before_build = resident_bytes()
         start = time.perf_counter()
         self._build(initial_weights(self.spec, seed))
@@ -508,7 +509,6 @@ class BackendModel(object):
     # -- measuring -------------------------------------------------------------------------
     @property
     def framework(self) -> str:
-        from .environments import framework_of
         return framework_of(self.backend)
 
     def framework_version(self) -> Optional[str]:
@@ -530,7 +530,6 @@ class BackendModel(object):
 
     # -- for subclasses -------------------------------------------------------------------
     def _check_options(self, hparams):
-        from ..errors import UnsupportedOptionError
         for option, allowed in sorted(self.OPTIONS.items()):
             if hparams[option] not in allowed:
                 raise UnsupportedOptionError(
@@ -540,7 +539,6 @@ class BackendModel(object):
     def _resolve_device(self, device):
         """The device string ('cpu', 'cuda:0'); backends with accelerators override this."""
         if device not in (None, "cpu"):
-            from ..errors import UnsupportedOptionError
             raise UnsupportedOptionError("backend {} runs on the CPU only here; device {!r} "
                                          "is not available".format(self.backend, device))
         return "cpu"

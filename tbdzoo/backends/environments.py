@@ -3,9 +3,14 @@
 CNTK 2.7 exists only for CPython 3.6, so it gets an environment of its own; the other three
 share the main one. ``make env`` creates both (see the README).
 """
+import functools
+import glob
 import importlib.util
 import os
+import subprocess
 import sys
+
+from .common.quiet import verbose
 
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,10 +62,47 @@ def worker_environment():
     """os.environ for a worker: tbdzoo importable from the source tree, unbuffered output,
     TensorFlow's C++ logging quietened unless TBDZOO_VERBOSE asks for the frameworks' messages
     (it travels to the worker, whose backend then leaves its banners on too)."""
-    from .common.quiet import verbose
     env = dict(os.environ)
     env["PYTHONPATH"] = SOURCE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     if not verbose():
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
+
+
+# The device a backend's model picks when none is named, asked of the backend's own class in
+# its own environment (as a run's worker would build it), so this process imports no framework.
+_DEVICE_PROBE = ("import sys\n"
+                 "from tbdzoo.backends.registry import _native_class\n"
+                 "model = _native_class(sys.argv[1])\n"
+                 "print(model._resolve_device(model.__new__(model), None))\n")
+
+
+def machine_has_gpu():
+    """Whether any GPU device node exists; without one no framework can pick a GPU."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg"))
+
+
+@functools.lru_cache(maxsize=None)
+def default_device(backend):
+    """'cpu' or 'cuda:N': where ``backend`` runs when no device is named; None when its
+    environment cannot say (the run itself then reports why)."""
+    return ask_device(backend) if machine_has_gpu() else "cpu"
+
+
+def ask_device(backend):
+    """The backend's own choice of device, asked in its environment (importing its framework
+    there takes seconds, so :func:`default_device` asks only on a machine with a GPU)."""
+    try:
+        proc = subprocess.run([python_for(backend), "-c", _DEVICE_PROBE, backend],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
+                              env=worker_environment(), universal_newlines=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.split()
+    return lines[-1] if proc.returncode == 0 and lines else None
+
+
+def on_gpu(backend, device=None):
+    """Whether a run of ``backend`` on ``device`` (None: the backend's choice) uses a GPU."""
+    return (device or default_device(backend) or "cpu").startswith("cuda")

@@ -16,9 +16,9 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import schedules
-from ..spec.graph import values_read
-from ..spec.program import objective_values
 from ..spec import targets as _targets
+from ..spec.program import objective_values
+from ..spec.reads import values_read
 
 __all__ = ["values_read", "objective_values", "inputs_of_phase", "updates", "rows_per_input",
            "split_step_batch", "learning_rate", "check_schedules", "step_result",

@@ -9,6 +9,7 @@ from ..errors import BackendUnavailableError, UnknownNameError
 from ..models import get_model
 from . import environments
 from .base import BackendModel
+from .remote import RemoteModel
 
 BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
 
@@ -31,7 +32,6 @@ def build(name: str, backend: str = "torch", config: str = "paper", seed: int = 
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
     if isolate or not environments.importable_here(backend):
-        from .remote import RemoteModel
         return RemoteModel(model_def, hparams, seed, backend, device=device)
     return _native_class(backend)(model_def, hparams, seed, device=device)
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import errors
-from ..weights import load_arrays, save_arrays
+from ..weights import check, load_arrays, path_of, save_arrays
 from . import environments
 from .base import BackendModel, Prepared, check_buildable
 
@@ -178,7 +178,7 @@ def worker_lines(text, lines=TAIL_LINES):
     return kept[-lines:]
 
 
-class WorkerHandle(object):
+class WorkerHandle:
     """What ``model.native`` is for a model in a worker: its process and interpreter."""
 
     def __init__(self, process, python, native_type):
@@ -602,7 +602,6 @@ class RemoteModel(BackendModel):
         return weights
 
     def set_weights(self, weights):
-        from ..weights import check
         path = self._path("weights")
         checked = check(self.spec, weights)
         save_arrays(path, checked)
@@ -620,7 +619,6 @@ class RemoteModel(BackendModel):
         self._keep_copy("the weights saved to " + path, counters, path)
 
     def load_weights(self, path):
-        from ..weights import path_of
         path = os.path.abspath(path_of(path))
         counters = self._call("load_weights", path=path, about="from " + path)
         self._keep_copy("the weights loaded from " + path, counters, path)

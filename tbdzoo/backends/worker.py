@@ -15,6 +15,12 @@ import traceback
 
 import numpy as np
 
+from ..pipelines.measure import data_fed
+from ..profiling.profile import profile
+from ..profiling.timing import time_training
+from ..weights import load_arrays
+from .registry import build_native
+
 
 def _protocol_streams():
     """Keep the real stdout for replies and send everything else printed to stderr."""
@@ -23,14 +29,13 @@ def _protocol_streams():
     return sys.stdin, reply
 
 
-class Worker(object):
+class Worker:
     def __init__(self):
         self.model = None
         self.batches = {}
 
     # Each handler takes the request's args and returns a JSON-able result.
     def build(self, model, backend, config, seed, overrides, device=None):
-        from .registry import build_native
         self.model = build_native(model, backend, config=config, seed=seed, device=device,
                                   **overrides)
         return {"spec_hash": self.model.spec.hash(), "repr": repr(self.model),
@@ -39,7 +44,6 @@ class Worker(object):
                 type(self.model.native).__name__}
 
     def prepare(self, key, path):
-        from ..weights import load_arrays
         self.batches[key] = self.model.prepare_batch(load_arrays(path))
         return {"items": self.batches[key].items}
 
@@ -62,11 +66,9 @@ class Worker(object):
         _save_output(out, self.model.predict(self._batch(key)))
 
     def predict_arrays(self, path, out):
-        from ..weights import load_arrays
         _save_output(out, self.model.predict(load_arrays(path)))
 
     def values(self, path, names, out):
-        from ..weights import load_arrays
         np.savez(out, **self.model.values(load_arrays(path), names))
 
     def loss_and_gradients(self, key, out):
@@ -75,7 +77,6 @@ class Worker(object):
         return {"loss": loss}
 
     def step_targets(self, path, out):
-        from ..weights import load_arrays
         np.savez(out, **self.model.step_targets(load_arrays(path)))
 
     # The weights requests answer with the step counters the weights go with: the client
@@ -96,7 +97,6 @@ class Worker(object):
         return self._counters()
 
     def set_weights(self, path):
-        from ..weights import load_arrays
         self.model.set_weights(load_arrays(path))
         return self._counters()
 
@@ -110,18 +110,14 @@ class Worker(object):
 
     def time_training(self, key, warmup, steps, repeats):
         """Timed in the worker, so the request round trip is never inside a timed step."""
-        from ..profiling.timing import time_training
         return time_training(self.model, self._batch(key), warmup, steps, repeats, _progress)
 
     def profile(self, batch_path=None, **options):
-        from ..profiling.profile import profile
-        from ..weights import load_arrays
         batch = load_arrays(batch_path) if batch_path else None
         return profile(self.model, batch=batch, progress=_progress, **options)
 
     def data_fed(self, **options):
         """Training fed by the backend's own input pipeline, run here beside the model."""
-        from ..pipelines.measure import data_fed
         return data_fed(self.model, progress=_progress, **options)
 
     def ping(self):

@@ -17,6 +17,7 @@ wrong with it: nothing is skipped. No framework is imported here; the input pipe
 framework (tbdzoo/pipelines/) read the files this reader lists. Valid Python 3.6.
 """
 import csv
+import io
 import os
 import re
 
@@ -65,7 +66,6 @@ def read_file_bytes(path):
 
 def decode_jpeg(path, data=None):
     """uint8 (H, W, 3) RGB of the JPEG at ``path`` (``data``: its bytes, if already read)."""
-    import io
     Image = _pillow()
     data = read_file_bytes(path) if data is None else data
     try:

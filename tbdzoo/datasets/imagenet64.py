@@ -57,7 +57,7 @@ def _natural(name):
     return (0, int(stem), name) if stem.isdigit() else (1, 0, name)
 
 
-class PNGFolder(object):
+class PNGFolder:
     """The PNGs of one folder of van den Oord's layout, in numeric order of their names.
 
     Every file in the folder must be a ``.png`` (anything else is an error naming it); each is

@@ -18,9 +18,11 @@ import collections
 import os
 import re
 import warnings
+from math import gcd
 
 import numpy as np
 
+from ..spec.losses import ctc_required_frames
 from . import spectrogram as front
 from .epochs import epoch_rows
 from .errors import DatasetError
@@ -103,7 +105,7 @@ def read_transcripts(path, speaker, chapter):
     return out
 
 
-class LibriSpeech(object):
+class LibriSpeech:
     """The utterances of one subset: ``dataset[i]`` is an Utterance (id, FLAC path, transcript,
     labels int32, speaker, chapter, samples and sample rate from the file's header);
     ``audio(i, sample_rate)`` its samples, ``spectrogram(i, hp)`` Deep Speech 2's input.
@@ -209,13 +211,12 @@ class LibriSpeech(object):
         except ValueError as e:
             raise DatasetError("{}: {}".format(self.utterances[i].path, e)) from e
 
-    def fitting(self, hp, too_long="error"):
+    def fitting(self, hp, rules, too_long="error"):
         """Indices of the utterances that fit the config: at most ``max_frames`` frames, the
         transcript within the padded label length and alignable by CTC after the
         convolutions. Others are an error naming the file, or with ``too_long='skip'`` left
-        out and counted in a warning."""
-        from ..models import deepspeech2 as ds2
-        from ..spec.losses import ctc_required_frames
+        out and counted in a warning. ``rules``: the model's shape rules, ``min_frames(hp)``,
+        ``output_steps(hp, frames)`` and ``max_label_length(hp)`` (tbdzoo.models.deepspeech2)."""
         if too_long not in TOO_LONG_POLICIES:
             raise DatasetError("too_long={!r}: give one of {}".format(
                 too_long, ", ".join(TOO_LONG_POLICIES)))
@@ -224,7 +225,7 @@ class LibriSpeech(object):
                                "Speech 2's {} classes (blank, space, apostrophe, a-z)".format(
                                    hp["num_classes"], len(ALPHABET)))
         keep, skipped = [], []
-        max_labels, low = ds2.max_label_length(hp), ds2.min_frames(hp)
+        max_labels, low = rules.max_label_length(hp), rules.min_frames(hp)
         for i, utt in enumerate(self.utterances):
             frames = self.frames(i, hp)
             problem = None
@@ -238,7 +239,7 @@ class LibriSpeech(object):
                            "hop x chars_per_second); raise chars_per_second or max_frames"
                            .format(len(utt.labels), max_labels))
             else:
-                need, steps = ctc_required_frames(utt.labels), int(ds2.output_steps(hp, frames))
+                need, steps = ctc_required_frames(utt.labels), int(rules.output_steps(hp, frames))
                 if need > steps:
                     problem = ("{} characters need {} output steps for CTC, but its {} frames "
                                "give {}".format(len(utt.labels), need, frames, steps))
@@ -258,21 +259,21 @@ class LibriSpeech(object):
                                                                            hp["max_frames"]))
         return keep
 
-    def batches(self, hp, batch_size, seed=None, too_long="error", drop_last=False):
+    def batches(self, hp, rules, batch_size, seed=None, too_long="error", drop_last=False):
         """One epoch of Deep Speech 2 batches (make_batch): shuffled by ``seed`` (in id order
         when None); the last, smaller batch kept unless ``drop_last``."""
-        for rows in epoch_rows(self.fitting(hp, too_long), batch_size, seed, drop_last):
-            yield make_batch(hp, [self.spectrogram(i, hp) for i in rows],
+        for rows in epoch_rows(self.fitting(hp, rules, too_long), batch_size, seed, drop_last):
+            yield make_batch(hp, rules, [self.spectrogram(i, hp) for i in rows],
                              [self.utterances[i].labels for i in rows])
 
 
-def make_batch(hp, spectrograms, labels):
+def make_batch(hp, rules, spectrograms, labels):
     """Deep Speech 2's batch: ``spectrogram`` (N, max_frames, bins) float32 zero-padded,
     ``spectrogram_lengths`` (N,), ``labels`` (N, max_label_length) int32 zero-padded,
-    ``label_lengths`` (N,); the keys and shapes of the model's synthetic batch."""
-    from ..models import deepspeech2 as ds2
+    ``label_lengths`` (N,); the keys and shapes of the model's synthetic batch. ``rules``
+    gives ``max_label_length(hp)`` (tbdzoo.models.deepspeech2)."""
     bins = front.num_bins(hp["sample_rate"], hp["window_ms"])
-    n, max_labels = len(spectrograms), ds2.max_label_length(hp)
+    n, max_labels = len(spectrograms), rules.max_label_length(hp)
     batch = {"spectrogram": np.zeros((n, hp["max_frames"], bins), np.float32),
              "spectrogram_lengths": np.zeros(n, np.int32),
              "labels": np.zeros((n, max_labels), np.int32),
@@ -290,7 +291,6 @@ def make_batch(hp, spectrograms, labels):
 
 
 def _rates(rate, target):
-    from math import gcd
     g = gcd(int(rate), int(target))
     return int(target) // g, int(rate) // g
 

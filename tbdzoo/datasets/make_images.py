@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import DatasetError
 from .makers import require_system_file
+from .voc import write_voc
 
 __all__ = ["MAKERS", "FASHION_MNIST_DIR", "FASHION_MNIST_CLASSES", "CLASS_TOKENS", "SYNSETS",
            "PHOTOS", "read_idx", "load_fashion_mnist", "write_npz",
@@ -366,7 +367,6 @@ def voc_composed(out_dir, seed, progress, images=48, long_side=500, max_objects=
     garments pasted in; half the images are train, a quarter val, a quarter test (garments of
     Fashion-MNIST's test split). An object is difficult when its box's shorter side is under
     ``difficult_side`` pixels or less than ``difficult_visible`` of it is visible."""
-    from .voc import write_voc
     if images < 4:
         raise DatasetError("images={}: give at least 4 (train, val and test need one each)".format(
             images))

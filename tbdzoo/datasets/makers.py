@@ -21,6 +21,7 @@ import shutil
 import tempfile
 
 from ..errors import UnknownNameError
+from ..version import __version__
 from .errors import DatasetError
 
 __all__ = ["MAKER_MODULES", "MANIFEST", "Maker", "SystemPackageMissing", "list_makers",
@@ -196,7 +197,6 @@ def make(name, out, seed=0, options=None, progress=None):
         raise
     try:
         facts = maker.function(work, seed, progress or _no_progress, **options)
-        from .. import __version__
         manifest = collections.OrderedDict([
             ("name", name), ("seed", seed), ("tbdzoo_version", __version__),
             ("options", dict(maker.options, **options)), ("facts", facts or {}),

@@ -14,7 +14,6 @@ number of lines; an empty line, undecodable UTF-8 or a missing file is an error 
 (and line). Nothing is skipped unless asked, and what is skipped is counted.
 """
 import collections
-import io
 import os
 import warnings
 
@@ -54,7 +53,7 @@ def read_lines(path):
     return out
 
 
-class ParallelText(object):
+class ParallelText:
     """The sentence pairs of one split: ``pairs[i]`` is (source, target), two strings.
 
     ``root`` holds ``<prefix>.<lang>`` files, the prefix given by ``prefixes[split]``
@@ -162,7 +161,7 @@ def _write(path, lines):
         if not line.strip() or "\n" in line or "\r" in line:
             raise DatasetError("{}: line {} to write, {!r}, is empty or holds a line break"
                                .format(path, number, line))
-    with io.open(path, "w", encoding="utf-8", newline="\n") as f:
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("".join(line + "\n" for line in lines))
 
 

@@ -3,7 +3,7 @@
 readers later (docs/pipelines.md says what each adds). Valid Python 3.6."""
 
 
-class ExampleSource(object):
+class ExampleSource:
     """Random access to the examples of one split.
 
     ``task`` names the kind of example (``"image_classification"``); a pipeline refuses a

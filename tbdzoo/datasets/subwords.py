@@ -41,7 +41,7 @@ def _unk_id(pad_id, bos_id, eos_id):
     return min(set(range(4)) - {pad_id, bos_id, eos_id})
 
 
-class Subwords(object):
+class Subwords:
     """A trained sentencepiece model: ``encode(text)`` gives ids, ``decode(ids)`` text."""
 
     def __init__(self, model_proto, name="subwords"):

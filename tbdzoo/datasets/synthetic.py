@@ -5,6 +5,9 @@ label ranges, realistic padding in token batches), not any real data set.
 """
 import numpy as np
 
+from ..spec.losses import ctc_required_frames
+from . import spectrogram as front
+
 
 def image_classification(batch_size, channels, size, num_classes, seed=0):
     rng = np.random.RandomState(seed)
@@ -97,8 +100,6 @@ def utterances(batch_size, max_frames, num_classes, steps_of, max_label_length,
     frames. Returns ``spectrogram`` (N, T, bins), ``spectrogram_lengths``, ``labels`` (N, L)
     and ``label_lengths``.
     """
-    from ..spec.losses import ctc_required_frames
-    from . import spectrogram as front
     rng = np.random.RandomState(seed)
     hop = front.hop_samples(sample_rate, hop_ms)
     bins = front.num_bins(sample_rate, window_ms)

@@ -25,9 +25,17 @@ import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 
-from .detection_batch import (CANVAS, MAX_BOXES, MAX_LONG_SIDE, SHORT_SIDE,
-                              check_detection_batch, iterate_batches, make_batch,
-                              synthetic_detection_batch, synthetic_image)
+from .detection_batch import (
+    CANVAS,
+    MAX_BOXES,
+    MAX_LONG_SIDE,
+    SHORT_SIDE,
+    check_detection_batch,
+    iterate_batches,
+    make_batch,
+    synthetic_detection_batch,
+    synthetic_image,
+)
 from .errors import DatasetError
 
 __all__ = ["CLASSES", "MAIN_SETS", "VOCDetection", "VOCSample", "VOCAnnotation", "write_voc",
@@ -165,7 +173,7 @@ def parse_annotation(path, class_names=CLASSES):
                          np.array(labels, np.int64), np.array(difficult, bool))
 
 
-class VOCDetection(object):
+class VOCDetection:
     """The images of one image set of VOC 2007 with their objects.
 
     ``dataset[i]`` is a VOCSample (image (H, W, 3) uint8 RGB, boxes float32 (K, 4) as

@@ -12,10 +12,11 @@ Imperative only: the number of kept boxes is data-dependent.
 import numpy as np
 
 from ..backends import mxnet as _shim  # noqa: F401  (numpy.bool for mxnet 1.9.1)
-# isort: split
-from ..errors import DetectionInputError
 
-import mxnet as mx  # noqa: E402
+# isort: split
+import mxnet as mx
+
+from ..errors import DetectionInputError
 
 
 def nms(boxes, scores, threshold, max_keep=None):

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from ..errors import DetectionInputError
-from . import torch_nms
 from ..models.faster_rcnn.detection.boxes import SCALE_CLIP
+from . import torch_nms
 from .torch_roi_align import divide
 
 

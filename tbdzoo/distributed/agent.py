@@ -17,9 +17,10 @@ import sys
 import time
 from collections import OrderedDict
 
+from ..backends.common.engines import RANK_TIMEOUT_VARIABLE
+from ..backends.environments import worker_environment
 from ..errors import TbdError
-from .rank import (LOCAL_RANK_VARIABLE, NODE_VARIABLE, RANK_TIMEOUT_VARIABLE, STATUS_VARIABLE,
-                   engine_of)
+from .rank import LOCAL_RANK_VARIABLE, NODE_VARIABLE, STATUS_VARIABLE, engine_of
 from .world import ENVIRONMENT_VARIABLE, Node
 
 POLL_SECONDS = 0.2
@@ -28,14 +29,7 @@ TERMINATE_SECONDS = 5.0  # SIGTERM, then SIGKILL
 STALE_SECONDS = 3.0      # a live rank silent this long when a peer fails is blamed instead
 
 
-class Helper(object):
-    """A process an engine needs besides the ranks (MXNet's scheduler and servers)."""
-
-    def __init__(self, name, argv, env=None):
-        self.name, self.argv, self.env = name, list(argv), dict(env or {})
-
-
-class Slot(object):
+class Slot:
     """One local rank: its status file, stderr file and (when the agent started it) process."""
 
     def __init__(self, directory, local_rank):
@@ -129,7 +123,7 @@ def how_it_ended(code):
     return "exited with status {}".format(code)
 
 
-class Agent(object):
+class Agent:
     def __init__(self, job_path):
         with open(job_path) as f:
             self.job = json.load(f)
@@ -146,7 +140,6 @@ class Agent(object):
 
     # -- starting ------------------------------------------------------------------------
     def _environment(self, extra):
-        from ..backends.environments import worker_environment
         env = worker_environment()
         env.setdefault("OMP_NUM_THREADS", str(self.job.get("threads_per_rank", 1)))
         env[RANK_TIMEOUT_VARIABLE] = str(self.rank_timeout)
@@ -160,7 +153,7 @@ class Agent(object):
                 # the helper writes to its own copy of the descriptor; ours closes here
                 self.helpers.append((helper, subprocess.Popen(
                     helper.argv, env=self._environment(helper.env), stdout=err, stderr=err)))
-        argv = [sys.executable, "-m", "tbdzoo.distributed.rank", self.job_path]
+        argv = [sys.executable, "-m", self.job["rank_module"], self.job_path]
         command = self.engine.rank_launcher(self.node, argv)
         if command is None:
             for slot in self.slots:

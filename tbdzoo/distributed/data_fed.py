@@ -4,6 +4,8 @@ sums what the ranks measured into the global figures (docs/distributed.md, "Data
 Valid Python 3.6."""
 from collections import OrderedDict
 
+from ..pipelines.measure import INPUT_BOUND_WAIT
+
 SHARDING = ("each rank reads its share of every epoch: positions r, r + W, ... of the seeded "
             "permutation (tbdzoo/pipelines/order.py)")
 
@@ -12,7 +14,6 @@ def global_data_fed(results, node, synthetic_throughput=None):
     """Rank 0's "data" part with the throughput summed over the ranks (global items per
     second), the input wait of the rank that waited longest, and the CPU of every rank's
     process tree; each rank's own figures under ``per_rank``."""
-    from ..suite import INPUT_BOUND_WAIT
     ranks = [results[k]["data"] for k in sorted(results, key=int)]
     fed = OrderedDict((k, v) for k, v in ranks[0].items() if k not in ("rank", "share_examples"))
     complete = len(ranks) == node.world_size

@@ -12,11 +12,9 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 
 from ..backends import environments
 from ..errors import BackendUnavailableError, DistributedError
-from .world import Node
 
 RANK_TIMEOUT = 60.0     # seconds without a heartbeat before a rank counts as hung
 STEP_TIMEOUT = 900.0    # seconds without any rank finishing a step (start-up included)
@@ -45,7 +43,7 @@ def free_port_block(count, host="127.0.0.1", attempts=50):
     raise DistributedError("found no block of {} free ports on {}".format(count, host))
 
 
-class Launch(object):
+class Launch:
     """A running job on this node."""
 
     def __init__(self, job, process, directory, keep=False):
@@ -140,10 +138,11 @@ def start(job, keep=False):
 def make_job(model, backend, node, mode, per_replica, global_batch, config="paper", seed=0,
              overrides=None, protocol=None, steps=3, rank_timeout=RANK_TIMEOUT,
              step_timeout=STEP_TIMEOUT, weights_path=None, command=None, threads_per_rank=1,
-             data=None, training=None):
+             data=None, training=None, rank_module="tbdzoo.distributed.rank"):
     """The JSON job every agent and rank reads. ``node`` is a Node whose master port, when
     missing, is a free block on this host (the port and, for TensorFlow's workers, the next
-    world-size ones)."""
+    world-size ones). Each rank runs ``python -m RANK_MODULE JOB.json``: tbdzoo.distributed.rank,
+    or a module above it that adds a mode (tbdzoo.training.rank)."""
     if node.master_port is None:
         if node.nnodes > 1:
             raise DistributedError("a run over several hosts needs --master HOST:PORT, the same "
@@ -155,4 +154,5 @@ def make_job(model, backend, node, mode, per_replica, global_batch, config="pape
             "protocol": protocol or {}, "steps": steps, "node": node.to_dict(),
             "rank_timeout": rank_timeout, "step_timeout": step_timeout,
             "weights_path": weights_path, "command": command,
-            "threads_per_rank": threads_per_rank, "data": data, "training": training}
+            "threads_per_rank": threads_per_rank, "data": data, "training": training,
+            "rank_module": rank_module}

@@ -5,6 +5,7 @@ its ``World`` in the environment. It starts its heartbeat before anything slow, 
 backend's engine set itself up, builds the model as the engine's subclass, trains on its shard
 of the global batch and, on rank 0, writes the result. Valid Python 3.6 (CNTK ranks).
 """
+import importlib
 import json
 import os
 import sys
@@ -12,14 +13,19 @@ import threading
 import time
 import traceback
 
+from ..models import get_model
+from ..pipelines.measure import data_fed
+from ..profiling.profile import profile
+from ..weights import save_arrays
+from .world import Node, World, gradient_weight, shard
+
 STATUS_VARIABLE = "TBDZOO_STATUS"   # the file this rank reports to
 NODE_VARIABLE = "TBDZOO_NODE"       # the node, when an outside launcher (mpiexec) starts ranks
 LOCAL_RANK_VARIABLE = "TBDZOO_LOCAL_RANK_VARIABLE"  # then: the variable holding the local rank
-RANK_TIMEOUT_VARIABLE = "TBDZOO_RANK_TIMEOUT"  # --rank-timeout, for an engine's own failure detector
 HEARTBEAT_SECONDS = 1.0
 
 
-class Status(object):
+class Status:
     """JSON lines to the agent; a thread touches the file every second as a heartbeat."""
 
     def __init__(self, path):
@@ -55,12 +61,10 @@ def status_path():
 
 
 def engine_of(backend):
-    import importlib
     return importlib.import_module("tbdzoo.backends.{}.distributed".format(backend))
 
 
 def this_world(engine):
-    from .world import Node, World
     if os.environ.get("TBDZOO_WORLD"):
         return World.from_environment()
     node = Node.from_dict(json.loads(os.environ[NODE_VARIABLE]))
@@ -70,7 +74,6 @@ def this_world(engine):
 def build(job, world, engine):
     """The engine's model at the per-replica batch; an epoch-based learning-rate schedule
     counts epochs in steps of the global batch, as one process at that batch does."""
-    from ..models import get_model
     model_def = get_model(job["model"])
     overrides = dict(job["overrides"], batch_size=job["per_replica"])
     whole = model_def.hparams(job["config"], **dict(job["overrides"], batch_size=job["global_batch"]))
@@ -82,16 +85,14 @@ def build(job, world, engine):
 
 def global_batch(job, model):
     """The same global batch on every rank (the same seed), and this rank's part of it."""
-    from .world import gradient_weight, shard
     full = model.synthetic_batch(seed=job["data_seed"], batch_size=job["global_batch"])
     world = model.world
     model.world.gradient_weight = gradient_weight(model.spec, full, world.rank, world.size)
     return shard(model.spec, full, world.rank, world.size), model.model_def.items(model.hparams, full)
 
 
-def run_profile(job, model, status):
+def run_profile(job, model, status, engine=None):
     """Every rank runs the same protocol (collectives must match); rank 0 keeps the record."""
-    from ..profiling.profile import profile
     batch, items = global_batch(job, model)
     p = job["protocol"]
     record = profile(model, steps=p["steps"], warmup=p["warmup"], repeats=p["repeats"],
@@ -119,7 +120,6 @@ def run_profile(job, model, status):
 def run_data_fed(job, model, status):
     """The same protocol again, each step on the next batch of this rank's own pipeline over
     its share of every epoch of the data folder (docs/distributed.md, "Data-fed runs")."""
-    from ..pipelines.measure import data_fed
     p, options = job["protocol"], dict(job["data"])
     options["data_dir"] = options.pop("dir")
     world = model.world
@@ -131,7 +131,7 @@ def run_data_fed(job, model, status):
                     **options)
 
 
-def run_train(job, model, status):
+def run_train(job, model, status, engine=None):
     """``steps`` steps on the shard; this rank's losses, gradient weight and weights after
     them (``weights_path`` with {rank} in it)."""
     batch = model.prepare_batch(global_batch(job, model)[0])
@@ -141,12 +141,17 @@ def run_train(job, model, status):
         status.write(event="step", step=i + 1)
     out = {"losses": losses, "gradient_weight": model.world.gradient_weight}
     if job.get("weights_path"):
-        from ..weights import save_arrays
         save_arrays(job["weights_path"].format(rank=model.world.rank), model.get_weights())
     return out
 
 
-def main(argv=None):
+MODES = {"profile": run_profile, "train": run_train}
+
+
+def main(argv=None, modes=None):
+    """Run the job's mode: one of MODES, or of ``modes`` that a module above this one adds
+    (tbdzoo.training.rank adds "target"), each called as ``run(job, model, status, engine)``."""
+    modes = dict(MODES, **(modes or {}))
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0]) as f:
         job = json.load(f)
@@ -159,11 +164,7 @@ def main(argv=None):
         status.write(event="init", rank=world.rank)
         model = build(job, world, engine)
         status.write(event="built", rank=world.rank)
-        if job["mode"] == "target":
-            from ..training.distributed import train_rank
-            result = train_rank(job, model, status, engine)
-        else:
-            result = (run_profile if job["mode"] == "profile" else run_train)(job, model, status)
+        result = modes[job["mode"]](job, model, status, engine)
         result.update(rank=world.rank, engine=engine.ENGINE,
                       communication=engine.communication(world.node))
         path = os.path.join(job["dir"], "result-{}.json".format(world.rank))

@@ -10,9 +10,12 @@ import shutil
 import tempfile
 from collections import OrderedDict
 
+from ..backends import environments
 from ..errors import DistributedError
 from ..models import get_model
+from ..weights import load_arrays
 from . import launch
+from .data_fed import global_data_fed
 from .world import Node, batch_sizes
 
 
@@ -24,8 +27,7 @@ def _node(backend, nproc, nnodes, node_rank, master, hosts, interface, bn_mode, 
             raise DistributedError("--master is HOST:PORT, e.g. 10.0.0.1:29500, not {!r}".format(master))
         port = int(text)
     if device is None:
-        from ..suite import on_gpu
-        device = "cuda" if on_gpu(backend) else "cpu"
+        device = "cuda" if environments.on_gpu(backend) else "cpu"
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     return Node(backend, nproc=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=addr,
                 master_port=port, hosts=hosts, interface=interface, bn_mode=bn_mode, device=kind)
@@ -62,7 +64,6 @@ def run(model, backend, nproc=1, nnodes=1, node_rank=0, master=None, hosts=None,
         return None
     record = distributed_record(results["0"], node, per_replica, global_size, scaling, baseline)
     if data:
-        from .data_fed import global_data_fed
         record["data"] = global_data_fed(results, node, record["throughput"]["value"])
     return record
 
@@ -98,7 +99,6 @@ def train(model, backend, nproc=2, global_batch=None, steps=3, config="paper", s
     nproc); returns {"losses": the global loss of each step (sum_r w_r loss_r), "weights":
     rank 0's weights after them, "ranks": each rank's own losses, gradient weight w_r and
     weights}."""
-    from ..weights import load_arrays
     node = _node(backend, nproc, 1, 0, None, None, None, bn_mode, device)
     per_replica, global_size, _ = _sizes(model, config, overrides, None, global_batch, nproc)
     overrides.pop("batch_size", None)

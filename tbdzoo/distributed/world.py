@@ -10,11 +10,14 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..backends.programs import rows_per_input, split_step_batch
+from ..errors import UnsupportedOptionError
+
 BN_MODES = ("replica", "sync")
 ENVIRONMENT_VARIABLE = "TBDZOO_WORLD"  # a rank's World, as JSON
 
 
-class Node(object):
+class Node:
     """One host of the run: ``nproc`` ranks, node ``node_rank`` of ``nnodes``."""
 
     FIELDS = ("backend", "nnodes", "node_rank", "nproc", "master_addr", "master_port", "hosts",
@@ -53,7 +56,7 @@ class Node(object):
         return cls(**{k: d[k] for k in cls.FIELDS if k in d})
 
 
-class World(object):
+class World:
     """One rank: its place in the world, the node it runs on, and the weight of its gradient
     for the batch it trains on (``gradient_weight``, set per batch: see ``shard``)."""
 
@@ -101,7 +104,6 @@ class World(object):
 
 
 def check(node):
-    from ..errors import UnsupportedOptionError
     if node.nproc < 1 or node.nnodes < 1:
         raise ValueError("--nproc and --nnodes must be at least 1")
     if not 0 <= node.node_rank < node.nnodes:
@@ -139,7 +141,6 @@ def shard(spec, batch, rank, size):
     if spec.program is None:
         rows = len(next(iter(batch.values())))
         return OrderedDict((k, np.asarray(v)[shard_rows(rows, rank, size)]) for k, v in batch.items())
-    from ..backends.programs import rows_per_input, split_step_batch
     uses = rows_per_input(spec, spec.program)
     _, per_update = split_step_batch(spec, spec.program, batch)
     part = shard_rows(per_update, rank, size)
@@ -155,7 +156,6 @@ def counted(spec, batch):
     """What the loss averages over in ``batch``: non-ignored labels for a loss with an
     ``ignore_index``, else examples (of one update, for a training program)."""
     if spec.program is not None:
-        from ..backends.programs import split_step_batch
         updates, examples = split_step_batch(spec, spec.program, batch)
         labels = _ignored_labels(spec.program)
         if labels is None or len(updates) != 1:

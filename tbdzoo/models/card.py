@@ -26,7 +26,7 @@ def load(path):
     return getattr(importlib.import_module(module), attribute)
 
 
-class Training(object):
+class Training:
     """How ``tbd train`` trains the model to a held-out target (docs/training.md).
 
     ``task``: ``"module:Class"`` of the task that feeds and evaluates it (None: the model
@@ -65,7 +65,7 @@ class Training(object):
         return None if self.data_parallel is None else SHARDING[self.data_parallel]
 
 
-class Benchmark(object):
+class Benchmark:
     """What the suite sets when it runs the paper config on a CPU (tbdzoo/suite.py): the
     batch, and other hyperparameters where a smaller batch is not enough."""
 
@@ -74,7 +74,7 @@ class Benchmark(object):
         self.cpu_overrides = dict(cpu_overrides or {})
 
 
-class Consistency(object):
+class Consistency:
     """The model's cross-framework consistency case (tbdzoo/consistency.py): config
     ``overrides`` on top of tiny, the weights' ``seed``, ``tolerances`` that replace the
     shared ones per group, ``backend_overrides`` per backend, and ``replays_targets`` (the
@@ -88,7 +88,7 @@ class Consistency(object):
         self.replays_targets = replays_targets
 
 
-class ImageInput(object):
+class ImageInput:
     """A model fed by the image pipelines (tbdzoo/pipelines/): per-channel ``mean`` and
     ``std`` of its input on the [0, 1] scale (a config's own ``mean`` and ``std`` win)."""
 
@@ -96,7 +96,7 @@ class ImageInput(object):
         self.mean, self.std = tuple(mean), tuple(std)
 
 
-class Measured(object):
+class Measured:
     """Sizes of the ``config`` graph: trainable parameters and forward FLOPs per example
     (tbdzoo/profiling/flops.py); tests/test_model_cards.py recomputes them from the graph."""
 

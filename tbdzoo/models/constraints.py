@@ -9,6 +9,7 @@ text into the type the rule holds. Valid Python 3.6: the CNTK worker imports it.
 import math
 
 from ..errors import HyperparameterError
+from ..spec.optimizers import OPTIMIZERS
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
@@ -17,7 +18,7 @@ def _number_text(value):
     return "{:g}".format(value) if isinstance(value, float) else str(value)
 
 
-class Rule(object):
+class Rule:
     """One hyperparameter's type and the values it allows.
 
     ``kind`` is int, float, bool, str or tuple (then ``item`` is the elements' type).
@@ -159,7 +160,7 @@ def fraction():
 COMMON = {
     # the step
     "batch_size": integer(1),
-    "optimizer": choice("sgd", "adam", "rmsprop"),
+    "optimizer": choice(*OPTIMIZERS),
     "lr": number(0.0, open_low=True),
     "momentum": fraction(),
     "nesterov": boolean(),

@@ -21,10 +21,10 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..backends.common import sequences
 from ..spec import Graph
 from ..spec.program import Program, optimizer_of, schedule_of, single_objective
 from ..spec.targets import register_targets
-from ..backends.common import sequences
 from .constraints import integer
 from .registry import ModelDef
 

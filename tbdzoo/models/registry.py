@@ -1,6 +1,5 @@
-"""The model registry: ``@register_model`` adds a model definition, ``get_model`` finds it."""
+"""The model registry: ``@register_model`` adds a model definition (catalog.py finds it)."""
 from collections import OrderedDict
-from typing import List
 
 from .. import schedules
 from ..errors import HyperparameterError, UnknownNameError
@@ -18,7 +17,7 @@ EXECUTION_DEFAULTS = {
 }
 
 
-class ModelDef(object):
+class ModelDef:
     """What a model is, independent of any framework.
 
     ``configs`` maps a config name to a full hyperparameter dict; ``paper`` is the default.
@@ -109,32 +108,3 @@ def register_model(name, domain, configs, unit, items, synthetic_batch, rules=No
                                  **card).constrain(rules, checks)
         return build_graph
     return wrap
-
-
-def get_model(name: str) -> "ModelDef":
-    """The definition of a model; ``probe/<node>`` names the per-node test models."""
-    if name.startswith("probe/"):
-        from .probes import ALL_PROBES, get_probe
-        if name[len("probe/"):] not in ALL_PROBES:
-            raise UnknownNameError("probe", name, ["probe/" + p for p in ALL_PROBES])
-        return get_probe(name[len("probe/"):])
-    _load_builtin()
-    if name not in _MODELS:
-        raise UnknownNameError("model", name, _MODELS)
-    return _MODELS[name]
-
-
-BUILTIN = ("resnet50", "transformer", "inception_v3", "wgan", "seq2seq", "deepspeech2", "a3c",
-           "faster_rcnn")
-
-
-def list_models() -> List[str]:
-    """The built-in models in a fixed order (whatever order their modules were imported in),
-    then any registered by the user."""
-    _load_builtin()
-    return [m for m in BUILTIN if m in _MODELS] + [m for m in _MODELS if m not in BUILTIN]
-
-
-def _load_builtin():
-    from . import resnet50, transformer, inception_v3, wgan, seq2seq, deepspeech2, a3c  # noqa: F401  (registration on import)
-    from . import faster_rcnn  # noqa: F401  (registration on import)

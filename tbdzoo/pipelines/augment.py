@@ -46,7 +46,7 @@ class AugmentSpec(collections.namedtuple(
         if not (0 < scale[0] <= scale[1] <= 1) or not (0 < ratio[0] <= ratio[1]):
             raise ValueError("scale needs 0 < low <= high <= 1 and ratio 0 < low <= high; got "
                              "scale {} ratio {}".format(scale, ratio))
-        return super(AugmentSpec, cls).__new__(
+        return super().__new__(
             cls, int(size), bool(train), tuple(float(m) for m in mean),
             tuple(float(s) for s in std), tuple(scale), tuple(ratio), float(flip), int(resize))
 

@@ -8,12 +8,14 @@ import time
 from collections import OrderedDict
 
 from ..datasets.errors import DatasetError
-from ..profiling.timing import summarize
+from ..datasets.imagenet import ImageNetFolder
+from ..profiling.cpu import CpuMeter
+from ..profiling.timing import summarize, time_repeats
 from . import augment as augment_mod
 from . import for_backend
 from .order import epoch_order
 
-__all__ = ["data_fed", "time_data_fed", "TreeCpuMeter", "open_source", "image_models"]
+__all__ = ["data_fed", "time_data_fed", "open_source", "image_models", "INPUT_BOUND_WAIT"]
 
 
 def image_models():
@@ -22,41 +24,9 @@ def image_models():
     from ..models import get_model, list_models
     return [m for m in list_models() if get_model(m).image is not None]
 
-
-class TreeCpuMeter(object):
-    """CPU seconds of this process and its children (live ones at the end, plus those that
-    exited and were waited for) over wall seconds, and the machine's per-core busy fraction."""
-
-    def __init__(self):
-        import psutil
-        self._psutil = psutil
-        self._me = psutil.Process()
-
-    def _tree_seconds(self):
-        total = 0.0
-        for p in [self._me] + self._me.children(recursive=True):
-            try:
-                t = p.cpu_times()
-            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                continue
-            total += t.user + t.system
-        reaped = os.times()
-        return total + reaped.children_user + reaped.children_system
-
-    def start(self):
-        self._wall = time.perf_counter()
-        self._cpu = self._tree_seconds()
-        self._psutil.cpu_percent(percpu=True)
-
-    def stop(self):
-        wall = time.perf_counter() - self._wall
-        busy = max(self._tree_seconds() - self._cpu, 0.0) / wall if wall else 0.0
-        cores = os.cpu_count() or 1
-        return OrderedDict([
-            ("cores", cores), ("process_tree_cores_busy", busy),
-            ("process_tree_utilization", busy / cores),
-            ("system_per_core", [p / 100.0 for p in self._psutil.cpu_percent(percpu=True)]),
-            ("source", "measured")])
+# A data-fed run is input-bound when its steps spend more than this fraction of their time
+# waiting for the next batch (the record's data.input_bound).
+INPUT_BOUND_WAIT = 0.1
 
 
 def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=None,
@@ -78,29 +48,22 @@ def time_data_fed(model, batches, feed, warmup=1, steps=3, repeats=3, progress=N
         done += 1
         if progress:
             progress(done, total)
-    meter = TreeCpuMeter() if samplers else None
+    meter = CpuMeter(tree=True) if samplers else None
     model.synchronize()
     if meter:
         meter.start()
-    per_step, waits, items = [], [], None
-    for _ in range(repeats):
-        model.synchronize()
-        start, wait = time.perf_counter(), 0.0
-        for i in range(steps):
-            t = time.perf_counter()
-            batch = next(batches)
-            wait += time.perf_counter() - t
-            items = len(batch["labels"])
-            loss = model.train_step(feed(batch), sync=(i == steps - 1))
-            if loss is not None:
-                losses.append(loss)
-            done += 1
-            if progress:
-                progress(done, total)
-        model.synchronize()
-        elapsed = time.perf_counter() - start
-        per_step.append(elapsed / steps)
-        waits.append(wait / elapsed)
+    items = [None]
+
+    def next_input():
+        start = time.perf_counter()
+        batch = next(batches)
+        waited = time.perf_counter() - start
+        items[0] = len(batch["labels"])
+        return feed(batch), waited
+
+    per_step, waits, done = time_repeats(model, next_input, steps, repeats, losses, progress,
+                                         done, total)
+    items = items[0]
     step_time = summarize(per_step)
     return OrderedDict([
         ("throughput", items / step_time["median"]), ("items_per_step", items),
@@ -115,7 +78,6 @@ def open_source(model_name, hparams, data_dir, split="train"):
         raise DatasetError("--data feeds image classification models ({}) for now; {} needs a "
                            "reader of its own data (docs/pipelines.md)".format(
                                ", ".join(image_models()), model_name))
-    from ..datasets.imagenet import ImageNetFolder
     source = ImageNetFolder(data_dir, split)
     if len(source.classes) > hparams["num_classes"]:
         raise DatasetError("{}: {} classes, but the model's config has {}: set "

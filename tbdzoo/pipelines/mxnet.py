@@ -9,13 +9,13 @@ import numpy as _np
 if "bool" not in vars(_np):  # mxnet 1.9.1 reads numpy.bool, which numpy 1.24 removed
     _np.bool = bool
 
-import mxnet as mx  # noqa: E402  (needs the line above first)
-from mxnet import gluon, nd  # noqa: E402
+import mxnet as mx
+from mxnet import gluon, nd
 
-from . import augment  # noqa: E402
-from .common import check_source, decoder_failure  # noqa: E402
-from .order import batch_plan  # noqa: E402
-from .prefetch import Prefetcher  # noqa: E402
+from . import augment
+from .common import check_source, decoder_failure
+from .order import batch_plan
+from .prefetch import Prefetcher
 
 __all__ = ["NAME", "loader", "as_numpy", "feed", "ImageDataset"]
 

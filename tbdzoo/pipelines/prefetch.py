@@ -9,7 +9,7 @@ __all__ = ["Prefetcher"]
 _END = object()
 
 
-class Prefetcher(object):
+class Prefetcher:
     """Iterates ``iterable`` in a daemon thread, ``depth`` items ahead; an exception raised
     there is raised here, at the item where it happened. ``close()`` stops the thread."""
 

@@ -4,6 +4,8 @@ resizes (bilinear, antialiased), and ``map(num_parallel_calls=workers)``, ``batc
 ``prefetch`` run it in TensorFlow's own threads. The crop windows are those of
 tbdzoo/pipelines/augment.py, drawn by ``tf.numpy_function`` from the JPEG header's size
 (``tf.io.extract_jpeg_shape``), so every framework crops the same window."""
+import itertools
+
 import numpy as np
 import tensorflow as tf
 
@@ -62,7 +64,7 @@ def _dataset(source, spec, plan, seed, workers, prefetch, deterministic, batch_s
     return ds.prefetch(prefetch)
 
 
-class _Named(object):
+class _Named:
     """Iterates the dataset; a decoding failure becomes a DatasetError naming the file, found
     among the examples in flight when it happened (the batch being built and those prefetched)."""
 
@@ -103,7 +105,6 @@ def loader(source, spec, batch_size, seed=0, epoch=0, epochs=1, shuffle=True, wo
                           world_size, drop_last)
 
     def window(done, count):
-        import itertools
         return itertools.islice(plan(), done, done + count)
 
     ds = _dataset(source, spec, plan(), seed, workers, prefetch, deterministic, batch_size)

@@ -71,7 +71,7 @@ def loader(source, spec, batch_size, seed=0, epoch=0, epochs=1, shuffle=True, wo
         prefetch_factor=prefetch, persistent_workers=False, multiprocessing_context="fork"))
 
 
-class _Plan(object):
+class _Plan:
     """The batch plan as the DataLoader's batch sampler (an iterable of index lists)."""
 
     def __init__(self, plan):

@@ -4,6 +4,10 @@ import platform
 import socket
 import sys
 
+import numpy
+
+from ..version import __version__
+
 
 def cpu_model():
     try:
@@ -17,8 +21,6 @@ def cpu_model():
 
 
 def fingerprint(framework=None, framework_version=None, gpu=None):
-    import numpy
-    from .. import __version__
     gpu = gpu or {}
     return {
         "tbdzoo": __version__, "framework": framework, "framework_version": framework_version,

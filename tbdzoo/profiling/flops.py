@@ -7,6 +7,9 @@ counts every update's objective (docs/programs.md); nodes a phase does not updat
 3x too, an upper bound the convention accepts.
 """
 
+from ..spec.program import objective_values
+from ..spec.reads import values_read
+
 BACKWARD_FACTOR = 2
 
 # Dense peak FLOP/s per device name (NVML's name) and precision, from the vendors' datasheets.
@@ -24,8 +27,6 @@ def forward_per_example(graph):
     per_node = graph.flops()
     if graph.program is None:
         return sum(per_node.values())
-    from ..spec.graph import values_read
-    from ..spec.program import objective_values
     total = 0
     for phase in graph.program.phases:
         read = values_read(graph, objective_values(graph.program, phase["objective"]))

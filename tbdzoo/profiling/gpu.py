@@ -110,7 +110,7 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
-class GpuSampler(object):
+class GpuSampler:
     """Samples every ``interval`` seconds in a daemon thread between start() and stop().
 
     ``index`` is NVML's (:func:`nvml_index` turns a CUDA device into it); None, or an index

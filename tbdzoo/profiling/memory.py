@@ -10,6 +10,10 @@ Valid Python 3.6: workers run it.
 """
 from collections import OrderedDict
 
+from ..spec.optimizers import state_slots
+from ..spec.program import objective_values
+from ..spec.reads import values_read
+
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2}
 CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch",
               "framework_runtime", "workspace")
@@ -34,16 +38,8 @@ RECURRENT_KEPT = {"lstm": 4 + 1, "gru": 3 + 1}
 
 
 def optimizer_slots(hparams):
-    """Tensors the optimizer keeps per trainable parameter: SGD's momentum buffer exists only
-    with momentum; Adam keeps its first and second moments."""
-    name = hparams["optimizer"]
-    if name == "sgd":
-        return 1 if hparams.get("momentum") else 0
-    if name == "adam":
-        return 2
-    if name == "rmsprop":  # squared-gradient average and momentum buffer (+ mean if centred)
-        return 3 if hparams.get("centered") else 2
-    return 0
+    """Tensors the optimizer keeps per trainable parameter (tbdzoo/spec/optimizers.py)."""
+    return state_slots(hparams["optimizer"], hparams)
 
 
 def _optimizer_elements(graph, hparams, trainable):
@@ -79,8 +75,6 @@ def feature_map_elements(graph, batch_size):
 
 def _update_elements(graph, phase, batch_size):
     """Elements one update of ``phase`` keeps for backward: the nodes its objective reads."""
-    from ..spec.graph import values_read
-    from ..spec.program import objective_values
     values = objective_values(graph.program, phase["objective"])
     read = values_read(graph, values)
     nodes = [n for n in graph.nodes.values() if n.name in read]

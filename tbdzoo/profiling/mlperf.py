@@ -25,7 +25,7 @@ def file_mllogger(name, path):
     return mllog.get_mllogger(), handler
 
 
-class MlperfLog(object):
+class MlperfLog:
     def __init__(self, path):
         self.logger, _ = file_mllogger("tbdzoo.mllog", path)
 

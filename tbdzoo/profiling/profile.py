@@ -9,6 +9,7 @@ import sys
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from ..backends.programs import split_step_batch
 from . import flops as flops_mod
 from . import memory as memory_mod
 from .cpu import CpuMeter
@@ -32,7 +33,6 @@ def _batch_size(batch, spec=None):
     """Examples in a NumPy batch: the leading dimension its arrays share; for a training
     program's step, the examples of one update (tbdzoo/backends/programs.py)."""
     if spec is not None and spec.program is not None:
-        from ..backends.programs import split_step_batch
         return int(split_step_batch(spec, spec.program, batch)[1])
     return int(len(next(iter(batch.values()))))
 
@@ -82,10 +82,8 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
     analytic = memory_mod.analytic(model.spec, model.hparams, batch_size, batch_bytes, precision)
     gpu_info = device_info(gpu_index) if cuda else None
 
-    record = OrderedDict([
-        ("schema", SCHEMA), ("model", model.name), ("backend", model.backend),
-        ("config", model.hparams["config"]), ("status", "ok"), ("error", None),
-        ("batch_size", batch_size), ("precision", precision), ("device", device),
+    record = run_record(model.name, model.backend, model.hparams["config"], "ok", None, batch_size, [
+        ("precision", precision), ("device", device),
         ("throughput", OrderedDict([("value", timing["throughput"]), ("unit", timing["unit"]),
                                     ("items_per_step", timing["items_per_step"])])),
         ("step_time", timing["step_time"]), ("first_step_s", timing["first_step_s"]),
@@ -97,10 +95,7 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
         ("memory_by_network", memory_mod.merge_by_group(
             memory_mod.by_group(model.spec, batch_size, precision), measured_groups)),
         ("losses", timing["losses"]),
-        ("env", fingerprint(model.framework, model.framework_version(), gpu_info)),
-        ("command", command or " ".join(sys.argv)),
-        ("timestamp", datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"),
-    ])
+    ], command, fingerprint(model.framework, model.framework_version(), gpu_info))
     if not timing["finite"]:
         record["status"], record["error"] = "error", "a loss was not finite: {}".format(timing["losses"])
     return record
@@ -116,10 +111,23 @@ def classify(message):
     return "oom" if any(m.replace(" ", "") in text for m in OOM_MARKERS) else "error"
 
 
-def failed_record(model_name, backend, config, batch_size, message, command=None, status=None):
-    return OrderedDict([
+def run_record(model_name, backend, config, status, error, batch_size, fields=(), command=None,
+               env=None):
+    """A run record (docs/records.md), the one place every record of ``tbd run`` and ``tbd
+    bench`` is built: what ran and how it ended, ``fields`` (the figures, (key, value) pairs in
+    order), then the machine (``env``: this one's fingerprint by default), the command and the
+    time."""
+    record = OrderedDict([
         ("schema", SCHEMA), ("model", model_name), ("backend", backend), ("config", config),
-        ("status", status or classify(message)), ("error", message), ("batch_size", batch_size),
-        ("env", fingerprint()), ("command", command or " ".join(sys.argv)),
-        ("timestamp", datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"),
-    ])
+        ("status", status), ("error", error), ("batch_size", batch_size)])
+    record.update(fields)
+    record["env"] = fingerprint() if env is None else env
+    record["command"] = command or " ".join(sys.argv)
+    record["timestamp"] = datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
+    return record
+
+
+def failed_record(model_name, backend, config, batch_size, message, command=None, status=None):
+    """The record of a run that did not finish: ``status`` 'oom' or 'error' (by the message)."""
+    return run_record(model_name, backend, config, status or classify(message), message,
+                      batch_size, command=command)

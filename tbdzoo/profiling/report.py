@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import jinja2
 
@@ -126,7 +126,7 @@ def timestamp(record):
         when = datetime.fromisoformat(str(record["timestamp"]))
     except (KeyError, ValueError):
         return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def newest(entries):
@@ -456,7 +456,7 @@ def build_context(entries, sources):
     synchronous = [e for e in ok if not plots.is_asynchronous(e.record)]
     return {
         "asynchronous": asynchronous_table(asynchronous), "async_note": ASYNC_NOTE,
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "sources": sources, "read": len(entries), "ok": ok, "failed": failed, "notes": notes,
         "results": results_table([e.record for e in synchronous]),
         "unsteady": unsteady_runs([e.record for e in synchronous]),

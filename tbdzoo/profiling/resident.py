@@ -46,7 +46,7 @@ def reset_high_water():
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-    except (OSError, IOError):
+    except OSError:
         return False
     mark, now = high_water_bytes(), resident_bytes()
     # The mark may already have moved past 'now' by a few pages; a mark far above it means the
@@ -70,7 +70,7 @@ def release_free_heap():
     return True
 
 
-class PeakWindow(object):
+class PeakWindow:
     """``start()`` opens the window; ``peak()`` is the highest resident memory since then, and
     ``scope`` says whether that is truly this window (``profile``) or the process's lifetime
     maximum because the mark could not be reset (``process``)."""

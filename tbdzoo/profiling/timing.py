@@ -27,6 +27,33 @@ def summarize(values):
             "cv": math.sqrt(var) / mean if mean else 0.0, "n": n}
 
 
+def time_repeats(model, next_input, steps, repeats, losses, progress=None, done=0, total=None):
+    """The timed region of the protocol, the one step timer of every measurement: ``repeats``
+    runs of ``steps`` steps, each run starting and ending on a synchronised model, the last
+    step of a run synchronous. ``next_input()`` returns (what ``model.train_step`` takes, the
+    seconds spent waiting for it); a step's loss goes to ``losses``; ``progress(done, total)``
+    after each step. Returns (seconds per step of each run, fraction of each run spent
+    waiting, steps done)."""
+    per_step, waits = [], []
+    for _ in range(repeats):
+        model.synchronize()
+        start, wait = time.perf_counter(), 0.0
+        for i in range(steps):
+            batch, waited = next_input()
+            wait += waited
+            loss = model.train_step(batch, sync=(i == steps - 1))
+            if loss is not None:
+                losses.append(loss)
+            done += 1
+            if progress:
+                progress(done, total)
+        model.synchronize()
+        elapsed = time.perf_counter() - start
+        per_step.append(elapsed / steps)
+        waits.append(wait / elapsed if elapsed else 0.0)
+    return per_step, waits, done
+
+
 def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, meters=(),
                   min_repeat_s=0.0):
     """Time ``model.train_step`` on one prepared batch; returns a JSON-able dict.
@@ -72,22 +99,11 @@ def time_training(model, batch, warmup=1, steps=3, repeats=3, progress=None, met
                 progress(done, max(total, done + 1 + ran * repeats))
         steps, warmup = ran, warmup + ran
         total = warmup + steps * repeats
-    per_step = []
     model.synchronize()  # samplers start on an idle device: no warm-up work inside their region
     for meter in meters:
         meter.start()
-    for _ in range(repeats):
-        model.synchronize()
-        start = time.perf_counter()
-        for i in range(steps):
-            loss = model.train_step(prepared, sync=(i == steps - 1))
-            if loss is not None:
-                losses.append(loss)
-            done += 1
-            if progress:
-                progress(done, total)
-        model.synchronize()
-        per_step.append((time.perf_counter() - start) / steps)
+    per_step, _, done = time_repeats(model, lambda: (prepared, 0.0), steps, repeats, losses,
+                                     progress, done, total)
     readings = [meter.stop() for meter in meters]
     step_time = summarize(per_step)
     items = prepared.items

@@ -13,13 +13,40 @@ sharing no code with any backend. ``tbd consistency`` holds every backend to it
 The names below are the ones tests reach for; ``from tbdzoo import reference as ref``.
 """
 from .graph import forward, loss, objective
-from .losses import (LOSSES, ctc, ctc_example, log_softmax, loss_term, sigmoid_cross_entropy,
-                     smooth_l1, softmax_cross_entropy)
-from .ops import (OPS, additive_attention, avgpool2d, batchnorm, bilinear_taps,
-                  channel_layernorm, conv2d, conv2d_input_grad, dropout, frozen_batchnorm,
-                  gru_step, layernorm, lengths_after_conv, lstm_step, maxpool2d,
-                  multi_head_attention, recurrent, roi_align, sequence_batchnorm, sinusoid,
-                  softmax, valid_positions)
+from .losses import (
+                     LOSSES,
+                     ctc,
+                     ctc_example,
+                     log_softmax,
+                     loss_term,
+                     sigmoid_cross_entropy,
+                     smooth_l1,
+                     softmax_cross_entropy,
+)
+from .ops import (
+                     OPS,
+                     additive_attention,
+                     avgpool2d,
+                     batchnorm,
+                     bilinear_taps,
+                     channel_layernorm,
+                     conv2d,
+                     conv2d_input_grad,
+                     dropout,
+                     frozen_batchnorm,
+                     gru_step,
+                     layernorm,
+                     lengths_after_conv,
+                     lstm_step,
+                     maxpool2d,
+                     multi_head_attention,
+                     recurrent,
+                     roi_align,
+                     sequence_batchnorm,
+                     sinusoid,
+                     softmax,
+                     valid_positions,
+)
 
 __all__ = ["forward", "loss", "objective", "LOSSES", "ctc", "ctc_example", "log_softmax",
            "loss_term", "sigmoid_cross_entropy", "smooth_l1", "softmax_cross_entropy", "OPS",

@@ -4,7 +4,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..spec.graph import values_read
+from ..spec.reads import values_read
 from .losses import loss_term, softmax_cross_entropy
 from .ops import OPS
 

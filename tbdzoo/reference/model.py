@@ -17,7 +17,7 @@ from . import graph as reference_graph
 from .optimizers import Group
 
 
-class Model(object):
+class Model:
     """``name`` at ``config`` (with ``overrides``), weights initialised from ``seed``."""
 
     def __init__(self, name, config="tiny", seed=0, **overrides):

@@ -9,24 +9,22 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..backends.common.optimizers import GROUP_DEFINITIONS, check, hyperparameters
+from ..backends.common.optimizers import check
+from ..spec.optimizers import OPTIMIZERS, optimizer_hyperparameters
 
 _BOOLEAN = ("nesterov", "centered")
 
 
-class Optimizer(object):
+class Optimizer:
     """One optimizer's state for one array. ``hparams``: a model's flat hyperparameters (the
     name under ``optimizer``) or a program group's optimizer entry (the name under ``kind``)."""
 
     def __init__(self, hparams):
         name = hparams["kind"] if "kind" in hparams else hparams["optimizer"]
-        if name in GROUP_DEFINITIONS:
-            self.name = name
-            self.hp = OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
-                                  for k in GROUP_DEFINITIONS[name])
-        else:
-            self.name = check(dict(hparams, optimizer=name))
-            self.hp = hyperparameters(dict(hparams, optimizer=name))
+        if name not in OPTIMIZERS:
+            check(dict(hparams, optimizer=name))   # the error names the optimizers there are
+        self.name = name
+        self.hp = optimizer_hyperparameters(name, hparams)
         self.t = 0
         self.state = {}
 
@@ -92,7 +90,7 @@ def trajectory(hparams, weight, grads, rates, clip=None):
     return out
 
 
-class Group(object):
+class Group:
     """One parameter group's update: its optimizer per parameter, its clipping, its schedule
     (``rate(step)``: the learning rate before update ``step``, from 0) and its step count."""
 

@@ -4,8 +4,8 @@
 lockstep, and their rollouts make one update through the backend's ``train_step``.
 """
 from ..models.a3c.rollouts import sample_actions, update_batch
-from .a2c import A2CResult, train_a2c
-from .async_learners import AsyncResult, train_a3c
+from .a2c import train_a2c
+from .async_learners import train_a3c
+from .record import RunResult
 
-__all__ = ["train_a2c", "A2CResult", "train_a3c", "AsyncResult", "sample_actions",
-           "update_batch"]
+__all__ = ["train_a2c", "train_a3c", "RunResult", "sample_actions", "update_batch"]

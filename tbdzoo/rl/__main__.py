@@ -11,6 +11,13 @@ import os
 import shlex
 import sys
 
+from ..backends.registry import build
+from ..errors import TbdError
+from ..models.a3c import NAME as A3C
+from .a2c import train_a2c
+from .async_learners import train_a3c
+from .record import add_run
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tbdzoo.rl", description=__doc__.splitlines()[0])
@@ -53,9 +60,6 @@ def main(argv=None):
         return _asynchronous(p, args, overrides)
     if args.learners is not None or args.device is not None:
         p.error("--learners and --device are options of --mode async")
-    from ..backends.registry import build
-    from .a2c import train_a2c
-    from ..models.a3c import NAME as A3C
     model = build(A3C, backend=args.backend, config=args.config, seed=args.seed, **overrides)
     hparams = dict(model.hparams)
     try:
@@ -66,7 +70,6 @@ def main(argv=None):
         model.close()
     print(result.summary())
     if args.record:
-        from .record import add_run
         add_run(args.record, result, backend=args.backend, config=args.config, seed=args.seed,
                 target=args.target, overrides=overrides, hparams=hparams, command=command,
                 load=(load_before, os.getloadavg()[0]))
@@ -74,7 +77,6 @@ def main(argv=None):
 
 
 def _asynchronous(p, args, overrides):
-    from .async_learners import train_a3c
     if args.target is not None:
         p.error("--target stops the synchronous mode; --mode async stops at --max-frames or "
                 "--max-seconds")
@@ -83,7 +85,6 @@ def _asynchronous(p, args, overrides):
                 "record comes from `tbd sweep a3c --learners N -o FILE.jsonl`")
     if args.max_frames is None and args.max_seconds is None:
         p.error("--mode async needs --max-frames or --max-seconds")
-    from ..errors import TbdError
     try:
         result = train_a3c(args.backend, args.config, learners=args.learners,
                            frames=args.max_frames, seconds=args.max_seconds, seed=args.seed,

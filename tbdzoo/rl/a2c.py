@@ -12,50 +12,15 @@ import time
 import numpy as np
 
 from ..errors import TbdError
-from ..models.a3c import NAME as A3C, environments
+from ..models.a3c import NAME as A3C
+from ..models.a3c import environments
 from ..models.a3c.environments import EpisodeStats
 from ..models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
+from .record import RunResult
 
 
 class EnvironmentMismatchError(TbdError, ValueError):
     """An environment whose observations or actions the model was not built for."""
-
-
-class A2CResult(object):
-    """What a run measured: frames, updates and seconds, frames/s and updates/s, every
-    finished episode's return in order, the mean of the last ``window`` of them at each log,
-    and the frame at which the target mean return was first reached (None if never)."""
-
-    def __init__(self, env_id, window):
-        self.env_id, self.window = env_id, window
-        self.frames = self.updates = 0
-        self.seconds = 0.0
-        self.episode_returns = []
-        self.history = []          # (frames, seconds, mean return of the window)
-        self.solved_at = None      # (frames, seconds, updates)
-        self.losses = []
-
-    @property
-    def frames_per_second(self):
-        return self.frames / self.seconds if self.seconds else float("nan")
-
-    @property
-    def updates_per_second(self):
-        return self.updates / self.seconds if self.seconds else float("nan")
-
-    def mean_return(self, last=None):
-        """Mean of the last ``last`` (default: ``window``) episodes' returns; NaN before any."""
-        tail = self.episode_returns[-(last or self.window):]
-        return float(np.mean(tail)) if tail else float("nan")
-
-    def summary(self):
-        solved = "not reached" if self.solved_at is None else \
-            "reached at {} frames, {:.1f} s".format(self.solved_at[0], self.solved_at[1])
-        return ("{}: {} frames, {} updates in {:.1f} s ({:.0f} frames/s, {:.1f} updates/s); "
-                "{} episodes, mean return of the last {}: {:.1f}; target {}".format(
-                    self.env_id, self.frames, self.updates, self.seconds,
-                    self.frames_per_second, self.updates_per_second, len(self.episode_returns),
-                    self.window, self.mean_return(), solved))
 
 
 def check_environment(model, envs):
@@ -83,7 +48,7 @@ def train_a2c(model, env=None, seed=0, max_frames=None, max_updates=None, max_se
     Stops at the first of ``max_frames``, ``max_updates``, ``max_seconds`` or a mean return of
     at least ``target_return`` over the last ``window`` episodes. Every ``log_every`` updates
     ``progress`` (default: none; ``print`` works) receives a line of text and ``monitor`` the
-    A2CResult as it stands (tbdzoo/training reads its history). Returns A2CResult.
+    RunResult as it stands (tbdzoo/training reads its history). Returns a RunResult.
     """
     if max_frames is None and max_updates is None and max_seconds is None and \
             target_return is None:
@@ -103,7 +68,7 @@ def train_a2c(model, env=None, seed=0, max_frames=None, max_updates=None, max_se
 
 def _run(model, envs, hp, rng, window, max_frames, max_updates, max_seconds, target_return,
          log_every, progress, monitor=None):
-    result = A2CResult(envs.id, window)
+    result = RunResult(envs.id, window)
     stats = EpisodeStats(window)
 
     def policy(observations):

@@ -10,7 +10,7 @@ does that transformation, once for every backend. Valid Python 3.6.
 """
 from collections import OrderedDict
 
-from .graph import values_read
+from .reads import values_read
 
 
 def _on_path(graph, source, target):

@@ -9,12 +9,12 @@ import json
 from collections import OrderedDict
 
 from . import ops as _ops
-
+from .program import Program
 
 SPEC_VERSION = 1
 
 
-class Input(object):
+class Input:
     """A graph input; ``role`` is 'feature' (fed to nodes) or 'target' (fed to the loss)."""
 
     __slots__ = ("name", "shape", "dtype", "role")
@@ -27,7 +27,7 @@ class Input(object):
                             ("dtype", self.dtype), ("role", self.role)])
 
 
-class Node(object):
+class Node:
     """One operation. ``shape`` is the inferred output shape without the batch axis."""
 
     __slots__ = ("name", "op", "inputs", "attrs", "shape", "dtype")
@@ -46,7 +46,7 @@ class Node(object):
                                                self.shape)
 
 
-class ParamSpec(object):
+class ParamSpec:
     """A parameter in canonical layout; ``trainable`` is False for running statistics."""
 
     __slots__ = ("name", "shape", "init", "trainable", "owner")
@@ -63,7 +63,7 @@ class ParamSpec(object):
         return n
 
 
-class Graph(object):
+class Graph:
     """Build with :meth:`input` and :meth:`add`; finish with :meth:`set_output` and :meth:`set_loss`."""
 
     def __init__(self, name):
@@ -221,7 +221,6 @@ class Graph(object):
             loss = dict(data["loss"])
             g.set_loss(loss.pop("kind"), loss.pop("logits"), loss.pop("labels"), **loss)
         if data.get("program"):
-            from .program import Program
             g.set_program(Program.from_json(data["program"]))
         return g
 
@@ -236,15 +235,6 @@ class Graph(object):
         for n in self.nodes.values():
             lines.append("  {:<40} {:<22} {}".format(n.name, n.op, n.shape))
         return "\n".join(lines)
-
-
-def values_read(graph, names):
-    """Every node and input that ``names`` depend on (themselves included)."""
-    needed = set(names)
-    for node in reversed(list(graph.nodes.values())):
-        if node.name in needed:
-            needed.update(node.inputs)
-    return needed
 
 
 def _jsonable(x):

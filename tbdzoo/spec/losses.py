@@ -29,7 +29,7 @@ def register(cls):
     return cls
 
 
-class LossDef(object):
+class LossDef:
     kind = None
     inputs = ()         # roles, each naming a graph value
     optional = ()       # roles that may be left out

@@ -12,7 +12,6 @@ FLOPs count a multiply-add as 2 and are per example, forward only.
 """
 from collections import OrderedDict
 
-
 _REGISTRY = OrderedDict()
 LOSSES = ("softmax_cross_entropy",)
 
@@ -58,7 +57,7 @@ def conv_out(size, k, s, p, d=1):
     return (size + p[0] + p[1] - d * (k - 1) - 1) // s + 1
 
 
-class OpDef(object):
+class OpDef:
     """Defaults: one input, same shape, no parameters, FLOPs = output elements."""
 
     name = None

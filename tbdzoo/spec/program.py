@@ -25,13 +25,13 @@ from collections import OrderedDict
 
 from . import losses as _losses
 from . import targets as _targets
+from .optimizers import OPTIMIZERS
+from .reads import values_read
 
-OPTIMIZER_FIELDS = OrderedDict([
-    # name -> hyperparameters the formula reads (docs/optimizers.md writes each formula)
-    ("sgd", ("lr", "momentum", "nesterov", "weight_decay")),
-    ("adam", ("lr", "beta1", "beta2", "eps", "weight_decay")),
-    ("rmsprop", ("lr", "alpha", "eps", "momentum", "centered", "weight_decay")),
-])
+# name -> the fields of a group's optimizer entry: its learning rate, then the table's
+# hyperparameters (tbdzoo/spec/optimizers.py)
+OPTIMIZER_FIELDS = OrderedDict((name, ("lr",) + o.hyperparameters)
+                               for name, o in OPTIMIZERS.items())
 CLIP_KINDS = ("global_norm", "value")
 HOOK_KINDS = ("clip_weights",)
 BATCH_MODES = ("own", "shared")
@@ -41,7 +41,7 @@ class ProgramError(ValueError):
     """A program that does not fit its graph; the message names the part at fault."""
 
 
-class Program(object):
+class Program:
     """Build with :meth:`loss`, :meth:`objective`, :meth:`group` and :meth:`phase`."""
 
     def __init__(self):
@@ -201,7 +201,6 @@ class Program(object):
     def _check_targets(self, graph):
         """Reads are nodes, inputs and writes are graph inputs, nothing read depends on what
         is written (no cycle), and some phase reads a written input."""
-        from .graph import values_read
         step = self.targets_step
         where = "targets step {!r}".format(step["name"])
         for read in step["reads"]:

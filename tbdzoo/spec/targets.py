@@ -97,7 +97,7 @@ class HostValues(Mapping):
         return self._shapes[name]
 
 
-class DeviceArray(object):
+class DeviceArray:
     """A value a lent kernel wrote and left on the device that computed it: the backend owning
     that device takes ``native`` as it is, so the graph op that reads it never waits for a
     round trip through the host; NumPy sees a host copy, made on first use (``__array__``).

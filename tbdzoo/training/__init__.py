@@ -3,8 +3,9 @@ data folder and how to score the held-out split), the loop that trains until the
 (`train_to_target`), MLPerf-style log lines and the record `tbd train` appends.
 docs/training.md."""
 from .errors import TrainingError
-from .loop import TrainResult, train_to_target
+from .loop import TrainResult
 from .proxies import proxy_overrides
+from .run import train_to_target
 from .targets import Target, parse_target
 
 __all__ = ["train_to_target", "TrainResult", "TrainingError", "Target", "parse_target",

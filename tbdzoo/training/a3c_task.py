@@ -3,11 +3,12 @@ metric is the mean return of the last 100 finished training episodes, as train_a
 it; there is no separate evaluation, so eval_seconds is 0 and a step is one update."""
 from collections import OrderedDict
 
+from ..rl.a2c import train_a2c
+
 __all__ = ["run_a2c"]
 
 
 def run_a2c(model, result, target, seed, max_minutes, eval_every, progress, mllog, max_steps):
-    from ..rl.a2c import train_a2c
     hp = model.hparams
     limit = None if max_minutes is None else max_minutes * 60.0
     result.details.update([("dataset", hp["env"]), ("pipeline", "tbdzoo.rl.train_a2c"),

@@ -3,9 +3,16 @@ rich progress bar, its record appended to a JSONL file and, if asked, MLPerf-sty
 import sys
 from collections import OrderedDict
 
+from .. import suite
 from ..argtypes import integer, non_negative, positive_number
+from ..errors import UnknownNameError
+from ..models import get_model
+from ..progress import progress_display
 from .errors import TrainingError
+from .loop import task_check
+from .mllog import TrainingMllog
 from .proxies import proxy_overrides, training_of
+from .run import train_to_target
 from .targets import metrics_of, parse_target
 
 __all__ = ["add_parser", "cmd_train"]
@@ -45,8 +52,6 @@ def add_parser(sub, assignment, positive):
 
 
 def _overrides(model_name, assignments):
-    from ..errors import UnknownNameError
-    from ..models import get_model
     md = get_model(model_name)
     config, proxy = proxy_overrides(model_name)
     known = md.configs[config]
@@ -73,11 +78,6 @@ def world_options(args, command):
 def cmd_train(args, console):
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    from ..progress import progress_display
-
-    from .. import suite
-    from .loop import task_check, train_to_target
-    from .mllog import TrainingMllog
     metrics_of(args.model)
     target = parse_target(args.model, args.target or training_of(args.model).target)
     if args.max_minutes <= 0:

@@ -21,8 +21,10 @@ import numpy as np
 
 from ..datasets.detection_batch import iterate_batches, scale_boxes
 from ..datasets.errors import DatasetError
+from ..datasets.make_images import CLASS_TOKENS
 from ..datasets.makers import read_manifest
 from ..datasets.voc import CLASSES, VOCDetection
+from ..models.faster_rcnn.detection.evaluation import mean_average_precision
 from .errors import TrainingError
 from .image_task import dataset_name
 
@@ -46,7 +48,6 @@ def class_names(data_dir):
     except (DatasetError, AttributeError):
         name = None
     if name == "voc-composed":
-        from ..datasets.make_images import CLASS_TOKENS
         return tuple(CLASS_TOKENS)
     return CLASSES
 
@@ -84,7 +85,7 @@ def resize_sides(canvas):
     return int(round(PAPER_SHORT_FRACTION * side)), side
 
 
-class _Decoded(object):
+class _Decoded:
     """A VOCDetection whose images are decoded once: a proxy's epochs are many and short."""
 
     def __init__(self, data):
@@ -100,7 +101,7 @@ class _Decoded(object):
         return self.data.name_of(index)
 
 
-class DetectionTask(object):
+class DetectionTask:
     metric_names = ("map",)
 
     layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told
@@ -179,6 +180,5 @@ class DetectionTask(object):
 
     def evaluate(self, metrics=None):
         """{"map": VOC07 mAP of the test images' detections}; ``metrics`` changes nothing."""
-        from ..models.faster_rcnn.detection.evaluation import mean_average_precision
         return {"map": mean_average_precision(self.detections(), self._truth,
                                               num_classes=self.hp["num_classes"])}

@@ -4,11 +4,20 @@ loop of loop.py, rank 0 evaluates and decides when to stop, and the engine hands
 decision to every rank (``agree`` in the backend's distributed.py; without one, the ranks run
 the step budget ``max_steps`` agreed in advance). Rank 0's record comes back with the world
 it ran in. docs/distributed.md, "Training to a target". Valid Python 3.6 (CNTK's ranks)."""
+import os
 import time
 from collections import OrderedDict
 
+from ..distributed import launch
+from ..distributed.runs import _node
+from ..distributed.world import batch_sizes
 from ..errors import DistributedError
+from ..models import get_model
 from .errors import TrainingError
+from .loop import TrainResult, _run_supervised, task_check
+from .mllog import TrainingMllog
+from .proxies import proxy_overrides, training_of
+from .targets import parse_target
 
 __all__ = ["train_distributed", "train_rank", "data_parallel_models"]
 
@@ -28,12 +37,6 @@ WORLD_OPTIONS = ("nnodes", "node_rank", "master", "hosts", "interface", "global_
 def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_every, progress,
                       mllog, max_steps, overrides, workers, nproc, **world):
     """Launch the ranks and wait; returns rank 0's TrainResult (None on a node without it)."""
-    from ..distributed import launch
-    from ..distributed.runs import _node
-    from ..distributed.world import batch_sizes
-    from ..models import get_model
-    from .loop import TrainResult, task_check
-    from .proxies import proxy_overrides, training_of
     unknown = set(world) - set(WORLD_OPTIONS)
     if unknown:
         raise TrainingError("train_to_target takes no option {}; the data-parallel ones are "
@@ -73,7 +76,8 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     job = launch.make_job(name, backend, node, "target", per_replica, global_size, config, seed,
                           merged, rank_timeout=world.get("rank_timeout", launch.RANK_TIMEOUT),
                           step_timeout=world.get("step_timeout", launch.STEP_TIMEOUT),
-                          command=world.get("command"), training=training)
+                          command=world.get("command"), training=training,
+                          rank_module="tbdzoo.training.rank")
     run = launch.start(job)
     _follow(run, progress, target, max_minutes)
     results = run.wait()
@@ -120,9 +124,6 @@ def _follow(run, progress, target, max_minutes):
 
 def train_rank(job, model, status, engine):
     """One rank's run to the target; rank 0's result carries the record."""
-    from .loop import TrainResult, _run_supervised
-    from .mllog import TrainingMllog
-    from .targets import parse_target
     t = job["training"]
     world = model.world
     target = parse_target(job["model"], tuple(t["target"]))
@@ -150,7 +151,6 @@ def train_rank(job, model, status, engine):
     weights = result.details.pop("gradient_weights", None) or [1.0] * len(result.losses)
     out = {"losses": result.losses, "gradient_weights": weights, "stop": stop}
     if world.rank == 0:
-        import os
         result.details["hparams"] = OrderedDict(sorted(
             (k, list(v) if isinstance(v, tuple) else v) for k, v in model.hparams.items()))
         result.details["load_average"] = [round(x, 2) for x in os.getloadavg()]

@@ -35,7 +35,7 @@ def grey_grid(images):
     return np.clip(grid, 0.0, 1.0).reshape(len(x), GRID * GRID)
 
 
-class FeatureNetwork(object):
+class FeatureNetwork:
     """The frozen feature network: ``fit`` once on labelled training images, then
     ``features(images)`` is the hidden layer's ReLU activations, (N, FEATURES) float64."""
 

@@ -53,7 +53,7 @@ def open_gan_data(data_dir):
     return train, valid, npz
 
 
-class GanTask(object):
+class GanTask:
     metric_names = ("frechet",)
 
     layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told

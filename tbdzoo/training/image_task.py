@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import pipelines
 from ..datasets.errors import DatasetError
+from ..datasets.imagenet import ImageNetFolder
 from ..datasets.makers import read_manifest
 from .errors import TrainingError
 
@@ -33,7 +34,6 @@ def dataset_name(data_dir):
 
 
 def _open(data_dir, split):
-    from ..datasets.imagenet import ImageNetFolder
     if not os.path.isdir(data_dir):
         raise TrainingError("{}: no such folder; the image models train from a folder in {}; "
                             "make one with: {}".format(data_dir, LAYOUT,
@@ -46,7 +46,7 @@ def _open(data_dir, split):
                                                        DATA_COMMAND)) from e
 
 
-class ImageClassificationTask(object):
+class ImageClassificationTask:
     metric_names = ("top1",)
 
     layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told

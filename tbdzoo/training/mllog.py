@@ -4,9 +4,10 @@ samples seen), run_stop with status success or aborted."""
 __all__ = ["TrainingMllog"]
 
 
-class TrainingMllog(object):
+class TrainingMllog:
     def __init__(self, path):
         from mlperf_logging.mllog import constants
+
         from ..profiling.mlperf import file_mllogger
         self.constants = constants
         self.path = path   # a data-parallel run's rank 0 writes its own lines here

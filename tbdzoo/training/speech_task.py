@@ -6,11 +6,13 @@ blanks dropped): ``cer``, characters' edit distance over the references' charact
 ``wer``, the same over words. Utterances longer than the proxy's max_frames are left out of
 both, and counted in the record."""
 import os
+import warnings
 
 import numpy as np
 
 from ..datasets.errors import DatasetError
 from ..datasets.librispeech import LibriSpeech, make_batch
+from ..models import deepspeech2 as ds2
 from .errors import TrainingError
 from .image_task import dataset_name
 from .shards import rank_slice
@@ -80,7 +82,7 @@ def _words(labels):
     return words
 
 
-class SpeechTask(object):
+class SpeechTask:
     metric_names = ("cer", "wer")
 
     layout, data_command = LAYOUT, DATA_COMMAND   # what a missing --data is told
@@ -91,15 +93,13 @@ class SpeechTask(object):
         open_subsets(data_dir)
 
     def __init__(self, model, data_dir, seed=0, workers=0, rank=0, world_size=1):
-        from ..models import deepspeech2 as ds2
         self.model, self.seed, self.hp = model, seed, model.hparams
         self.rank, self.world_size = rank, world_size   # a data-parallel rank: see batches()
         self._output_steps = ds2.output_steps
         train, held_out = open_subsets(data_dir)
-        import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # the counts go into the record instead
-            keep, test_keep = train.fitting(self.hp, "skip"), held_out.fitting(self.hp, "skip")
+            keep, test_keep = train.fitting(self.hp, ds2, "skip"), held_out.fitting(self.hp, ds2, "skip")
         if len(keep) < self.hp["batch_size"] * world_size:
             raise TrainingError("{}: {} training utterances fit max_frames {}; a batch needs {}"
                                 .format(data_dir, len(keep), self.hp["max_frames"],
@@ -107,7 +107,7 @@ class SpeechTask(object):
         self.train = [(train.spectrogram(i, self.hp), train.utterances[i].labels) for i in keep]
         test = [(held_out.spectrogram(i, self.hp), held_out.utterances[i].labels)
                 for i in test_keep]
-        self._held_out = [make_batch(self.hp, [s for s, _ in test[i:i + EVAL_BATCH]],
+        self._held_out = [make_batch(self.hp, ds2, [s for s, _ in test[i:i + EVAL_BATCH]],
                                      [l for _, l in test[i:i + EVAL_BATCH]])
                           for i in range(0, len(test), EVAL_BATCH)]
         self.pipeline = "spectrograms computed once, NumPy batches (librispeech.make_batch)"
@@ -125,7 +125,7 @@ class SpeechTask(object):
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             for start in range(0, len(order) - size + 1, size):
                 rows = [self.train[i] for i in order[start:start + size]]
-                batch = make_batch(self.hp, [s for s, _ in rows], [l for _, l in rows])
+                batch = make_batch(self.hp, ds2, [s for s, _ in rows], [l for _, l in rows])
                 yield rank_slice(self.model, batch, self.rank, self.world_size)
             epoch += 1
 

@@ -16,7 +16,6 @@ and two of free (greedy) decoding, where the model reads its own previous words 
 
 Ids: the config's pad (0), BOS (1) and EOS (2), unknown 3, then the vocabulary file's words
 after its own <unk>, <s>, </s>."""
-import os
 
 import numpy as np
 
@@ -52,7 +51,7 @@ def word_ids(words):
     return {w: i + 4 for i, w in enumerate(w for w in words if w not in SPECIAL_WORDS)}
 
 
-class TranslationTask(object):
+class TranslationTask:
     metric_names = ("token_accuracy", "sentence_accuracy", "exact_match", "bleu")
     decoded_metrics = ("exact_match", "bleu")
 

@@ -18,7 +18,7 @@ BANNERS = (r"^Selected (CPU|GPU\[\d+\].*) as the process wide default device\.",
 if not verbose():
     warnings.filterwarnings("ignore", category=UserWarning, module=r"cntk\.cntk_py_init$")
 with filtered_native_stderr(BANNERS):
-    import cntk  # noqa: E402,F401  (its warnings are raised here)
+    import cntk  # noqa: F401  (its warnings are raised here)
 
 from .model import Model  # noqa: E402  (after the filters above)
 

@@ -12,6 +12,7 @@ import cntk as C
 import numpy as np
 from cntk.train.distributed import Communicator, data_parallel_distributed_learner
 
+from ...errors import BackendUnavailableError, UnsupportedOptionError
 from .model import Model
 
 ENGINE = "data_parallel_distributed_learner"
@@ -26,7 +27,6 @@ def communication(node):
 
 
 def check(node):
-    from ...errors import BackendUnavailableError, UnsupportedOptionError
     if node.bn_mode != "replica":
         raise UnsupportedOptionError(
             "--bn-mode {} is not available on CNTK's data_parallel_distributed_learner: it "

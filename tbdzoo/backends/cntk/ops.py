@@ -17,7 +17,7 @@ from ...spec.tables import sinusoid_table
 from ..common import attention, kernels, pooling
 
 
-class Context(object):
+class Context:
     """What ops record while the graph is built: BN counters to reset each step, dropout seeds,
     and, for a graph built with ``exact_statistics``, each BatchNorm's batch moments.
 
@@ -432,7 +432,7 @@ def valid_steps(lengths, steps):
     return C.less(C.constant(np.arange(steps, dtype=np.float32)), lengths)
 
 
-class Ragged(object):
+class Ragged:
     """A padded (T, D) tensor as a sequence of its valid steps, and the way back."""
 
     def __init__(self, x, lengths):

@@ -65,7 +65,7 @@ def one_output(assigns):
     return C.splice(*firsts, axis=0) if len(firsts) > 1 else firsts[0]
 
 
-class _Optimizer(object):
+class _Optimizer:
     """Owns the per-parameter state and builds learners; ``prepare(lr)`` before each step."""
 
     def __init__(self, params, hp, clip=None):
@@ -131,7 +131,7 @@ class Adam(_Optimizer):
     def __init__(self, params, hp, clip=None):
         self._step_size = _scalar(0.0)
         self._bc2_sqrt = _scalar(1.0)
-        super(Adam, self).__init__(params, hp, clip)
+        super().__init__(params, hp, clip)
 
     def _update(self, param, grad):
         b1, b2, eps = float(self.hp["beta1"]), float(self.hp["beta2"]), float(self.hp["eps"])
@@ -143,7 +143,7 @@ class Adam(_Optimizer):
                 C.assign(param, param - self._step_size * new_m / denom)]
 
     def prepare(self, lr):
-        super(Adam, self).prepare(lr)
+        super().prepare(lr)
         c1, c2 = normalized.adam_bias_corrections(float(self.hp["beta1"]),
                                                   float(self.hp["beta2"]), self.steps)
         _set(self._step_size, lr / c1)

@@ -45,7 +45,7 @@ def first(mask):
     return tuple(int(v) for v in np.unravel_index(int(np.argmax(mask)), np.shape(mask)))
 
 
-class Facts(object):
+class Facts:
     """What a graph says about the values of its inputs, found once per model: for each int32
     input, the [0, high) range of the class or token ids it holds and the values also allowed
     (an ``ignore_index``), with the words a message uses."""

@@ -6,9 +6,9 @@ known in an interpreter that cannot import cntk, and a model that uses an op its
 is refused before anything is built or any worker started.
 """
 import ast
-import io
 import os
 
+from ...errors import UnsupportedOpError
 from ...spec import ops as spec_ops
 
 _BACKENDS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,7 +21,7 @@ def ops_module_path(backend):
 
 def _defined_functions(backend):
     if backend not in _DEFINED:
-        with io.open(ops_module_path(backend), encoding="utf-8") as f:
+        with open(ops_module_path(backend), encoding="utf-8") as f:
             tree = ast.parse(f.read(), ops_module_path(backend))
         _DEFINED[backend] = frozenset(node.name for node in tree.body
                                       if isinstance(node, ast.FunctionDef))
@@ -46,7 +46,6 @@ def check(graph, backend):
     defined = _defined_functions(backend)
     for node in graph.nodes.values():
         if node.op not in defined:
-            from ...errors import UnsupportedOpError
             raise UnsupportedOpError(
                 "backend {} does not implement op {!r} (node {!r} of {}); it implements: {}. "
                 "Run the model on another backend, or add a function {!r} to {} "

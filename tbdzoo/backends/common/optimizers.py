@@ -12,29 +12,21 @@ Frameworks' own optimizers differ (docs/backends.md says how), so backends feed 
 kernels the arguments below, which make each kernel's documented formula equal these.
 """
 import math
-from collections import OrderedDict
 
-import numpy as np
+from ...errors import UnsupportedOptionError
+from ...spec.optimizers import MODEL_OPTIMIZERS, optimizer_hyperparameters
 
-# Each optimizer and the hyperparameters its formula reads (besides the scheduled ``lr``).
-DEFINITIONS = OrderedDict([
-    ("sgd", ("momentum", "nesterov", "weight_decay")),
-    ("adam", ("beta1", "beta2", "eps", "weight_decay")),
-])
-NAMES = tuple(DEFINITIONS)
-# Optimizers that only a training program's parameter groups use (every backend implements them
-# in its program code, docs/programs.md); tbdzoo/reference/optimizers.py computes them too.
-GROUP_DEFINITIONS = OrderedDict([
-    ("rmsprop", ("alpha", "eps", "momentum", "centered", "weight_decay")),
-])
-_BOOLEAN = ("nesterov", "centered")
+# The optimizers and their hyperparameters: tbdzoo/spec/optimizers.py. A model may name
+# MODEL_OPTIMIZERS; the others only a training program's parameter groups use (every backend
+# implements them in its program code, docs/programs.md); tbdzoo/reference/optimizers.py
+# computes all in NumPy.
+NAMES = MODEL_OPTIMIZERS
 
 
 def check(hparams):
     """Refuse an optimizer no backend implements, naming the ones that exist."""
     name = hparams["optimizer"]
-    if name not in DEFINITIONS:
-        from ...errors import UnsupportedOptionError
+    if name not in MODEL_OPTIMIZERS:
         raise UnsupportedOptionError("optimizer {!r} is not implemented; set optimizer to one of: "
                                      "{}".format(name, ", ".join(NAMES)))
     return name
@@ -42,9 +34,7 @@ def check(hparams):
 
 def hyperparameters(hparams):
     """The optimizer's own hyperparameters from ``hparams``, as Python floats and bools."""
-    name = check(hparams)
-    return OrderedDict((k, bool(hparams[k]) if k in _BOOLEAN else float(hparams[k]))
-                       for k in DEFINITIONS[name])
+    return optimizer_hyperparameters(check(hparams), hparams)
 
 
 def coupled_gradient(grad, weight, weight_decay):

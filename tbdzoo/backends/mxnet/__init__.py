@@ -17,7 +17,7 @@ BANNERS = (r"^\[\d\d:\d\d:\d\d\] \.\./src/storage/storage\.cc:\d+: Using Pooled"
 
 ignore_framework_warnings(("mxnet",))
 with filtered_native_stderr(BANNERS):
-    import mxnet  # noqa: E402,F401  (its banners are written here)
+    import mxnet  # noqa: F401  (its banners are written here)
 
 from .model import Model, SpecBlock  # noqa: E402  (needs the lines above first)
 

@@ -9,8 +9,11 @@ push, so each pushes w_r g_r and applies the pulled sum, with tbdzoo's own optim
 """
 import sys
 
+import mxnet as mx
+
+from ...errors import UnsupportedOptionError
+from ..common.engines import Helper
 from . import Model  # the numpy.bool shim runs before mxnet is imported
-import mxnet as mx  # noqa: E402
 
 ENGINE = "KVStore"
 KVSTORE = "dist_sync"
@@ -25,7 +28,6 @@ def communication(node):
 
 
 def check(node):
-    from ...errors import UnsupportedOptionError
     if node.bn_mode != "replica":
         raise UnsupportedOptionError(
             "--bn-mode {} is not available on MXNet's dist_sync kvstore: the kvstore reduces "
@@ -52,7 +54,6 @@ def rank_environment(world):
 
 def helpers(node):
     """The scheduler on node 0 and one server on every node."""
-    from ...distributed import Helper
     roles = (["scheduler"] if node.node_rank == 0 else []) + ["server"]
     return [Helper("{}-{}".format(role, node.node_rank), [sys.executable, "-c", HELPER_CODE],
                    dict(_ps_environment(node, role), CUDA_VISIBLE_DEVICES=""))

@@ -35,14 +35,14 @@ class _FromArray(mx.init.Initializer):
     """Loads a given NumPy value: tbdzoo's initial weights, never an MXNet initialiser."""
 
     def __init__(self, value):
-        super(_FromArray, self).__init__()
+        super().__init__()
         self.value = value
 
     def _init_weight(self, _, arr):
         arr[:] = self.value
 
 
-class _Plan(object):
+class _Plan:
     """What the graph walk needs per node, computed once from the spec: every node, or with
     ``outputs`` only the nodes those values depend on, and the inputs they read. ``training``:
     the walk of a training block, which reads constants an inference walk does not (Gluon
@@ -121,7 +121,7 @@ class _GraphBlock(gluon.HybridBlock):
     ``collect_params()`` and hybridization see exactly those)."""
 
     def __init__(self, plan, parameters):
-        super(_GraphBlock, self).__init__(prefix="")
+        super().__init__(prefix="")
         self.plan = plan
         bound = OrderedDict((n, parameters[n]) for n in plan.bound_names())
         self.params.update(bound)
@@ -139,7 +139,7 @@ class SpecBlock(_GraphBlock):
 
     def __init__(self, graph, parameters):
         outputs = [graph.output] if graph.program is not None else None
-        super(SpecBlock, self).__init__(_Plan(graph, outputs), parameters)
+        super().__init__(_Plan(graph, outputs), parameters)
         self.spec_params = OrderedDict((n, parameters[n]) for n in graph.params())
 
     def hybrid_forward(self, F, *features, **params):
@@ -152,7 +152,7 @@ class ValuesBlock(_GraphBlock):
     step reads them)."""
 
     def __init__(self, graph, names, parameters):
-        super(ValuesBlock, self).__init__(_Plan(graph, names), parameters)
+        super().__init__(_Plan(graph, names), parameters)
         self.names = list(names)
 
     def hybrid_forward(self, F, *inputs, **params):
@@ -170,10 +170,10 @@ class _StatisticsBlock(_GraphBlock):
         they are updated from the moments this block returns, which is intended, so that one
         warning is silenced."""
         if getattr(self, "_cache_built", False):
-            return super(_StatisticsBlock, self).forward(*args)
+            return super().forward(*args)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Parameter .* is not used by any computation")
-            out = super(_StatisticsBlock, self).forward(*args)
+            out = super().forward(*args)
         self._cache_built = True
         return out
 
@@ -182,7 +182,7 @@ class TrainBlock(_StatisticsBlock):
     """Loss of the spec on (features..., targets...), and the batch statistics, in one graph."""
 
     def __init__(self, graph, parameters):
-        super(TrainBlock, self).__init__(_Plan(graph, training=True), parameters)
+        super().__init__(_Plan(graph, training=True), parameters)
 
     def hybrid_forward(self, F, *inputs, **params):
         names = self.plan.feature_names + self.plan.target_names
@@ -201,7 +201,7 @@ class ObjectiveBlock(_StatisticsBlock):
 
     def __init__(self, graph, objective, group_names, parameters, exact_statistics=False):
         program = graph.program
-        super(ObjectiveBlock, self).__init__(
+        super().__init__(
             _Plan(graph, objective_values(program, objective), training=True), parameters)
         self.terms = [(program.losses[name], weight) for name, weight in
                       program.objectives[objective]]
@@ -229,7 +229,7 @@ class ObjectiveBlock(_StatisticsBlock):
         return [total] + [s for pair in stats for s in pair]
 
 
-class _Pending(object):
+class _Pending:
     """An objective's value still on MXNet's engine; ``float()`` waits for everything queued
     (the step's backward passes and updates too), so a step returns only once it has run."""
 

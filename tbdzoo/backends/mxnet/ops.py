@@ -18,7 +18,7 @@ from . import recurrent
 from . import roi_align as sparse_roi_align
 
 
-class GraphContext(object):
+class GraphContext:
     """Per-trace state: constant tables by key, the batch statistics collected so far, and the
     node being run (its name and input shapes without the batch axis)."""
 

@@ -44,7 +44,7 @@ def axpby(y, x, a, b):
 _MULTI_LIMIT = 60
 
 
-class AxpbyAll(object):
+class AxpbyAll:
     """y_i = a_i y_i + b_i x_i for lists of small arrays, in place, through
     preloaded_multi_sgd_update: it reads each array's lr and wd from two small device arrays,
     built once here from the fixed coefficients, and rounds as sgd_update does to within the
@@ -73,7 +73,7 @@ class AxpbyAll(object):
                                           num_weights=len(y), out=y)
 
 
-class SGD(object):
+class SGD:
     """g += wd w;  buf = momentum buf + g;  w -= lr buf  (nesterov: w -= lr (g + momentum buf))."""
 
     def __init__(self, params, momentum, nesterov, weight_decay):
@@ -106,7 +106,7 @@ class SGD(object):
         axpby(w, g, 1.0, -lr)          # w = w - lr g
 
 
-class Adam(object):
+class Adam:
     """g += wd w;  m, v moving averages;  w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
     t counting this optimizer's steps."""
 
@@ -134,7 +134,7 @@ def make(params, hp):
     return cls(params, **normalized.hyperparameters(hp))
 
 
-class FlatGroup(object):
+class FlatGroup:
     """Several 1-D parameters (batch-norm scales and shifts, biases) updated as one array:
     gathered before the update and scattered back after, three operator calls in all, where
     one update call per array would cost Inception-v3's 190 such arrays more in queueing than
@@ -161,7 +161,7 @@ class FlatGroup(object):
                                out=[p.data() for p in self.params])
 
 
-class RMSProp(object):
+class RMSProp:
     """g = grad_scale g + wd w;  v = alpha v + (1 - alpha) g^2;  d = v (centred: v - a^2, a the
     moving mean of g);  b = momentum b + lr g / sqrt(d + eps);  w -= b  (docs/optimizers.md).
 

@@ -32,7 +32,7 @@ def mixing_matrix(indices, weights, feature_hw, sampling_ratio):
 
 class SparseRoIAlign(mx.operator.CustomOp):
     def __init__(self, output_size, sampling_ratio):
-        super(SparseRoIAlign, self).__init__()
+        super().__init__()
         self.output_size, self.sampling_ratio = output_size, sampling_ratio
 
     def forward(self, is_train, req, in_data, out_data, aux):
@@ -62,7 +62,7 @@ class SparseRoIAlignProp(mx.operator.CustomOpProp):
     """Attributes arrive as strings: output_size "oh,ow", sampling_ratio "sr"."""
 
     def __init__(self, output_size, sampling_ratio):
-        super(SparseRoIAlignProp, self).__init__(need_top_grad=True)
+        super().__init__(need_top_grad=True)
         self.output_size = tuple(int(v) for v in str(output_size).split(","))
         self.sampling_ratio = int(sampling_ratio)
 

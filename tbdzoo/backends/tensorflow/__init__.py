@@ -46,7 +46,7 @@ def _load_triton_first():
 _load_triton_first()
 ignore_framework_warnings(("tensorflow", "keras", "tf_keras", "google.protobuf", "absl"))
 with filtered_native_stderr(BANNERS):
-    import tensorflow  # noqa: E402,F401  (its banners are written here)
+    import tensorflow  # noqa: F401  (its banners are written here)
 
 from .model import Model, SpecModel  # noqa: E402  (the two steps above must come first)
 

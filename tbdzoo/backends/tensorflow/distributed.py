@@ -9,8 +9,10 @@ import os
 
 import tensorflow as tf
 
+from ..common.engines import RANK_TIMEOUT_VARIABLE
 from . import ops
 from .model import CANONICAL, NHWC, Model, _to
+from .optimizers import dense
 
 ENGINE = "MultiWorkerMirroredStrategy"
 _STRATEGY = []  # the one strategy of this process, made by init() before any TensorFlow op
@@ -53,10 +55,10 @@ def _configure_coordination(world):
     """The coordination service the strategy would start, but with --rank-timeout as its
     heartbeat timeout: its default (10 s) gives up on a worker that a busy host starves of CPU
     for that long, so a run would fail before the timeout tbdzoo states."""
-    from tensorflow.python.distribute.collective_all_reduce_strategy import \
-        coordination_config_pb2  # the module the strategy itself configures it with
+    from tensorflow.python.distribute.collective_all_reduce_strategy import (
+        coordination_config_pb2,  # the module the strategy itself configures it with
+    )
     from tensorflow.python.eager import context
-    from ...distributed.rank import RANK_TIMEOUT_VARIABLE
     seconds = float(os.environ.get(RANK_TIMEOUT_VARIABLE, 0) or 0)
     if not seconds or context.context().coordination_service is not None:
         return
@@ -234,7 +236,6 @@ class DistributedModel(Model):
     def _reduce_gradients(self, grads):
         if not self._reducing:
             return grads
-        from .optimizers import dense
         context = tf.distribute.get_replica_context()
         weighted = [dense(g) * self._weight for g in grads]
         return context.all_reduce(tf.distribute.ReduceOp.SUM, weighted)

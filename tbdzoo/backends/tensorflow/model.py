@@ -63,7 +63,7 @@ class SpecModel(keras.Model):
     """
 
     def __init__(self, graph, weights, fused_batchnorm=True):
-        super(SpecModel, self).__init__(name=graph.name.replace("/", "_"))
+        super().__init__(name=graph.name.replace("/", "_"))
         # Training-mode BatchNorm: the fused kernel (fast), or statistics from tf.nn.moments
         # (ten times closer to float64; ops.py ``_two_pass_batchnorm`` says when that matters).
         self._run = _RUN if fused_batchnorm else dict(

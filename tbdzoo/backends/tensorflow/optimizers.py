@@ -22,7 +22,7 @@ def _slots(variables, name):
                         name="{}_{}".format(name, i)) for i, v in enumerate(variables)]
 
 
-class SGD(object):
+class SGD:
     """g += wd * w;  buf = momentum * buf + g;  w -= lr * buf  (nesterov: g + momentum * buf).
 
     The momentum update is TensorFlow's fused ApplyMomentum kernel, whose definition is exactly
@@ -51,7 +51,7 @@ class SGD(object):
                 w.assign_sub(lr * g)
 
 
-class Adam(object):
+class Adam:
     """g += wd * w;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
     w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), t = steps this optimizer took.
 
@@ -84,7 +84,7 @@ class Adam(object):
             tf.raw_ops.ResourceApplyAdam(var=w.handle, m=m.handle, v=v.handle, grad=g, **scalars)
 
 
-class RMSProp(object):
+class RMSProp:
     """v = alpha v + (1 - alpha) g^2;  centred: a = alpha a + (1 - alpha) g, d = v - a^2, else
     d = v;  b = momentum b + lr g / sqrt(d + eps);  w -= b  (g after coupled weight decay).
 
@@ -94,12 +94,14 @@ class RMSProp(object):
     var -= mom), with every slot starting at zero.
     """
 
-    def __init__(self, variables, spec):
+    def __init__(self, variables, spec, square=None):
+        """``square``: square averages to share with another RMSProp over the same variables
+        (A3C's shared statistics, its learners' threads stepping one each); else its own."""
         self.variables = list(variables)
         self.alpha, self.eps = float(spec["alpha"]), float(spec["eps"])
         self.momentum, self.centered = float(spec["momentum"]), bool(spec["centered"])
         self.weight_decay = float(spec["weight_decay"])
-        self.square = _slots(self.variables, "rms")
+        self.square = list(square) if square is not None else _slots(self.variables, "rms")
         self.buffers = _slots(self.variables, "momentum")
         self.average = _slots(self.variables, "mean_grad") if self.centered else []
 

@@ -9,9 +9,8 @@ from torch import nn
 
 from ...errors import UnsupportedOptionError
 from ...profiling import cuda_memory
-from ...spec.graph import values_read
+from ...spec.reads import values_read
 from ...spec.targets import DeviceArray, HostValues
-from .. import programs
 from ..base import BackendModel, PendingTargets, Prepared
 from . import ops, optimizers, recurrent
 
@@ -29,7 +28,7 @@ class SpecModule(nn.Module):
     """
 
     def __init__(self, graph, weights):
-        super(SpecModule, self).__init__()
+        super().__init__()
         self.graph = graph
         self.input_names = [i.name for i in graph.feature_inputs()]
         self._recurrent = self._recurrent_nodes(graph, weights)  # canonical name -> node
@@ -353,7 +352,7 @@ class Model(BackendModel):
             if ready is None:
                 prepared = Prepared(self.backend, [(phase_index, _TargetsInForward(part, 0))],
                                     prepared.items)
-        return super(Model, self)._program_step(prepared, sync, around_update)
+        return super()._program_step(prepared, sync, around_update)
 
     def _forward_to_targets(self, pending):
         """One update's inputs with the targets written: the forward half up to the values the
@@ -952,7 +951,7 @@ def _is_weight_copy(tensor, parameters):
                for nxt, _ in fn.next_functions if nxt is not None)
 
 
-class _TargetsInForward(object):
+class _TargetsInForward:
     """An update whose targets step runs inside its forward pass: its NumPy batch and its
     index in the step (the targets step's random stream)."""
 

@@ -6,9 +6,9 @@ This backend is the consistency reference, so each function spells out the seman
 import math
 import warnings
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-import numpy as np
 
 from ..common import attention, pooling
 from .fused_loss import smoothed_cross_entropy

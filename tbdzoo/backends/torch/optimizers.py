@@ -41,7 +41,7 @@ class RMSProp(torch.optim.Optimizer):
     def __init__(self, params, lr, alpha, eps, momentum, centered, weight_decay):
         defaults = dict(lr=lr, alpha=alpha, eps=eps, momentum=momentum, centered=centered,
                         weight_decay=weight_decay)
-        super(RMSProp, self).__init__(params, defaults)
+        super().__init__(params, defaults)
 
     def initialise(self):
         """Every parameter's slots, zero (as before the first step)."""
@@ -53,6 +53,19 @@ class RMSProp(torch.optim.Optimizer):
                     s["momentum_buffer"] = torch.zeros_like(p)
                     if group["centered"]:
                         s["grad_avg"] = torch.zeros_like(p)
+
+    def share_square_averages(self, square_averages=None):
+        """Put the square averages in shared memory, so that processes each stepping their own
+        RMSProp over the same shared parameters share them without a lock (A3C's shared
+        statistics); ``square_averages``: ones already there, one per parameter in order. The
+        momentum buffer stays each optimizer's own. Returns the square averages."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        if square_averages is None:
+            square_averages = [torch.zeros_like(p).share_memory_() for p in params]
+        self.initialise()
+        for p, v in zip(params, square_averages):
+            self.state[p]["square_avg"] = v
+        return list(square_averages)
 
     @torch.no_grad()
     def step(self):

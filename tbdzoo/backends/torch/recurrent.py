@@ -40,7 +40,7 @@ def native_name(kind, layer, direction):
     return "{}_l{}{}".format(kind, layer, "_reverse" if direction == "bw" else "")
 
 
-class _ZeroRows(object):
+class _ZeroRows:
     """Gradient hook: the first ``rows`` entries (the absent biases) are zero."""
 
     def __init__(self, rows):
@@ -56,7 +56,7 @@ class RecurrentWeights(nn.Module):
 
     def __init__(self, op, attrs, input_size, canonical):
         """``canonical``: {suffix (l0.fw.w_i): float32 array} of the node's spec parameters."""
-        super(RecurrentWeights, self).__init__()
+        super().__init__()
         self.op, self.input_size, self.units = op, input_size, attrs["units"]
         self.num_layers, self.bidirectional = attrs["num_layers"], attrs["bidirectional"]
         self.names, self.blocks = [], OrderedDict()  # blocks: suffix -> (native name, rows)
@@ -122,7 +122,7 @@ class RecurrentWeights(nn.Module):
 
     def _apply(self, fn, *args, **kwargs):
         """.to() / .cuda() replace each parameter's storage: lay them out flat again after."""
-        out = super(RecurrentWeights, self)._apply(fn, *args, **kwargs)
+        out = super()._apply(fn, *args, **kwargs)
         self.flatten()
         return out
 

@@ -2,6 +2,8 @@
 same arrays feed every backend."""
 import numpy as np
 
+from .environments import targets
+
 
 def split_output(output, num_actions):
     """(logits (N, A), values (N,)) from the a3c graph's (N, A + 1) output."""
@@ -35,7 +37,6 @@ def update_batch(rollout, gamma, reward_clip=0.0):
     rewards = rollout.rewards
     if reward_clip:
         rewards = np.clip(rewards, -reward_clip, reward_clip)
-    from .environments import targets
     returns = targets.returns(rewards, rollout.dones, rollout.bootstrap, gamma,
                               rollout.truncated, rollout.truncation_values)
     advantages = returns - rollout.values

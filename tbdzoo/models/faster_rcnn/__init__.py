@@ -21,12 +21,6 @@ from collections import OrderedDict
 import numpy as np
 
 from ...datasets.detection_batch import synthetic_detection_batch
-from .detection import anchors as anchor_grid
-from .detection.boxes import check_boxes, check_image_hw
-from .detection.postprocess import detections
-from .detection.proposals import proposals
-from .detection.roi_align import roi_align_points
-from .detection.targets import anchor_targets, check_labels, sample_rois
 from ...errors import BatchError, DetectionInputError
 from ...spec import Graph
 from ...spec.program import Program, clip_of, optimizer_of, schedule_of
@@ -35,6 +29,12 @@ from .. import metrics
 from ..card import Benchmark, Consistency, Measured, Training
 from ..constraints import Rule, boolean, integer, integers, number
 from ..registry import register_model
+from .detection import anchors as anchor_grid
+from .detection.boxes import check_boxes, check_image_hw
+from .detection.postprocess import detections
+from .detection.proposals import proposals
+from .detection.roi_align import roi_align_points
+from .detection.targets import anchor_targets, check_labels, sample_rois
 
 VOC07_TRAINVAL = 5011  # images; [M] appends a flipped copy of each, so an epoch is twice this
 

@@ -109,7 +109,7 @@ def _batch(hp, batch_size, seed):
     return synthetic.image_classification(batch_size, 3, hp["image_size"], hp["num_classes"], seed)
 
 
-class _Builder(object):
+class _Builder:
     def __init__(self, g, hp):
         self.g, self.hp = g, hp
 

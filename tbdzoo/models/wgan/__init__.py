@@ -13,7 +13,7 @@ import numpy as np
 
 from ...spec import Graph
 from ...spec.derivative import input_gradient
-from ...spec.program import Program
+from ...spec.program import Program, optimizer_of
 from .. import metrics
 from ..card import Benchmark, Consistency, Measured, Training
 from ..constraints import choice, integer, number
@@ -63,7 +63,7 @@ def _conv_init(cin, cout, k, he):
     return _uniform(np.sqrt((4.0 if he else 2.0) / (fan_in + fan_out)))
 
 
-class _Nets(object):
+class _Nets:
     def __init__(self, g, hp):
         self.g, self.hp = g, hp
 
@@ -218,5 +218,4 @@ def build(hp):
 
 
 def _optimizer(hp):
-    from ...spec.program import optimizer_of
     return optimizer_of(hp)

@@ -8,15 +8,16 @@ with an RMSProp whose statistics are shared too, without locks.
 """
 import importlib
 
+from ...backends.registry import build_native
 from ...errors import UnknownNameError, UnsupportedOptionError
 from ...models import get_model
 from ...models.a3c import NAME as A3C
-from .common import AsyncResult, Settings, Stop, check_learners, checked_env
+from .common import Settings, Stop, check_learners, checked_env
 
 BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
 
 
-class Job(object):
+class Job:
     """One run's request, picklable, as every backend's ``train`` receives it."""
 
     def __init__(self, backend, config, overrides, hp, settings, stop, env_id, seed, window,
@@ -31,7 +32,6 @@ class Job(object):
 
     def build_native(self, backend=None, device=None):
         """The learner's own copy (or the shared model): the job's a3c model, built here."""
-        from ...backends.registry import build_native
         return build_native(A3C, backend or self.backend, config=self.config, seed=self.seed,
                             device=device, **self.overrides)
 
@@ -43,7 +43,7 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     frames counted) or ``seconds``, whichever comes first. Learner i's environment is seeded
     ``seed + i``; the learners' interleaving is the operating system's, so runs are not
     repeatable (``tbdzoo.rl.train_a2c`` is the seeded mode). ``device`` is the PyTorch
-    learners' device (default 'cpu'). Returns an AsyncResult."""
+    learners' device (default 'cpu'). Returns a RunResult (tbdzoo/rl/record.py)."""
     if backend not in BACKENDS:
         raise UnknownNameError("backend", backend, BACKENDS)
     if device not in (None, "cpu") and backend != "torch":
@@ -60,4 +60,4 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     return importlib.import_module(__name__ + "." + backend).train(job)
 
 
-__all__ = ["train_a3c", "AsyncResult", "check_learners", "BACKENDS"]
+__all__ = ["train_a3c", "check_learners", "BACKENDS"]

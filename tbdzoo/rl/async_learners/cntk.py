@@ -16,9 +16,18 @@ import numpy as np
 
 from ...backends.registry import build
 from ...models.a3c import NAME as A3C
-from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, predictor, run_in_threads, run_learner,
-                     thread_counters)
+from ..record import RunResult
+from .common import (
+    NumpyRMSProp,
+    cpu_seconds,
+    initial_weights,
+    make_envs,
+    numpy_learning,
+    predictor,
+    run_in_threads,
+    run_learner,
+    thread_counters,
+)
 
 
 def train(job):
@@ -56,7 +65,7 @@ def _run(job, copies, initial, params, square_averages, updates, optimizer, coun
         reports[index] = (returns, used)
         envs.close()
     start = run_in_threads(job.learners, learner)
-    result = AsyncResult("cntk", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="cntk", learners=job.learners, how=
                          "{} threads, each driving its own CNTK worker process".format(
                              job.learners))
     for returns, _ in reports:

@@ -1,6 +1,6 @@
 """What every backend's asynchronous learners share: the settings read from the a3c config,
 the learner count check, the per-learner counters, one learner's loop, the NumPy shared
-RMSProp, CPU accounting and the result (docs/a3c.md).
+RMSProp and CPU accounting (docs/a3c.md; the result: tbdzoo/rl/record.py).
 
 A learner repeats: copy the shared parameters into its own copy, act ``t_max`` steps in its
 own environment, compute the n-step returns in NumPy (tbdzoo.models.a3c.rollouts.update_batch), take
@@ -16,10 +16,13 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ...backends.base import check_buildable
 from ...errors import HyperparameterError
 from ...models import get_model
-from ...models.a3c import NAME as A3C, environments
+from ...models.a3c import NAME as A3C
+from ...models.a3c import environments
 from ...models.a3c.rollouts import observations_feed, sample_actions, split_output, update_batch
+from ...spec.init import initial_weights as spec_weights
 from ..a2c import check_environment
 
 
@@ -32,7 +35,7 @@ def check_learners(learners):
     return int(learners)
 
 
-class Settings(object):
+class Settings:
     """The update's hyperparameters, the same on every backend: t_max, gamma, reward clip,
     the shared RMSProp's alpha and epsilon (inside the root, docs/optimizers.md), the initial
     learning rate, the global-norm clip and the frames over which the rate anneals to 0."""
@@ -63,7 +66,7 @@ def clip_scale(grads, clip):
     return min(1.0, clip / (norm + 1e-6))
 
 
-class NumpyRMSProp(object):
+class NumpyRMSProp:
     """RMSProp over NumPy arrays that every learner updates in place, without a lock:
     v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps). ``params`` and
     ``square_averages`` map names to the shared arrays (views of shared memory across
@@ -87,7 +90,7 @@ class NumpyRMSProp(object):
         self.updates[learner] += 1
 
 
-class Counters(object):
+class Counters:
     """Each learner's frames and updates in its own slot (so no increment is lost without a
     lock), the time all learners start from and their own finishing times."""
 
@@ -191,14 +194,14 @@ def run_processes(workers, barrier, queue):
                 w.terminate()
 
 
-class Stop(object):
+class Stop:
     """When a learner stops: after ``frames`` frames of all learners together or ``seconds``
     after the start, whichever comes first."""
 
     def __init__(self, frames=None, seconds=None):
         if frames is None and seconds is None:
             raise ValueError("train_a3c needs a stopping rule: frames or seconds")
-        if frames is not None and frames < 1 or seconds is not None and seconds <= 0:
+        if (frames is not None and frames < 1) or (seconds is not None and seconds <= 0):
             raise ValueError("frames={!r}, seconds={!r}: a stopping rule must be positive"
                              .format(frames, seconds))
         self.frames, self.seconds = frames, seconds
@@ -248,7 +251,7 @@ def checked_env(hp, env):
         return envs.id, envs.frames_per_step
 
 
-class _Hparams(object):
+class _Hparams:
     def __init__(self, hp):
         self.hparams = hp
 
@@ -271,85 +274,9 @@ def numpy_learning(local, params, optimizer, index):
     return sync, learn
 
 
-class AsyncResult(object):
-    """What an asynchronous run measured: frames (skipped frames counted) and updates of all
-    learners, the seconds from the common start to the last learner's stop, each learner's CPU
-    utilisation (CPU seconds over those seconds; 1.0 is one core busy), finished episodes'
-    returns, and the shared state at the end: weights, RMSProp square averages and each
-    learner's update count as the shared optimizer recorded it."""
-
-    def __init__(self, backend, env_id, learners, how):
-        self.backend, self.env_id, self.learners, self.how = backend, env_id, learners, how
-        self.frames = self.updates = 0
-        self.seconds = 0.0
-        self.frames_by_learner, self.updates_by_learner = [], []
-        self.cpu_utilisation, self.cpu_seconds = [], []
-        self.episode_returns = []
-        self.weights = self.initial_weights = self.square_averages = None
-        self.optimizer_updates = []
-
-    @property
-    def frames_per_second(self):
-        return self.frames / self.seconds if self.seconds else float("nan")
-
-    @property
-    def updates_per_second(self):
-        return self.updates / self.seconds if self.seconds else float("nan")
-
-    @property
-    def frames_per_cpu_second(self):
-        """Frames over the CPU seconds all learners used: what a learner's framework costs per
-        frame, whatever else shares the machine's cores."""
-        used = sum(self.cpu_seconds)
-        return self.frames / used if used > 0 else float("nan")
-
-    def mean_return(self, last=100):
-        tail = self.episode_returns[-last:]
-        return float(np.mean(tail)) if tail else float("nan")
-
-    def record(self):
-        """The figures as a JSON-ready dict (the sweep's records carry it as ``a3c``)."""
-        # Rates and their inputs are stored unrounded: a short run lasts tens of milliseconds,
-        # where rounding the seconds to 1e-4 alone moves frames/seconds by 0.1 %.
-        cpu = list(self.cpu_utilisation)
-        return {"learners": self.learners, "execution": self.how, "env": self.env_id,
-                "frames": self.frames, "updates": self.updates, "seconds": self.seconds,
-                "frames_per_second": self.frames_per_second,
-                "updates_per_second": self.updates_per_second,
-                "cpu_utilisation_per_learner": cpu,
-                "mean_cpu_utilisation": float(np.mean(cpu)) if cpu else float("nan"),
-                "cpu_seconds_per_learner": list(self.cpu_seconds),
-                "frames_per_cpu_second": self.frames_per_cpu_second,
-                "episodes": len(self.episode_returns), "mean_return": self.mean_return()}
-
-    def summary(self):
-        cpu = self.cpu_utilisation
-        return ("{} on {} ({}), {} learners: {} frames, {} updates in {:.1f} s ({:.0f} frames/s, "
-                "{:.1f} updates/s); CPU per learner {:.2f} (min {:.2f}, max {:.2f}); {} episodes, "
-                "mean return {:.1f}".format(
-                    self.env_id, self.backend, self.how, self.learners, self.frames, self.updates,
-                    self.seconds, self.frames_per_second, self.updates_per_second,
-                    float(np.mean(cpu)) if cpu else float("nan"),
-                    min(cpu) if cpu else float("nan"), max(cpu) if cpu else float("nan"),
-                    len(self.episode_returns), self.mean_return()))
-
-    def finish(self, counters, start, cpu):
-        """Fill the counts and rates from the learners' counters and CPU seconds."""
-        self.frames_by_learner = [int(f) for f in counters.frames]
-        self.updates_by_learner = [int(u) for u in counters.updates]
-        self.frames, self.updates = sum(self.frames_by_learner), sum(self.updates_by_learner)
-        self.seconds = max(float(f) for f in counters.finished) - start
-        self.cpu_utilisation = [c / (float(f) - start) if float(f) > start else float("nan")
-                                for c, f in zip(cpu, counters.finished)]
-        self.cpu_seconds = list(cpu)
-        return self
-
-
 def initial_weights(job):
     """The job's model's initial canonical weights (the same on every backend), built from the
     spec alone, so the parent process needs no framework."""
-    from ...backends.base import check_buildable
-    from ...spec.init import initial_weights as spec_weights
     spec = check_buildable(get_model(A3C), job.hp, job.backend)
     return spec_weights(spec, job.seed)
 

@@ -16,9 +16,19 @@ import os
 
 import numpy as np
 
-from .common import (AsyncResult, NumpyRMSProp, initial_weights, learn_in_process, make_envs,
-                     numpy_learning, predictor, reported_to_parent, run_processes,
-                     shared_arrays, shared_counters)
+from ..record import RunResult
+from .common import (
+    NumpyRMSProp,
+    initial_weights,
+    learn_in_process,
+    make_envs,
+    numpy_learning,
+    predictor,
+    reported_to_parent,
+    run_processes,
+    shared_arrays,
+    shared_counters,
+)
 
 
 def train(job):
@@ -39,7 +49,7 @@ def train(job):
                                                   barrier, queue), daemon=True)
                for index in range(job.learners)]
     start, reports = run_processes(workers, barrier, queue)
-    result = AsyncResult("mxnet", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="mxnet", learners=job.learners, how=
                          "{} processes (fork), parameters in shared memory".format(job.learners))
     for _, returns, _ in reports:
         result.episode_returns.extend(returns)

@@ -4,41 +4,48 @@ The shared model's ``tf.Variable`` set is the shared parameters, and one slot va
 parameter holds the shared RMSProp's square average. Each learner thread has its own
 environment and its own copy (a model of its own, built before the threads start, since
 Keras names layers from one global counter); before each rollout one compiled function assigns
-the shared variables to the copy, the copy's compiled gradient function runs, and one compiled
-update, shared by all threads, clips the gradients to the global norm and applies RMSProp to
-the shared variables and slots. Nothing is locked: TensorFlow runs each call's kernels outside
-the GIL, so the threads overlap in them.
+the shared variables to the copy, the copy's compiled gradient function runs, and the
+learner's compiled update clips the gradients to the global norm and applies the backend's
+RMSProp to the shared variables and slots. Nothing is locked: TensorFlow runs each call's
+kernels outside the GIL, so the threads overlap in them.
 """
+import functools
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from .common import (AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_in_threads,
-                     run_learner)
+from ...backends.tensorflow.optimizers import RMSProp
+from ..record import RunResult
+from .common import Counters, cpu_seconds, make_envs, predictor, run_in_threads, run_learner
 
 
-class SharedRMSprop(object):
-    """One slot variable per shared variable; ``apply`` is one ``tf.function`` every thread
-    calls: v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps) after global-norm
-    clipping. ``updates[i]`` counts learner i's steps."""
+class SharedRMSprop:
+    """The backend's RMSProp (tbdzoo/backends/tensorflow/optimizers.py) without momentum,
+    centring or decay, v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps) after
+    global-norm clipping: one per learner thread, all over the shared variables and one set of
+    square averages (``slots``), each with its own momentum buffer (so no thread applies
+    another's step); each learner's update is one ``tf.function``. ``updates[i]`` counts
+    learner i's steps."""
 
     def __init__(self, variables, settings, learners):
         self.variables, self.settings = list(variables), settings
-        self.slots = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
+        spec = {"alpha": settings.alpha, "eps": settings.eps, "momentum": 0.0,
+                "centered": False, "weight_decay": 0.0}
+        first = RMSProp(self.variables, spec)
+        self.slots = first.square
+        optimizers = [first] + [RMSProp(self.variables, spec, square=self.slots)
+                                for _ in range(learners - 1)]
+        self._apply = [tf.function(functools.partial(self._update, o)) for o in optimizers]
         self.updates = np.zeros(learners, np.int64)
-        self._apply = tf.function(self._update)
 
-    def _update(self, grads, lr):
-        s = self.settings
-        if s.clip:
-            grads, _ = tf.clip_by_global_norm(grads, s.clip)
-        for w, v, g in zip(self.variables, self.slots, grads):
-            v.assign(s.alpha * v + (1.0 - s.alpha) * tf.square(g))
-            w.assign_sub(lr * g / tf.sqrt(v + s.eps))
+    def _update(self, optimizer, grads, lr):
+        if self.settings.clip:
+            grads, _ = tf.clip_by_global_norm(grads, self.settings.clip)
+        optimizer.apply(grads, lr)
 
     def step(self, learner, grads, lr):
-        self._apply(list(grads), tf.constant(lr, tf.float32))
+        self._apply[learner](list(grads), tf.constant(lr, tf.float32))
         self.updates[learner] += 1
 
 
@@ -68,7 +75,7 @@ def train(job):
         reports[index] = (returns, cpu_seconds(thread=True) - cpu)
         envs.close()
     start = run_in_threads(job.learners, learner)
-    result = AsyncResult("tensorflow", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="tensorflow", learners=job.learners, how=
                          "{} threads on one shared model".format(job.learners))
     for returns, _ in reports:
         result.episode_returns.extend(returns)
@@ -80,7 +87,7 @@ def train(job):
     return result
 
 
-class _Copy(object):
+class _Copy:
     """A learner's own model, with a compiled copy of the shared variables into it."""
 
     def __init__(self, model, shared_variables):

@@ -16,30 +16,30 @@ GPU.
 import torch
 import torch.multiprocessing as mp
 
-from .common import (AsyncResult, Counters, learn_in_process, make_envs, reported_to_parent,
-                     run_processes)
+from ...backends.torch.optimizers import RMSProp, set_learning_rate
+from ..record import RunResult
+from .common import Counters, learn_in_process, make_envs, reported_to_parent, run_processes
 
 
-class SharedRMSprop(object):
-    """RMSProp whose square averages live in shared memory, as the paper's shared statistics:
-    v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps) (epsilon inside the root,
-    docs/optimizers.md), applied in place with no lock. ``updates[i]`` counts learner i's
-    steps in the same shared state."""
+class SharedRMSprop:
+    """The backend's RMSProp (tbdzoo/backends/torch/optimizers.py) without momentum, centring
+    or decay, v = alpha v + (1 - alpha) g^2, w -= lr g / sqrt(v + eps) (epsilon inside the
+    root, docs/optimizers.md), with its square averages in shared memory as the paper's shared
+    statistics, applied in place with no lock. ``updates[i]`` counts learner i's steps in the
+    same shared state."""
 
     def __init__(self, params, settings, learners=None, square_averages=None, updates=None):
-        self.params, self.settings = list(params), settings
-        self.square_averages = square_averages if square_averages is not None else \
-            [torch.zeros_like(p).share_memory_() for p in self.params]
+        self.params = list(params)
+        self.optimizer = RMSProp(self.params, lr=settings.lr, alpha=settings.alpha,
+                                 eps=settings.eps, momentum=0.0, centered=False,
+                                 weight_decay=0.0)
+        self.square_averages = self.optimizer.share_square_averages(square_averages)
         self.updates = updates if updates is not None else \
             torch.zeros(learners, dtype=torch.int64).share_memory_()
 
-    @torch.no_grad()
     def step(self, learner, lr):
-        alpha, eps = self.settings.alpha, self.settings.eps
-        for p, v in zip(self.params, self.square_averages):
-            g = p.grad
-            v.mul_(alpha).addcmul_(g, g, value=1.0 - alpha)
-            p.addcdiv_(g, v.add(eps).sqrt_(), value=-lr)
+        set_learning_rate(self.optimizer, lr)
+        self.optimizer.step()
         self.updates[learner] += 1
 
 
@@ -59,7 +59,7 @@ def train(job):
                for index in range(job.learners)]
     start, reports = run_processes(workers, barrier, queue)
     counters = Counters(*counts.numpy())
-    result = AsyncResult("torch", job.env_id, job.learners,
+    result = RunResult(job.env_id, backend="torch", learners=job.learners, how=
                          "{} processes ({}), model in shared memory".format(
                              job.learners, ctx.get_start_method()))
     for _, returns, _ in reports:

@@ -4,11 +4,12 @@ The rollout file, returns and statistics need only NumPy and load in the CNTK wo
 (CPython 3.6); ``make``, ``VectorEnv`` and ``collect`` import Gymnasium and ALE when first
 used, in the main process, where the environments always run.
 """
-from .errors import (EnvironmentOptionError, MissingDependencyError, RolloutError,
-                     UnknownEnvironmentError)
-from .targets import advantages, returns
+import importlib
+
+from .errors import EnvironmentOptionError, MissingDependencyError, RolloutError, UnknownEnvironmentError
 from .rollout import Rollout
 from .stats import EpisodeStats
+from .targets import advantages, returns
 
 _LAZY = {"make": "preprocessing", "frames_per_step": "preprocessing",
          "ATARI_OPTIONS": "preprocessing", "VectorEnv": "vector", "collect": "collector",
@@ -23,5 +24,4 @@ __all__ = ["make", "VectorEnv", "collect", "Rollout", "returns", "advantages", "
 def __getattr__(name):  # PEP 562: Gymnasium is imported only when one of these is asked for
     if name not in _LAZY:
         raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
-    import importlib
     return getattr(importlib.import_module("." + _LAZY[name], __name__), name)

@@ -4,8 +4,8 @@ the preprocessing in :mod:`.preprocessing` always wraps the same base environmen
 import difflib
 import re
 
-import gymnasium as gym
 import ale_py
+import gymnasium as gym
 from ale_py import roms
 
 from .errors import EnvironmentOptionError, UnknownEnvironmentError

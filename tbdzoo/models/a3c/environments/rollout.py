@@ -26,7 +26,7 @@ FIELDS = (
 OPTIONAL = ("truncated", "truncation_values")
 
 
-class Rollout(object):
+class Rollout:
     """The arrays of one rollout, checked against each other; see FIELDS for each one."""
 
     def __init__(self, **arrays):

@@ -5,7 +5,7 @@ import collections
 import numpy as np
 
 
-class EpisodeStats(object):
+class EpisodeStats:
     """Keeps the returns and lengths of the last ``window`` finished episodes."""
 
     def __init__(self, window=100):

@@ -12,12 +12,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from .errors import EnvironmentOptionError, RolloutError
-from .preprocessing import frames_per_step, make
 from .names import DEFAULT, resolve
+from .preprocessing import frames_per_step, make
 from .stats import EpisodeStats
 
 
-class VectorEnv(object):
+class VectorEnv:
     """``n`` copies of ``make(name, seed + i, **options)`` that step in lockstep.
 
     Two instances built with the same arguments give identical observations for identical

@@ -4,8 +4,8 @@ A backend may lend the whole function a kernel of its framework (detection/kerne
 import numpy as np
 
 from ....errors import DetectionInputError
-from .boxes import RPN_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
 from . import kernels
+from .boxes import RPN_WEIGHTS, check_boxes, check_image_hw, clip, decode, remove_small
 from .nms import nms, score_order
 
 # mx-rcnn's TRAIN / TEST settings; min_size is RPN_MIN_SIZE = 16 pixels of the original image,
