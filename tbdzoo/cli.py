@@ -52,6 +52,7 @@ from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
 from .distributed.world import BN_MODES
 from .errors import TbdError, UnknownNameError
 from .models import get_model, list_models
+from .models.a3c import NAME as A3C
 from .models.constraints import COMMON
 from .pipelines.measure import open_source
 from .progress import progress_display, rich_console
@@ -250,7 +251,6 @@ def sweep_learners(args, overrides):
                          "A3C), not both")
     if args.learners is None:
         raise UsageError("a sweep needs --batch-sizes, or for a3c --learners (e.g. 1,2,4,8,16)")
-    from .models.a3c import NAME as A3C
     if args.model != A3C:
         raise UsageError("--learners sweeps asynchronous A3C's actor-learners; {} has none. Fix: "
                          "tbd sweep a3c --learners ..., or --batch-sizes for {}".format(

@@ -39,6 +39,8 @@ from .errors import ConsistencyReferenceError, TbdError, UnknownNameError
 from .models import get_model, list_models
 from .models.probes import PROBES
 from .progress import rich_console
+from .reference.model import Model, step_batch
+from .reference.optimizers import clip_weights
 from .weights import load_arrays, save_arrays
 
 # The backend the pairwise gradient comparison holds the others to (each parameter's gradient
@@ -325,7 +327,6 @@ def check_backend(model_name, backend, config="tiny", seed=0, steps=STEPS, **ove
 
 def reference_model(case):
     """The case's model run by the NumPy reference (tbdzoo/reference/model.py)."""
-    from .reference.model import Model
     return Model(case.model, "tiny", case.seed, **case.overrides)
 
 
@@ -400,7 +401,6 @@ def reference_record(ref, weights, batch):
 def _step_batch_for(ref, parts, k):
     """The step's batch in which update ``k``'s batch comes first within its phase: a backend's
     loss_and_gradients takes each group's gradient on its phase's first batch."""
-    from .reference.model import step_batch
     same = [i for i, (p, _) in enumerate(parts) if p == parts[k][0]]
     order = list(range(len(parts)))
     order[same[0]], order[k] = order[k], order[same[0]]
@@ -412,7 +412,6 @@ def reference_steps(ref, model, weights, batch, first_grads, steps):
     update with ``model``'s gradients at the reference's weights (``first_grads``: the
     model's at ``weights``, from the protocol). Each update's objective is the reference's,
     on the update's batch; ``model``'s weights are left at the last ones asked about."""
-    from .reference.optimizers import clip_weights
     w = OrderedDict((k, np.asarray(v, np.float64)) for k, v in weights.items())
     groups = ref.optimizer_groups()
     group_of = OrderedDict((p, g) for g, (_, phases) in ref.groups().items() for p in phases)

@@ -144,7 +144,7 @@ def test_every_model_has_a_page_of_the_template():
 
 
 def test_model_index_quotes_the_graphs_parameter_counts():
-    from tbdzoo.models.registry import get_model
+    from tbdzoo.models import get_model
     index = read(os.path.join(DOCS, "models.md"))
     rows = re.findall(r"^\| \[[^\]]+\]\(models/(\w+)\.md\) \|[^|]*\|[^|]*\| ([\d,]+) \|", index, re.M)
     assert len(rows) == 8

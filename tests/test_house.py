@@ -5,7 +5,7 @@ import ast
 import os
 
 import tbdzoo
-from tbdzoo.models.registry import BUILTIN
+from tbdzoo.models.catalog import BUILTIN
 
 PACKAGE = os.path.dirname(tbdzoo.__file__)
 ROOT = os.path.dirname(PACKAGE)

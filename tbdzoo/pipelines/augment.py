@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from ..models import get_model
+
 __all__ = ["AugmentSpec", "CropParams", "spec_for_model", "draw", "crop_window", "eval_geometry",
            "reference"]
 
@@ -61,7 +63,6 @@ def spec_for_model(model_name, hparams, train=True):
     if "image_size" not in hparams:
         raise ValueError("{} takes no images (no image_size in its config); image input "
                          "pipelines feed image classification models".format(model_name))
-    from ..models import get_model
     image = get_model(model_name).image
     mean = tuple(hparams.get("mean", image.mean if image else IMAGENET_MEAN))
     std = tuple(hparams.get("std", image.std if image else IMAGENET_STD))

@@ -9,6 +9,7 @@ from collections import OrderedDict
 
 from ..datasets.errors import DatasetError
 from ..datasets.imagenet import ImageNetFolder
+from ..models import get_model, list_models
 from ..profiling.cpu import CpuMeter
 from ..profiling.timing import summarize, time_repeats
 from . import augment as augment_mod
@@ -21,7 +22,6 @@ __all__ = ["data_fed", "time_data_fed", "open_source", "image_models", "INPUT_BO
 def image_models():
     """The models whose inputs the image pipelines build (those whose card has ``image``);
     the others need readers of their own (docs/pipelines.md: "Other data")."""
-    from ..models import get_model, list_models
     return [m for m in list_models() if get_model(m).image is not None]
 
 # A data-fed run is input-bound when its steps spend more than this fraction of their time

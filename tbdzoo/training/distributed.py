@@ -12,7 +12,7 @@ from ..distributed import launch
 from ..distributed.runs import _node
 from ..distributed.world import batch_sizes
 from ..errors import DistributedError
-from ..models import get_model
+from ..models import get_model, list_models
 from .errors import TrainingError
 from .loop import TrainResult, _run_supervised, task_check
 from .mllog import TrainingMllog
@@ -26,7 +26,6 @@ def data_parallel_models():
     """The models whose tasks read a rank's share (their card's ``training.data_parallel``:
     the image pipelines, the translation and speech batches). docs/training.md, "Not covered
     yet", says why the others do not."""
-    from ..models import get_model, list_models
     return [m for m in list_models()
             if get_model(m).training is not None and get_model(m).training.data_parallel]
 

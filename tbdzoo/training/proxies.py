@@ -4,6 +4,7 @@ schedule and shrinks only its size (docs/training.md gives the measured steps an
 Each model's card holds its own (``get_model(name).training``: base_config, proxy); each
 task module holds the ``tbd data make`` command of its data (``data_command``).
 """
+from ..models import get_model, list_models
 from .errors import TrainingError
 
 __all__ = ["proxy_overrides", "training_of", "trainable_models"]
@@ -11,13 +12,11 @@ __all__ = ["proxy_overrides", "training_of", "trainable_models"]
 
 def trainable_models():
     """The models with a training task, in list_models() order."""
-    from ..models import get_model, list_models
     return [m for m in list_models() if get_model(m).training is not None]
 
 
 def training_of(model_name):
     """The model's training card; a TrainingError names the models `tbd train` trains."""
-    from ..models import get_model, list_models
     if model_name not in list_models():
         raise TrainingError("unknown model {!r}; tbd train trains {}".format(
             model_name, ", ".join(sorted(trainable_models()))))

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ...errors import UnsupportedOptionError
+from ...models.faster_rcnn.detection import kernels
 from ...profiling import cuda_memory
 from ...spec.reads import values_read
 from ...spec.targets import DeviceArray, HostValues
@@ -968,7 +969,6 @@ def _device_kernels(device):
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
     from ...detection import torch_roi_align
-    from ...models.faster_rcnn.detection import kernels
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
         import torchvision  # noqa: F401  (the NMS and proposal kernels below need it)
