@@ -73,6 +73,17 @@ def test_a_missing_environment_says_how_to_create_it(monkeypatch):
         assert not info["ready"] and "make env-cntk" in info["fix"]
 
 
+def test_an_installed_copy_says_which_interpreter_to_make(monkeypatch):
+    """Outside a checkout there is no Makefile: the fix names the interpreter, the extra to
+    install and the variable to point at it."""
+    from tbdzoo.backends import environments
+    monkeypatch.setattr(environments, "SOURCE_ROOT", "/nonexistent/site-packages")
+    assert not environments.is_checkout()
+    fix = environments.how_to_create("cntk")
+    assert "CPython 3.6" in fix and "tbdzoo[cntk]" in fix and "TBDZOO_CNTK_PYTHON" in fix
+    assert "make env" not in fix
+
+
 def test_a_batch_of_the_wrong_shape_is_refused():
     m = tbdzoo.build("resnet50", backend="torch", config="tiny")
     batch = m.synthetic_batch()

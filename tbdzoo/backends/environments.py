@@ -52,8 +52,22 @@ def python_for(backend):
     return python_of(environment_of(backend))
 
 
+# The interpreter each environment needs, for an installed tbdzoo (no Makefile to run).
+ENV_INSTALLS = {"main": "CPython 3.11 with `pip install 'tbdzoo[torch,tensorflow,mxnet]'`",
+                "cntk": "CPython 3.6 with `pip install 'tbdzoo[cntk]'`"}
+
+
+def is_checkout():
+    """Whether tbdzoo runs from its source tree (with the Makefile that creates environments),
+    rather than from an installed copy."""
+    return os.path.exists(os.path.join(SOURCE_ROOT, "Makefile"))
+
+
 def how_to_create(backend):
     env = environment_of(backend)
+    if not is_checkout():
+        return "make an interpreter for it ({}) and point {} at it".format(
+            ENV_INSTALLS[env], ENV_VARIABLES[env])
     return "create it with `{}` in {} (or point {} at an interpreter that has {})".format(
         ENV_COMMANDS[env], SOURCE_ROOT, ENV_VARIABLES[env], framework_of(backend))
 
