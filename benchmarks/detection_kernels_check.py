@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from tbdzoo.detection import anchors as anchor_grid  # noqa: E402
-from tbdzoo.detection import kernels, torch_proposals, torch_roi_align  # noqa: E402
+from tbdzoo.detection import kernels  # noqa: E402
+from tbdzoo.backends.torch import proposals as torch_proposals, roi_align as torch_roi_align
 from tbdzoo.detection.proposals import proposals  # noqa: E402
 from tbdzoo.detection.roi_align import roi_align_points  # noqa: E402
 

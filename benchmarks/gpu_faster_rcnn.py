@@ -120,9 +120,9 @@ def torchvision_inputs(batch, whole_canvas, device):
 
 # -- the shared start ------------------------------------------------------------------------------
 def torchvision_model(hp, weights, image, device):
-    """torchvision's FasterRCNN (tbdzoo/detection/torchvision_reference.py) holding ``weights``,
+    """torchvision's FasterRCNN (tbdzoo/backends/torch/torchvision_reference.py) holding ``weights``,
     its transform sized to leave ``image`` (3, h, w) unresized, on ``device``."""
-    from tbdzoo.detection import torchvision_reference
+    from tbdzoo.backends.torch import torchvision_reference
     h, w = image.shape[1:]
     net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
     torchvision_reference.load_weights(net, weights)

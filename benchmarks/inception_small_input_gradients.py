@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (first: it orders the triton import)
+import tbdzoo.backends.tensorflow.framework  # noqa: E402,F401  (first: it orders the triton import)
 from tbdzoo import consistency  # noqa: E402
 from tbdzoo.backends.registry import build, build_native  # noqa: E402
 

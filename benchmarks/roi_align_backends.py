@@ -57,7 +57,7 @@ def tensorflow_step(form, features, indices, weights, upstream):
 
 
 def mxnet_step(form, features, indices, weights, upstream):
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     import mxnet as mx
     from tbdzoo.backends.mxnet import ops
     attrs = {"output_size": SIZE, "sampling_ratio": SR}

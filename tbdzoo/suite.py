@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 
 from .backends import environments
-from .backends.registry import _check_backend, build, list_backends
+from .backends.registry import _check_backend, backend_info, build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
 from .models.registry import EXECUTION_DEFAULTS
@@ -252,12 +252,6 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
             model.close()
 
 
-# Where a backend's own input pipeline runs: beside the model in its worker, except for CNTK,
-# whose Python 3.6 environment has no Pillow: its NumPy feed runs here and each batch goes to
-# the worker as arrays (docs/pipelines.md).
-FEEDS_FROM_HERE = ("cntk",)
-
-
 def _with_data(record, model, data, timing, status=None):
     """The synthetic record, plus under "data" the same model trained from ``data`` (the
     options of tbdzoo.pipelines.measure.data_fed: dir, split, augment, workers, prefetch,
@@ -269,7 +263,10 @@ def _with_data(record, model, data, timing, status=None):
     options = dict(data, **timing)
     options["data_dir"] = options.pop("dir")
     try:
-        if model.backend in FEEDS_FROM_HERE:
+        # A backend's own input pipeline runs beside the model in its worker, except where
+        # its BackendInfo says its environment cannot decode images (feeds_from_here): then
+        # the pipeline runs here and each batch goes to the worker as arrays (docs/pipelines.md).
+        if backend_info(model.backend).feeds_from_here:
             from .pipelines.measure import data_fed
             fed = data_fed(model, **options)
         else:

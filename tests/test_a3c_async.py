@@ -72,7 +72,7 @@ def test_two_learners_share_one_numpy_rmsprop_state():
 
 def test_two_learners_share_one_torch_rmsprop_state():
     import torch
-    from tbdzoo.rl.async_learners.torch import SharedRMSprop
+    from tbdzoo.backends.torch.async_learners import SharedRMSprop
     s = _settings()
     w = np.array([1.0, -2.0, 0.5], np.float32)
     g1, g2 = np.array([0.3, -1.0, 2.0], np.float32), np.array([-0.5, 0.2, 1.0], np.float32)

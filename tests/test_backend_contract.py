@@ -142,7 +142,7 @@ def test_an_op_the_backend_lacks_is_refused_before_a_worker_starts(backend, myst
 
 def test_an_op_the_backend_lacks_is_refused_in_process_the_same_way(mystery_model):
     require_backend("torch")
-    from tbdzoo.backends.torch import Model
+    from tbdzoo.backends.torch.model import Model
     with pytest.raises(UnsupportedOpError, match="backend torch does not implement op 'mystery_op'"):
         Model(mystery_model, mystery_model.hparams("tiny"), device="cpu")
 

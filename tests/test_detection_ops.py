@@ -118,7 +118,7 @@ def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridiz
     """The gather form (the backend's op) and the sparse custom operator, imperative and in a
     hybridized block."""
     require_framework("mxnet")
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     import mxnet as mx
     from tbdzoo.backends.mxnet import ops as mx_ops
     features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
@@ -148,7 +148,7 @@ def test_mxnet_contrib_roialign_samples_as_the_reference_does():
     require_framework("mxnet")
     torch = pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     import mxnet as mx
     rng = np.random.RandomState(4)
     features = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
@@ -329,7 +329,8 @@ def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned, devi
     torch = pytest.importorskip("torch")
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from tbdzoo.detection import kernels, torch_roi_align
+    from tbdzoo.detection import kernels
+    from tbdzoo.backends.torch import roi_align as torch_roi_align
     from tbdzoo.detection.roi_align import roi_align_points
     rng = np.random.RandomState(1)
     xy = rng.uniform(-40, 300, (96, 2))

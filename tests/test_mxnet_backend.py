@@ -11,7 +11,7 @@ from conftest import random_weights, require_framework
 
 require_framework("mxnet")
 
-import tbdzoo.backends.mxnet  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
+import tbdzoo.backends.mxnet.framework  # noqa: E402,F401  (sets numpy.bool before mxnet is imported)
 from mxnet import gluon, nd  # noqa: E402
 from tbdzoo.backends.common.optimizers import ReferenceOptimizer  # noqa: E402
 from tbdzoo.backends.mxnet import optimizers  # noqa: E402

@@ -15,7 +15,7 @@ require_framework("mxnet")
 require_framework("torch")
 
 from tbdzoo import consistency  # noqa: E402
-from tbdzoo.backends.mxnet import Model  # noqa: E402
+from tbdzoo.backends.mxnet.model import Model  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 from tbdzoo.models.registry import get_model  # noqa: E402
 

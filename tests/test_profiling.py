@@ -13,7 +13,8 @@ import pytest
 
 import tbdzoo
 from tbdzoo import suite
-from tbdzoo.profiling import cuda_memory, flops, memory, resident
+from tbdzoo.backends.torch import cuda_memory
+from tbdzoo.profiling import flops, memory, resident
 from tbdzoo.profiling.profile import classify, profile
 from tbdzoo.profiling.timing import summarize
 

@@ -20,7 +20,7 @@ from conftest import random_weights, require_framework
 require_framework("tensorflow")
 require_framework("torch")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (first: it orders the triton import)
+import tbdzoo.backends.tensorflow.framework  # noqa: E402,F401  (first: it orders the triton import)
 from tbdzoo import consistency  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 

@@ -18,8 +18,8 @@ require_framework("mxnet")
 require_framework("torch")
 
 import numpy_reference as ref  # noqa: E402
-import tbdzoo.backends.mxnet as mx_backend  # noqa: E402  (sets numpy.bool before mxnet)
-import tbdzoo.backends.torch as torch_backend  # noqa: E402
+from tbdzoo.backends.mxnet import model as mx_backend  # noqa: E402  (sets numpy.bool before mxnet)
+from tbdzoo.backends.torch import model as torch_backend  # noqa: E402
 from mxnet import autograd, nd  # noqa: E402
 from tbdzoo.backends.mxnet import ops  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402

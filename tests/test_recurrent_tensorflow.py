@@ -12,7 +12,7 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
+import tbdzoo.backends.tensorflow.framework  # noqa: E402,F401  (sets the TF log level before the import)
 import tensorflow as tf  # noqa: E402
 from tbdzoo.backends.registry import build_native  # noqa: E402
 from tbdzoo.backends.tensorflow import model as tf_model, ops  # noqa: E402

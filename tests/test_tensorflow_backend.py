@@ -10,7 +10,7 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
-import tbdzoo.backends.tensorflow  # noqa: E402,F401  (sets the TF log level before the import)
+import tbdzoo.backends.tensorflow.framework  # noqa: E402,F401  (sets the TF log level before the import)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tbdzoo.backends.common.optimizers import reference_trajectory  # noqa: E402

@@ -8,12 +8,25 @@ from ..errors import BackendUnavailableError, UnknownNameError
 from ..models import get_model
 from . import environments
 
-BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
+# The backend folders, in the order tables list them; each declares its BackendInfo as
+# ``BACKEND`` in its __init__.py (named as its folder), which imports no framework.
+BACKEND_NAMES = ["torch", "tensorflow", "mxnet", "cntk"]
 
 
 def _check_backend(backend):
     if backend not in BACKEND_NAMES:
         raise UnknownNameError("backend", backend, BACKEND_NAMES)
+
+
+def backend_info(backend):
+    """The BackendInfo that ``tbdzoo/backends/<backend>/__init__.py`` declares."""
+    _check_backend(backend)
+    return importlib.import_module(__package__ + "." + backend).BACKEND
+
+
+def backend_infos():
+    """Every backend's BackendInfo, in BACKEND_NAMES order."""
+    return [backend_info(b) for b in BACKEND_NAMES]
 
 
 def build(name, backend="torch", config="paper", seed=0, isolate=False, device=None, **overrides):
@@ -47,13 +60,14 @@ def _native_class(backend):
             "backend {!r} needs {}, which this interpreter ({}) cannot import; {}".format(
                 backend, environments.framework_of(backend), sys.executable,
                 environments.how_to_create(backend)))
-    return importlib.import_module("tbdzoo.backends." + backend).Model
+    return backend_info(backend).load("model").Model
 
 
 def list_backends():
     """Each backend, where it runs from here and whether that environment is ready."""
     out = []
-    for backend, framework, env in environments.BACKENDS:
+    for info in backend_infos():
+        backend, framework, env = info.name, info.framework, info.environment
         here = environments.importable_here(backend)
         python = environments.python_for(backend)
         ready = here or os.path.exists(python)

@@ -55,8 +55,9 @@ def status_path():
 
 
 def engine_of(backend):
-    import importlib
-    return importlib.import_module("tbdzoo.backends.{}.distributed".format(backend))
+    """The data-parallel engine module that ``backend``'s BackendInfo names."""
+    from ..backends.registry import backend_info
+    return backend_info(backend).load("distributed_engine")
 
 
 def this_world(engine):

@@ -8,6 +8,7 @@ batch's. BatchNorm per replica only. Valid Python 3.6: the CNTK environment runs
 import os
 import shutil
 
+from . import framework  # noqa: F401  (first: CNTK imported as the backend needs it)
 import cntk as C
 import numpy as np
 from cntk.train.distributed import Communicator, data_parallel_distributed_learner

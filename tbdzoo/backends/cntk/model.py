@@ -17,6 +17,7 @@ does the same: each step fetches its moments, and ``predict`` has its own graph.
 """
 from collections import OrderedDict
 
+from . import framework  # noqa: F401  (first: CNTK imported as the backend needs it)
 import cntk as C
 import numpy as np
 

@@ -10,6 +10,7 @@ section "recurrent models" below says how and why). Valid Python 3.6.
 """
 import math
 
+from . import framework  # noqa: F401  (first: CNTK imported as the backend needs it)
 import cntk as C
 import numpy as np
 

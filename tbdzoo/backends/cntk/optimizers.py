@@ -12,6 +12,7 @@ Valid Python 3.6.
 """
 import math
 
+from . import framework  # noqa: F401  (first: CNTK imported as the backend needs it)
 import cntk as C
 import numpy as np
 

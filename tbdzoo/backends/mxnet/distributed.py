@@ -9,14 +9,16 @@ push, so each pushes w_r g_r and applies the pulled sum, with tbdzoo's own optim
 """
 import sys
 
-from . import Model  # the numpy.bool shim runs before mxnet is imported
-import mxnet as mx  # noqa: E402
+from . import framework  # noqa: F401  (first: MXNet imported as the backend needs it)
+import mxnet as mx
+
+from .model import Model
 
 ENGINE = "KVStore"
 KVSTORE = "dist_sync"
 _KVSTORE = []  # the one kvstore of this process, made by init()
 # a helper process: the package's shim, then ``import mxnet``, which serves until stopped
-HELPER_CODE = "import tbdzoo.backends.mxnet"
+HELPER_CODE = "import tbdzoo.backends.mxnet.framework"
 
 
 # -- launch side ---------------------------------------------------------------------------------

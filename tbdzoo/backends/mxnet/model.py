@@ -20,6 +20,7 @@ Each block walks only the nodes its outputs need and binds only the parameters t
 import warnings
 from collections import OrderedDict
 
+from . import framework  # noqa: F401  (first: MXNet imported as the backend needs it)
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon, nd

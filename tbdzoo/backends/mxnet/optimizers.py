@@ -25,6 +25,7 @@ running statistics, :class:`FlatGroup` for RMSProp), because on two CPU cores qu
 Inception-v3's ~1,500 per-parameter calls took as long as a quarter of their work.
 """
 import numpy as np
+from . import framework  # noqa: F401  (first: MXNet imported as the backend needs it)
 from mxnet import nd
 
 from ..common import optimizers as normalized

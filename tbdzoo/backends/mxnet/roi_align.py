@@ -9,6 +9,7 @@ feature rows by it (``mx.nd.sparse.dot``); the backward pass multiplies the outp
 by its transpose, the spec's scatter-add, and keeps only the indices and weights.
 MXNet's own ``contrib.ROIAlign`` takes boxes, not the sample points the spec's op receives.
 """
+from . import framework  # noqa: F401  (first: MXNet imported as the backend needs it)
 import mxnet as mx
 
 OP_TYPE = "tbdzoo_roi_align"

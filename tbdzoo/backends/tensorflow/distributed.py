@@ -7,6 +7,7 @@ import functools
 import json
 import os
 
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
 import tensorflow as tf
 
 from . import ops

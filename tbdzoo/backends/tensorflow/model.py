@@ -8,6 +8,7 @@ batches once per prepared batch, and weights and gradients on the way in and out
 import functools
 from collections import OrderedDict
 
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
 import keras
 import numpy as np
 import tensorflow as tf

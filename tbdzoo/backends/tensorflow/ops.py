@@ -8,6 +8,7 @@ as HWIO variables; every other parameter is in its canonical layout.
 import math
 
 import numpy as np
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
 import tensorflow as tf
 
 from ...spec.tables import sinusoid_table

@@ -13,8 +13,8 @@ copy.
 import numpy as np
 import torch
 
-from ..errors import DetectionInputError
-from . import kernels, nms as reference
+from ...detection import kernels, nms as reference
+from ...errors import DetectionInputError
 
 PREFIX_PER_KEPT = 2  # with max_keep, NMS first runs on the best 2 * max_keep boxes
 

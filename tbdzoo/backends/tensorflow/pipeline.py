@@ -5,11 +5,13 @@ resizes (bilinear, antialiased), and ``map(num_parallel_calls=workers)``, ``batc
 tbdzoo/pipelines/augment.py, drawn by ``tf.numpy_function`` from the JPEG header's size
 (``tf.io.extract_jpeg_shape``), so every framework crops the same window."""
 import numpy as np
+
+from . import framework  # noqa: F401  (first: TensorFlow imported quietly)
 import tensorflow as tf
 
-from . import augment
-from .common import check_source, pillow_error
-from .order import batch_plan
+from ...pipelines import augment
+from ...pipelines.common import check_source, pillow_error
+from ...pipelines.order import batch_plan
 
 __all__ = ["NAME", "loader", "as_numpy", "feed"]
 

@@ -16,8 +16,8 @@ GPU.
 import torch
 import torch.multiprocessing as mp
 
-from .common import (AsyncResult, Counters, learn_in_process, make_envs, reported_to_parent,
-                     run_processes)
+from ...rl.async_learners.common import (AsyncResult, Counters, learn_in_process, make_envs,
+                                         reported_to_parent, run_processes)
 
 
 class SharedRMSprop(object):

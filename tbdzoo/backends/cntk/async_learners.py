@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from ...backends.registry import build
-from .common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights, make_envs,
-                     numpy_learning, predictor, run_in_threads, run_learner,
-                     thread_counters)
+from ..registry import build
+from ...rl.async_learners.common import (AsyncResult, NumpyRMSProp, cpu_seconds, initial_weights,
+                                         make_envs, numpy_learning, predictor, run_in_threads,
+                                         run_learner, thread_counters)
 
 
 def train(job):

@@ -12,10 +12,12 @@ the GIL, so the threads overlap in them.
 import time
 
 import numpy as np
+
+from . import framework  # noqa: F401  (first: TensorFlow imported quietly)
 import tensorflow as tf
 
-from .common import (AsyncResult, Counters, cpu_seconds, make_envs, predictor, run_in_threads,
-                     run_learner)
+from ...rl.async_learners.common import (AsyncResult, Counters, cpu_seconds, make_envs, predictor,
+                                         run_in_threads, run_learner)
 
 
 class SharedRMSprop(object):

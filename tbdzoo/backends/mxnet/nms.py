@@ -11,10 +11,10 @@ Imperative only: the number of kept boxes is data-dependent.
 """
 import numpy as np
 
-from ..backends import mxnet as _shim  # noqa: F401  (numpy.bool for mxnet 1.9.1)
-from ..errors import DetectionInputError
+from ...errors import DetectionInputError
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1)
 
-import mxnet as mx  # noqa: E402
+import mxnet as mx
 
 
 def nms(boxes, scores, threshold, max_keep=None):

@@ -16,9 +16,10 @@ import os
 
 import numpy as np
 
-from .common import (AsyncResult, NumpyRMSProp, initial_weights, learn_in_process, make_envs,
-                     numpy_learning, predictor, reported_to_parent, run_processes,
-                     shared_arrays, shared_counters)
+from ...rl.async_learners.common import (AsyncResult, NumpyRMSProp, initial_weights,
+                                         learn_in_process, make_envs, numpy_learning, predictor,
+                                         reported_to_parent, run_processes, shared_arrays,
+                                         shared_counters)
 
 
 def train(job):
@@ -26,7 +27,7 @@ def train(job):
     # MXNet; its fork handlers stop the engine before a fork and start a fresh one in the child.
     for name in ("MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(name, "1")   # read at MXNet's first import
-    importlib.import_module("tbdzoo.backends.mxnet")
+    importlib.import_module("tbdzoo.backends.mxnet.framework")
     ctx = multiprocessing.get_context("fork")
     initial = initial_weights(job)
     params = shared_arrays(initial, ctx)
