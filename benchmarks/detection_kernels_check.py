@@ -17,7 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 import numpy as np
 import torch
 
-from tbdzoo.detection import torch_proposals, torch_roi_align
+from tbdzoo.backends.torch import proposals as torch_proposals
+from tbdzoo.backends.torch import roi_align as torch_roi_align
 from tbdzoo.models.faster_rcnn.detection import anchors as anchor_grid
 from tbdzoo.models.faster_rcnn.detection import kernels
 from tbdzoo.models.faster_rcnn.detection.proposals import proposals

@@ -12,7 +12,7 @@ config="paper")``: ResNet-101 C4, one image per step, every step running its tar
 the update's forward pass (anchor targets, proposals 12,000 -> NMS 0.7 -> 2,000, 128 RoIs and
 RoIAlign's gather points; on a GPU the NMS and the gather points run there, docs/detection.md).
 
-torchvision's side is ``FasterRCNN`` assembled the same way (tbdzoo/detection/
+torchvision's side is ``FasterRCNN`` assembled the same way (tbdzoo/backends/torch/
 torchvision_reference.py: the resnet101 trunk, conv1 .. layer3 as the backbone, ``RPNHead``,
 layer4 + average pooling as the box head, ``FastRCNNPredictor``, frozen batch norm) with
 tbdzoo's hyperparameters where its API takes them (RPN batch 256, half positive, IoU 0.7 /
@@ -119,9 +119,9 @@ def torchvision_inputs(batch, whole_canvas, device):
 
 # -- the shared start ------------------------------------------------------------------------------
 def torchvision_model(hp, weights, image, device):
-    """torchvision's FasterRCNN (tbdzoo/detection/torchvision_reference.py) holding ``weights``,
+    """torchvision's FasterRCNN (tbdzoo/backends/torch/torchvision_reference.py) holding ``weights``,
     its transform sized to leave ``image`` (3, h, w) unresized, on ``device``."""
-    from tbdzoo.detection import torchvision_reference
+    from tbdzoo.backends.torch import torchvision_reference
     h, w = image.shape[1:]
     net = torchvision_reference.faster_rcnn(hp, min_size=min(h, w), max_size=max(h, w))
     torchvision_reference.load_weights(net, weights)

@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-import tbdzoo.backends.tensorflow  # noqa: F401  (first: it orders the triton import)
+import tbdzoo.backends.tensorflow.framework  # noqa: F401  (first: it orders the triton import)
 from tbdzoo import consistency
 from tbdzoo.backends.registry import build, build_native
 

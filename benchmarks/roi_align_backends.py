@@ -58,7 +58,7 @@ def tensorflow_step(form, features, indices, weights, upstream):
 
 
 def mxnet_step(form, features, indices, weights, upstream):
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     # isort: split
     import mxnet as mx
 

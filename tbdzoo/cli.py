@@ -44,6 +44,7 @@ from .argtypes import positive as _positive
 from .argtypes import positive_number as _positive_number
 from .argtypes import sizes as _sizes
 from .backends.common.quiet import VERBOSE_VARIABLE
+from .backends.info import backend_info, backend_infos
 from .backends.registry import list_backends
 from .consistency import add_parser as add_consistency_parser
 from .consistency import command as consistency_command
@@ -397,10 +398,11 @@ def data_options(args):
 def check_data(args, overrides):
     """Refuse a --data run that cannot work before anything is built: a model without a
     reader, a data-parallel run on CNTK, or a data set that the reader refuses (named file)."""
-    if _distributed(args) and args.backend == "cntk":
-        raise UsageError("--data with --nproc on cntk: CNTK's ranks run in its Python 3.6 "
-                         "environment, which has no Pillow to decode the JPEGs; drop --nproc "
-                         "(one process feeds CNTK from here) or use torch, tensorflow or mxnet")
+    if _distributed(args) and backend_info(args.backend).feeds_from_here:
+        raise UsageError("--data with --nproc on {0}: its ranks cannot read images ({1}); "
+                         "drop --nproc (one process feeds {0} from here) or use {2}".format(
+                             args.backend, backend_info(args.backend).feeds_from_here,
+                             ", ".join(b.name for b in backend_infos() if not b.feeds_from_here)))
     hparams = get_model(args.model).hparams(args.config, **overrides)
     open_source(args.model, hparams, args.data, args.data_split)
 

@@ -33,8 +33,9 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from .backends.info import BACKEND_NAMES
 from .backends.programs import step_result
-from .backends.registry import BACKEND_NAMES, build, build_native, list_backends
+from .backends.registry import build, build_native, list_backends
 from .errors import ConsistencyReferenceError, TbdError, UnknownNameError
 from .models import get_model, list_models
 from .models.probes import PROBES

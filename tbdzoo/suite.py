@@ -12,7 +12,8 @@ from collections import OrderedDict
 
 from . import distributed
 from .backends import environments
-from .backends.registry import _check_backend, build, list_backends
+from .backends.info import backend_info, check_backend
+from .backends.registry import build, list_backends
 from .errors import TbdError
 from .models import get_model, list_models
 from .models.a3c import NAME as A3C
@@ -208,12 +209,6 @@ def _profile(model_name, backend, config, overrides, warmup=5, steps=20, repeats
             model.close()
 
 
-# Where a backend's own input pipeline runs: beside the model in its worker, except for CNTK,
-# whose Python 3.6 environment has no Pillow: its NumPy feed runs here and each batch goes to
-# the worker as arrays (docs/pipelines.md).
-FEEDS_FROM_HERE = ("cntk",)
-
-
 def _with_data(record, model, data, timing, status=None):
     """The synthetic record, plus under "data" the same model trained from ``data`` (the
     options of tbdzoo.pipelines.measure.data_fed: dir, split, augment, workers, prefetch,
@@ -225,7 +220,10 @@ def _with_data(record, model, data, timing, status=None):
     options = dict(data, **timing)
     options["data_dir"] = options.pop("dir")
     try:
-        if model.backend in FEEDS_FROM_HERE:
+        # A backend's own input pipeline runs beside the model in its worker, except where
+        # its BackendInfo says its environment cannot decode images (feeds_from_here): then
+        # the pipeline runs here and each batch goes to the worker as arrays (docs/pipelines.md).
+        if backend_info(model.backend).feeds_from_here:
             fed = data_fed(model, **options)
         else:
             fed = model.data_fed_in_worker(**options)
@@ -255,7 +253,7 @@ def plan(models=None, backends=None):
     for m in models:
         get_model(m)
     for b in backends or []:
-        _check_backend(b)
+        check_backend(b)
     backends = backends or ready_backends()
     return [(m, b) for m in models for b in backends]
 

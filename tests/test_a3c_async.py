@@ -73,7 +73,7 @@ def test_two_learners_share_one_numpy_rmsprop_state():
 def test_two_learners_share_one_torch_rmsprop_state():
     import torch
 
-    from tbdzoo.rl.async_learners.torch import SharedRMSprop
+    from tbdzoo.backends.torch.async_learners import SharedRMSprop
     s = _settings()
     w = np.array([1.0, -2.0, 0.5], np.float32)
     g1, g2 = np.array([0.3, -1.0, 2.0], np.float32), np.array([-0.5, 0.2, 1.0], np.float32)
@@ -94,7 +94,7 @@ def test_two_learners_share_one_tensorflow_rmsprop_state():
     """Each learner thread steps its own backend RMSProp over the shared variable and the one
     shared square average (tbdzoo/backends/tensorflow/optimizers.py's fused kernel)."""
     tf = pytest.importorskip("tensorflow")
-    from tbdzoo.rl.async_learners.tensorflow import SharedRMSprop
+    from tbdzoo.backends.tensorflow.async_learners import SharedRMSprop
     s = _settings()
     w = np.array([1.0, -2.0, 0.5], np.float32)
     g1, g2 = np.array([0.3, -1.0, 2.0], np.float32), np.array([-0.5, 0.2, 1.0], np.float32)

@@ -260,7 +260,7 @@ def test_importing_a_backend_prints_nothing_unless_verbose(python, backend):
         if "cntk" not in [b["name"] for b in __import__("tbdzoo").list_backends() if b["ready"]]:
             pytest.skip("no CNTK environment")
         python = environments.python_of("cntk")
-    code = "import tbdzoo.backends.{}".format(backend)
+    code = "import tbdzoo.backends.{}.model".format(backend)
     env = dict(environments.worker_environment(), TBDZOO_VERBOSE="")
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     quiet = subprocess.run([python, "-W", "default", "-c", code], stderr=subprocess.PIPE,

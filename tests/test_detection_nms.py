@@ -33,7 +33,7 @@ THRESHOLDS = (0.3, 0.5, 0.7)
 def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     rng = np.random.RandomState(0)
     for trial in range(16):
         boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng)
@@ -69,7 +69,7 @@ def test_torch_nms_with_max_keep_on_a_prefix_keeps_the_boxes_of_the_whole(monkey
     grow, or never reaches max_keep."""
     torch = pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     sizes = []
     kernel = torchvision.ops.nms
     monkeypatch.setattr(torchvision.ops, "nms",
@@ -89,7 +89,7 @@ def test_torch_nms_with_max_keep_on_a_prefix_keeps_the_boxes_of_the_whole(monkey
 def test_proposals_keep_their_boxes_with_torchvisions_kernel_lent():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     from tbdzoo.models.faster_rcnn.detection import kernels
     from tbdzoo.models.faster_rcnn.detection.proposals import proposals
     rng = np.random.RandomState(3)
@@ -118,7 +118,7 @@ def test_proposals_on_pytorch_are_the_numpy_boxes_bit_for_bit():
     the CPU here; the same float64 operations run on a GPU."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_proposals
+    from tbdzoo.backends.torch import proposals as torch_proposals
     from tbdzoo.errors import DetectionInputError
     from tbdzoo.models.faster_rcnn.detection import kernels
     from tbdzoo.models.faster_rcnn.detection.proposals import proposals
@@ -151,7 +151,7 @@ def test_proposals_on_pytorch_are_the_numpy_boxes_bit_for_bit():
 def test_torch_batched_nms_is_the_per_class_nms_of_postprocess():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     rng = np.random.RandomState(1)
     boxes, scores = tied_pixel_boxes(rng)
     labels = rng.randint(1, 4, len(boxes))
@@ -170,7 +170,7 @@ def test_torch_nms_without_torchvision_runs_the_reference(monkeypatch):
     torch = pytest.importorskip("torch")
     import sys
 
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     boxes, scores = tied_pixel_boxes(np.random.RandomState(5), 60)
     monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now fails
     got = torch_nms.nms(torch.from_numpy(boxes), torch.from_numpy(scores), 0.5, max_keep=9)
@@ -181,7 +181,7 @@ def test_torch_nms_without_torchvision_runs_the_reference(monkeypatch):
 def test_torch_nms_refuses_nan_scores_and_mismatched_lengths():
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms
+    from tbdzoo.backends.torch import nms as torch_nms
     boxes = torch.tensor([[0.0, 0.0, 2.0, 2.0], [1.0, 1.0, 3.0, 3.0]])
     with pytest.raises(DetectionInputError, match=r"scores\[1\] is NaN"):
         torch_nms.nms(boxes, torch.tensor([0.5, float("nan")]), 0.5)
@@ -194,7 +194,7 @@ def test_tensorflow_nms_keeps_the_reference_boxes_on_whole_pixels_with_ties():
     that never moves a comparison with the threshold."""
     pytest.importorskip("torch")  # torch before TensorFlow in one process
     tf = pytest.importorskip("tensorflow")
-    from tbdzoo.detection import tensorflow_nms
+    from tbdzoo.backends.tensorflow import nms as tensorflow_nms
     rng = np.random.RandomState(2)
     traced = tf.function(lambda b, s, t: tensorflow_nms.nms(b, s, t), autograph=False)
     for trial in range(6):
@@ -211,9 +211,9 @@ def test_tensorflow_nms_keeps_the_reference_boxes_on_whole_pixels_with_ties():
 def test_mxnet_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
     from conftest import require_framework
     require_framework("mxnet")
+    from tbdzoo.backends.mxnet import nms as mxnet_nms
+    # isort: split
     import mxnet as mx
-
-    from tbdzoo.detection import mxnet_nms
     rng = np.random.RandomState(3)
     for trial in range(12):
         boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng)

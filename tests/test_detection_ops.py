@@ -96,7 +96,7 @@ def test_mxnet_roi_align_matches_torchvision_forward_and_backward(form, hybridiz
     """The gather form (the backend's op) and the sparse custom operator, imperative and in a
     hybridized block."""
     require_framework("mxnet")
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     # isort: split
     import mxnet as mx
 
@@ -128,7 +128,7 @@ def test_mxnet_contrib_roialign_samples_as_the_reference_does():
     require_framework("mxnet")
     torch = pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")
-    from tbdzoo.backends import mxnet as _  # noqa: F401  (NumPy shim before mxnet)
+    from tbdzoo.backends.mxnet import framework as _  # noqa: F401  (NumPy shim before mxnet)
     # isort: split
     import mxnet as mx
     rng = np.random.RandomState(4)
@@ -309,7 +309,7 @@ def test_torchs_gather_points_are_the_numpy_references_bit_for_bit(aligned, devi
     On a GPU it once differed in the last bit of most weights: CUDA divides by a Python number
     as a multiplication by its reciprocal (torch_roi_align.divide)."""
     torch = pytest.importorskip("torch")  # the cuda cases are marked gpu: skipped without one
-    from tbdzoo.detection import torch_roi_align
+    from tbdzoo.backends.torch import roi_align as torch_roi_align
     from tbdzoo.models.faster_rcnn.detection import kernels
     from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_points
     rng = np.random.RandomState(1)

@@ -63,7 +63,7 @@ def test_paper_network_has_torchvisions_52094294_convolution_and_linear_paramete
 
 def _torchvision_reference():
     try:
-        from tbdzoo.detection import torchvision_reference
+        from tbdzoo.backends.torch import torchvision_reference
     except Exception as e:  # noqa: BLE001  (torchvision missing or built for another torch)
         pytest.skip("torchvision does not import: {}".format(e))
     return torchvision_reference
@@ -236,7 +236,9 @@ def test_the_targets_step_writes_the_same_targets_with_pytorchs_kernels_lent():
     """What the PyTorch backend lends the targets step on a GPU, run here on the CPU."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
-    from tbdzoo.detection import torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.backends.torch import nms as torch_nms
+    from tbdzoo.backends.torch import proposals as torch_proposals
+    from tbdzoo.backends.torch import roi_align as torch_roi_align
     from tbdzoo.models.faster_rcnn.detection import kernels
     model = build_native(NAME, "torch", config="tiny", seed=0)
     try:
@@ -262,7 +264,9 @@ def test_gather_points_a_lent_kernel_leaves_on_the_device_reach_roi_align_withou
     torch = pytest.importorskip("torch")
     pytest.importorskip("torchvision")
     from tbdzoo.backends.torch import model as torch_model_module
-    from tbdzoo.detection import torch_nms, torch_proposals, torch_roi_align
+    from tbdzoo.backends.torch import nms as torch_nms
+    from tbdzoo.backends.torch import proposals as torch_proposals
+    from tbdzoo.backends.torch import roi_align as torch_roi_align
     from tbdzoo.models.faster_rcnn.detection import kernels
     device = torch.device("cpu")
 

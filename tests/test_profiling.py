@@ -15,7 +15,8 @@ import pytest
 import tbdzoo
 from conftest import require_backend
 from tbdzoo import suite
-from tbdzoo.profiling import cuda_memory, flops, memory, resident
+from tbdzoo.backends.torch import cuda_memory
+from tbdzoo.profiling import flops, memory, resident
 from tbdzoo.profiling.cpu import CpuMeter
 from tbdzoo.profiling.profile import classify, failed_record, profile, run_record
 from tbdzoo.profiling.report import check_schema

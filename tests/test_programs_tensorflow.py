@@ -20,7 +20,7 @@ from conftest import random_weights, require_framework
 require_framework("tensorflow")
 require_framework("torch")
 
-import tbdzoo.backends.tensorflow  # noqa: F401  (first: it orders the triton import)
+import tbdzoo.backends.tensorflow.framework  # noqa: F401  (first: it orders the triton import)
 from tbdzoo import consistency
 from tbdzoo.backends.registry import build_native
 

@@ -12,7 +12,7 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/profiling/flops.py", "tbdzoo/profiling/fingerprint.py",
           "tbdzoo/backends/__init__.py", "tbdzoo/backends/base.py", "tbdzoo/backends/common",
           "tbdzoo/backends/registry.py", "tbdzoo/backends/programs.py", "tbdzoo/backends/environments.py",
-          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/reference",
+          "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/backends/info.py", "tbdzoo/reference",
           "tbdzoo/version.py", "tbdzoo/progress.py",
           "tbdzoo/distributed", "tbdzoo/training", "tbdzoo/pipelines/__init__.py",
           "tbdzoo/pipelines/measure.py", "tbdzoo/pipelines/augment.py", "tbdzoo/pipelines/order.py"]

@@ -17,15 +17,13 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-import tbdzoo.backends.mxnet as mx_backend
-from tbdzoo import reference as ref
-
-# isort: split
+import numpy_reference as ref
 from mxnet import autograd, nd
 
-import tbdzoo.backends.torch as torch_backend
+from tbdzoo.backends.mxnet import model as mx_backend
 from tbdzoo.backends.mxnet import ops
 from tbdzoo.backends.registry import build_native
+from tbdzoo.backends.torch import model as torch_backend
 from tbdzoo.models.registry import ModelDef
 from tbdzoo.spec import Graph
 from tbdzoo.spec import ops as spec_ops

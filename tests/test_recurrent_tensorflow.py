@@ -12,15 +12,16 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
-import tbdzoo.backends.tensorflow  # noqa: F401  (sets the TF log level before the import)
-
-# isort: split
 import tensorflow as tf
 
-from tbdzoo import reference as ref
+import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log level before the import)
 from tbdzoo.backends.registry import build_native
 from tbdzoo.backends.tensorflow import model as tf_model
 from tbdzoo.backends.tensorflow import ops
+
+# isort: split
+
+from tbdzoo import reference as ref
 
 # probe -> the node that holds the op under test
 PROBES = OrderedDict([

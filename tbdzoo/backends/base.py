@@ -42,7 +42,7 @@ from ..spec.program import Program
 from ..spec.targets import StepRandomState
 from . import programs
 from .common import batches, op_support, optimizers
-from .environments import framework_of
+from .info import backend_info
 
 OPTIMIZERS = optimizers.NAMES  # their formulas: tbdzoo/backends/common/optimizers.py
 
@@ -509,7 +509,7 @@ class BackendModel:
     # -- measuring -------------------------------------------------------------------------
     @property
     def framework(self) -> str:
-        return framework_of(self.backend)
+        return backend_info(self.backend).framework
 
     def framework_version(self) -> Optional[str]:
         return getattr(importlib.import_module(self.framework), "__version__", None)

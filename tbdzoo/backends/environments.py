@@ -1,4 +1,5 @@
-"""Where each backend's interpreter lives and how to tell whether it is ready.
+"""Where each backend's interpreter lives and how to tell whether it is ready; which
+environment a backend needs is declared with it (its BackendInfo).
 
 CNTK 2.7 exists only for CPython 3.6, so it gets an environment of its own; the other three
 share the main one. ``make env`` creates both (see the README).
@@ -11,16 +12,9 @@ import subprocess
 import sys
 
 from .common.quiet import verbose
+from .info import backend_info
 
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# backend -> (framework module, environment)
-BACKENDS = (
-    ("torch", "torch", "main"),
-    ("tensorflow", "tensorflow", "main"),
-    ("mxnet", "mxnet", "main"),
-    ("cntk", "cntk", "cntk"),
-)
 
 ENV_COMMANDS = {"main": "make env-main", "cntk": "make env-cntk"}
 ENV_VARIABLES = {"main": "TBDZOO_MAIN_PYTHON", "cntk": "TBDZOO_CNTK_PYTHON"}
@@ -28,11 +22,13 @@ _DEFAULT_PYTHON = {"main": ".venv/bin/python", "cntk": ".venv-cntk/bin/python"}
 
 
 def framework_of(backend):
-    return dict((b, f) for b, f, _ in BACKENDS)[backend]
+    """The framework module of ``backend`` (its BackendInfo's ``framework``)."""
+    return backend_info(backend).framework
 
 
 def environment_of(backend):
-    return dict((b, e) for b, _, e in BACKENDS)[backend]
+    """The environment ``backend`` runs in (its BackendInfo's ``environment``)."""
+    return backend_info(backend).environment
 
 
 def importable_here(backend):

@@ -1,22 +1,15 @@
 """``build``: a model definition plus a backend gives a native model or a worker-backed one."""
-import importlib
 import os
 import sys
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional
 
-from ..errors import BackendUnavailableError, UnknownNameError
+from ..errors import BackendUnavailableError
 from ..models import get_model
 from . import environments
 from .base import BackendModel
+from .info import backend_info, backend_infos, check_backend
 from .remote import RemoteModel
-
-BACKEND_NAMES = [b for b, _, _ in environments.BACKENDS]
-
-
-def _check_backend(backend):
-    if backend not in BACKEND_NAMES:
-        raise UnknownNameError("backend", backend, BACKEND_NAMES)
 
 
 def build(name: str, backend: str = "torch", config: str = "paper", seed: int = 0, isolate: bool = False,
@@ -28,7 +21,7 @@ def build(name: str, backend: str = "torch", config: str = "paper", seed: int = 
     with ``isolate=True``, it runs in a worker process in the backend's environment.
     ``device`` is 'cpu' or 'cuda:N'; by default the backend's best available device.
     """
-    _check_backend(backend)
+    check_backend(backend)
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
     if isolate or not environments.importable_here(backend):
@@ -39,7 +32,7 @@ def build(name: str, backend: str = "torch", config: str = "paper", seed: int = 
 def build_native(name: str, backend: str, config: str = "paper", seed: int = 0, device: Optional[str] = None,
                  **overrides: Any) -> BackendModel:
     """Build in this interpreter or fail saying which environment has the framework."""
-    _check_backend(backend)
+    check_backend(backend)
     model_def = get_model(name)
     hparams = model_def.hparams(config, **overrides)
     return _native_class(backend)(model_def, hparams, seed, device=device)
@@ -51,13 +44,14 @@ def _native_class(backend):
             "backend {!r} needs {}, which this interpreter ({}) cannot import; {}".format(
                 backend, environments.framework_of(backend), sys.executable,
                 environments.how_to_create(backend)))
-    return importlib.import_module("tbdzoo.backends." + backend).Model
+    return backend_info(backend).load("model").Model
 
 
 def list_backends() -> List[Dict[str, Any]]:
     """Each backend, where it runs from here and whether that environment is ready."""
     out = []
-    for backend, framework, env in environments.BACKENDS:
+    for info in backend_infos():
+        backend, framework, env = info.name, info.framework, info.environment
         here = environments.importable_here(backend)
         python = environments.python_for(backend)
         ready = here or os.path.exists(python)

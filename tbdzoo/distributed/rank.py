@@ -5,7 +5,6 @@ its ``World`` in the environment. It starts its heartbeat before anything slow, 
 backend's engine set itself up, builds the model as the engine's subclass, trains on its shard
 of the global batch and, on rank 0, writes the result. Valid Python 3.6 (CNTK ranks).
 """
-import importlib
 import json
 import os
 import sys
@@ -13,6 +12,7 @@ import threading
 import time
 import traceback
 
+from ..backends.info import backend_info
 from ..models import get_model
 from ..pipelines.measure import data_fed
 from ..profiling.profile import profile
@@ -61,7 +61,8 @@ def status_path():
 
 
 def engine_of(backend):
-    return importlib.import_module("tbdzoo.backends.{}.distributed".format(backend))
+    """The data-parallel engine module that ``backend``'s BackendInfo names."""
+    return backend_info(backend).load("distributed_engine")
 
 
 def this_world(engine):

@@ -1,6 +1,8 @@
-"""Each framework's own input pipeline for image classification, one module per framework with
-the same names in each (``NAME``, ``loader``, ``as_numpy``, ``feed``), and the augmentation
-they share (:mod:`tbdzoo.pipelines.augment`). docs/pipelines.md.
+"""The input pipelines for image classification: each backend's own, in its folder
+(``tbdzoo/backends/<fw>/pipeline.py``, the one its BackendInfo names), with the same names in
+each (``NAME``, ``loader``, ``as_numpy``, ``feed``), the NumPy reference feed
+(:mod:`tbdzoo.pipelines.numpy`), and the augmentation they share
+(:mod:`tbdzoo.pipelines.augment`). docs/pipelines.md.
 
     from tbdzoo.datasets import ImageNetFolder
     from tbdzoo import pipelines
@@ -13,22 +15,28 @@ A framework's module is imported only when asked for, so this package imports an
 """
 import importlib
 
+from ..backends.info import BACKEND_NAMES, backend_info
 from . import augment, order
 from .augment import AugmentSpec, spec_for_model
 from .order import batch_plan, epoch_order
 
-__all__ = ["for_backend", "PIPELINE_OF", "augment", "order", "AugmentSpec", "spec_for_model",
+__all__ = ["for_backend", "pipeline_of", "augment", "order", "AugmentSpec", "spec_for_model",
            "epoch_order", "batch_plan"]
 
-# The pipeline module each backend is fed by. CNTK's model runs in a Python 3.6 worker without
-# Pillow, so the NumPy feed builds its batches in the calling process (docs/pipelines.md).
-PIPELINE_OF = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "cntk": "numpy",
-               "numpy": "numpy"}
+REFERENCE = "numpy"  # the reference feed, asked for by this name
+
+
+def pipeline_of(name):
+    """The dotted path of the pipeline module that feeds backend ``name`` (its BackendInfo's
+    ``pipeline``), or of the NumPy reference feed for "numpy"."""
+    if name == REFERENCE:
+        return __name__ + "." + REFERENCE
+    if name not in BACKEND_NAMES:
+        raise ValueError("no input pipeline for {!r}; known: {}".format(
+            name, ", ".join(sorted(BACKEND_NAMES + [REFERENCE]))))
+    return backend_info(name).module_path("pipeline")
 
 
 def for_backend(name):
     """The pipeline module of backend ``name`` (or "numpy" for the reference feed)."""
-    if name not in PIPELINE_OF:
-        raise ValueError("no input pipeline for {!r}; known: {}".format(
-            name, ", ".join(sorted(PIPELINE_OF))))
-    return importlib.import_module("." + PIPELINE_OF[name], __name__)
+    return importlib.import_module(pipeline_of(name))

@@ -7,9 +7,10 @@ NVML's utilisation is only "a kernel was running in the last sample period": it 
 while tensor pipes idle. GPM's tensor activity is the figure that says how busy they were.
 """
 import os
-import sys
 import threading
 import time
+
+from ..backends.info import backend_info
 
 
 def _nvml():
@@ -33,16 +34,14 @@ def _uuid_key(uuid):
     return text[len("gpu-"):] if text.startswith("gpu-") else text
 
 
-def framework_device_uuid(framework, ordinal):
-    """The UUID the framework reports for its CUDA device ``ordinal``, or None where it reports
-    none (then CUDA_VISIBLE_DEVICES decides; see :func:`nvml_index`)."""
-    if framework == "torch" and "torch" in sys.modules:
-        try:
-            import torch
-            return str(torch.cuda.get_device_properties(ordinal).uuid)
-        except Exception:
-            return None
-    return None
+def framework_device_uuid(backend, ordinal):
+    """The UUID ``backend``'s framework reports for its CUDA device ``ordinal`` (the module its
+    BackendInfo names as ``gpu``), or None where it reports none (then CUDA_VISIBLE_DEVICES
+    decides; see :func:`nvml_index`)."""
+    info = backend_info(backend)
+    if info.gpu is None:
+        return None
+    return info.load("gpu").device_uuid(ordinal)
 
 
 def nvml_index(ordinal=0, uuid=None, visible=None, nv=None):

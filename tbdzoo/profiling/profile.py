@@ -54,7 +54,7 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
     cpu = CpuMeter() if samplers else None
     cuda = device.startswith("cuda")
     ordinal = int(device.split(":")[1]) if device.startswith("cuda:") else 0
-    gpu_index = nvml_index(ordinal, framework_device_uuid(model.framework, ordinal)) if cuda else None
+    gpu_index = nvml_index(ordinal, framework_device_uuid(model.backend, ordinal)) if cuda else None
     gpu = GpuSampler(gpu_index) if samplers and cuda else None
     meters = [m for m in (cpu, gpu) if m is not None]
     window = PeakWindow().start()  # the peak is this profile's, not the process's so far

@@ -8,6 +8,7 @@ import os
 import time
 from collections import OrderedDict
 
+from ..backends.info import backend_info, backend_infos
 from ..distributed import launch
 from ..distributed.runs import _node
 from ..distributed.world import batch_sizes
@@ -53,15 +54,18 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
     node = _node(backend, nproc, world.get("nnodes", 1), world.get("node_rank", 0),
                  world.get("master"), world.get("hosts"), world.get("interface"),
                  world.get("bn_mode", "replica"), world.get("device", "cpu"))
-    engine_agrees = backend != "cntk"
-    if backend == "cntk" and get_model(name).image is not None and node.world_size > 1:
-        raise TrainingError("{} on cntk with --nproc: CNTK's ranks run in its Python 3.6 "
-                            "environment, which has no Pillow to decode the JPEGs; use torch, "
-                            "tensorflow or mxnet, or drop --nproc".format(name))
+    info = backend_info(backend)
+    engine_agrees = info.broadcasts
+    if info.feeds_from_here and get_model(name).image is not None and node.world_size > 1:
+        raise TrainingError("{} on {} with --nproc: its ranks cannot read images ({}); use "
+                            "{}, or drop --nproc".format(
+                                name, backend, info.feeds_from_here,
+                                ", ".join(b.name for b in backend_infos()
+                                          if not b.feeds_from_here)))
     if not engine_agrees and node.world_size > 1 and max_steps is None:
-        raise TrainingError("CNTK's ranks cannot hand rank 0's stop decision to each other "
-                            "(its Python API has no broadcast), so they run a step budget "
-                            "agreed in advance: give --max-steps N")
+        raise TrainingError("{}'s ranks cannot hand rank 0's stop decision to each other "
+                            "(its engine has no broadcast), so they run a step budget "
+                            "agreed in advance: give --max-steps N".format(backend))
     config, merged = proxy_overrides(name)
     merged.update(overrides or {})
     get_model(name).hparams(config, **merged)  # every value checked before a process starts

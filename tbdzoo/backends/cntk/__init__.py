@@ -1,25 +1,13 @@
-"""CNTK 2.7 backend: the spec as a ``cntk.Function``; runs only in the Python 3.6 environment
-(.venv-cntk), so the main interpreter reaches it through a worker.
+"""CNTK 2.7 backend: the spec as a ``cntk.Function`` (model.py); runs only in the Python 3.6
+environment (.venv-cntk), so the main interpreter reaches it through a worker.
 
-OpenMP teams are left as CNTK asks for them. Capping them (``OMP_THREAD_LIMIT``) deadlocks
-MKL-ML's 1x1 weight-gradient kernel on AVX-512 CPUs: its reduction waits for team members the
-limit never starts (docs/benchmarks.md, "CNTK proxy steps").
+This file declares the backend (``BACKEND``) without importing CNTK; every module here that
+uses it imports framework.py first. That environment has no Pillow, so CNTK is fed by the
+NumPy pipeline from the calling process, and its data-parallel ranks read no image data sets;
+its Python API has no broadcast, so its ranks cannot share rank 0's stop decision."""
+from ..info import BackendInfo
 
-CNTK is imported without its start-up warnings (an unsupported Linux distribution, missing
-optional GPU libraries) unless ``tbd --verbose`` (tbdzoo.backends.common.quiet)."""
-import warnings
-
-from ..common.quiet import filtered_native_stderr, verbose
-
-# The line CNTK prints the first time it resolves its default device; for whoever filters a
-# CNTK process's stderr.
-BANNERS = (r"^Selected (CPU|GPU\[\d+\].*) as the process wide default device\.",)
-
-if not verbose():
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"cntk\.cntk_py_init$")
-with filtered_native_stderr(BANNERS):
-    import cntk  # noqa: F401  (its warnings are raised here)
-
-from .model import Model  # noqa: E402  (after the filters above)
-
-__all__ = ["Model"]
+BACKEND = BackendInfo(name="cntk", framework="cntk", environment="cntk",
+                      pipeline="tbdzoo.pipelines.numpy", broadcasts=False,
+                      feeds_from_here="its Python 3.6 environment has no Pillow to decode the "
+                                      "JPEGs")

@@ -5,6 +5,9 @@ its wrapped learner (tbdzoo's optimizer) sees them, so each rank's Trainer minim
 w_r x its shard's loss: the gradient it contributes is then w_r g_r, and the sum the global
 batch's. BatchNorm per replica only. Valid Python 3.6: the CNTK environment runs it.
 """
+from . import framework  # noqa: F401  (first: CNTK imported quietly)
+
+# isort: split
 import os
 import shutil
 

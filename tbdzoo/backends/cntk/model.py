@@ -15,6 +15,9 @@ moments, and an inference graph of its own for ``predict`` (docs/backends.md). A
 with ``sequence_batchnorm`` (statistics over valid steps, which CNTK's native op cannot take)
 does the same: each step fetches its moments, and ``predict`` has its own graph. Valid Python 3.6.
 """
+from . import framework  # noqa: F401  (first: CNTK imported quietly)
+
+# isort: split
 from collections import OrderedDict
 
 import cntk as C
@@ -22,7 +25,10 @@ import numpy as np
 
 from .. import programs
 from ..base import BackendModel
-from . import ops, optimizers
+from . import (
+    ops,
+    optimizers,
+)
 
 
 class Model(BackendModel):

@@ -8,6 +8,9 @@ conventions that differ (docs/conventions.md) are handled where they arise. The 
 ops turn each padded example into a sequence of its valid steps for CNTK's recurrence (the
 section "recurrent models" below says how and why). Valid Python 3.6.
 """
+from . import framework  # noqa: F401  (first: CNTK imported quietly)
+
+# isort: split
 import math
 
 import cntk as C

@@ -10,6 +10,9 @@ before each step. An optimizer owns its state once; a training program whose pha
 group from several objectives asks it for one learner per phase, all sharing that state.
 Valid Python 3.6.
 """
+from . import framework  # noqa: F401  (first: CNTK imported quietly)
+
+# isort: split
 import math
 
 import cntk as C

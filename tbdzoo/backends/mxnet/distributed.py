@@ -7,19 +7,22 @@ through the kvstore only (one key per trainable parameter): the servers sum what
 push, so each pushes w_r g_r and applies the pulled sum, with tbdzoo's own optimizer
 (tbdzoo/backends/mxnet/optimizers.py), not a server-side one. BatchNorm per replica only.
 """
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
+
+# isort: split
 import sys
 
 import mxnet as mx
 
 from ...errors import UnsupportedOptionError
 from ..common.engines import Helper
-from . import Model  # the numpy.bool shim runs before mxnet is imported
+from .model import Model
 
 ENGINE = "KVStore"
 KVSTORE = "dist_sync"
 _KVSTORE = []  # the one kvstore of this process, made by init()
 # a helper process: the package's shim, then ``import mxnet``, which serves until stopped
-HELPER_CODE = "import tbdzoo.backends.mxnet"
+HELPER_CODE = "import tbdzoo.backends.mxnet.framework"
 
 
 # -- launch side ---------------------------------------------------------------------------------

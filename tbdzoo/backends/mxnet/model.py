@@ -17,6 +17,9 @@ instead (see there).
 
 Each block walks only the nodes its outputs need and binds only the parameters they read.
 """
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
+
+# isort: split
 import warnings
 from collections import OrderedDict
 
@@ -26,7 +29,11 @@ from mxnet import autograd, gluon, nd
 
 from ..base import BackendModel
 from ..programs import objective_values, values_read
-from . import losses, ops, optimizers
+from . import (
+    losses,
+    ops,
+    optimizers,
+)
 
 _CONSTANT_PREFIX = "__constant__."  # canonical names never start with an underscore
 

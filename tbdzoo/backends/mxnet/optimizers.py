@@ -24,6 +24,9 @@ long as one call per array. Many small arrays go together instead (:class:`Axpby
 running statistics, :class:`FlatGroup` for RMSProp), because on two CPU cores queueing
 Inception-v3's ~1,500 per-parameter calls took as long as a quarter of their work.
 """
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
+
+# isort: split
 import numpy as np
 from mxnet import nd
 

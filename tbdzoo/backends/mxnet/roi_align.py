@@ -9,6 +9,9 @@ feature rows by it (``mx.nd.sparse.dot``); the backward pass multiplies the outp
 by its transpose, the spec's scatter-add, and keeps only the indices and weights.
 MXNet's own ``contrib.ROIAlign`` takes boxes, not the sample points the spec's op receives.
 """
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
+
+# isort: split
 import mxnet as mx
 
 OP_TYPE = "tbdzoo_roi_align"

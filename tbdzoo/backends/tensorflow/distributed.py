@@ -3,6 +3,9 @@ MultiWorkerMirroredStrategy configured by TF_CONFIG, ring collectives on the CPU
 GPUs, driving tbdzoo's own compiled step (Keras' fit is broken under this strategy in
 TensorFlow 2.21). Gradients are all-reduced in the replica context before clipping; BatchNorm
 per replica, or synchronised over the global batch (--bn-mode sync)."""
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import functools
 import json
 import os
@@ -10,7 +13,9 @@ import os
 import tensorflow as tf
 
 from ..common.engines import RANK_TIMEOUT_VARIABLE
-from . import ops
+from . import (
+    ops,
+)
 from .model import CANONICAL, NHWC, Model, _to
 from .optimizers import dense
 

@@ -5,6 +5,9 @@ examples) is NHWC and every conv kernel HWIO, because TensorFlow's CPU kernels a
 native model's inputs and image outputs are therefore NHWC; ``Model`` converts canonical NumPy
 batches once per prepared batch, and weights and gradients on the way in and out.
 """
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import functools
 from collections import OrderedDict
 
@@ -14,7 +17,10 @@ import tensorflow as tf
 
 from ..base import BackendModel
 from ..programs import values_read
-from . import ops, optimizers
+from . import (
+    ops,
+    optimizers,
+)
 
 NHWC, CANONICAL = "nhwc", "canonical"
 

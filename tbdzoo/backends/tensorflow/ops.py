@@ -5,6 +5,9 @@ global_avgpool, batchnorm on images) take NHWC, because TensorFlow's CPU kernels
 the others take the canonical layout. ``model.py`` does the conversions. Conv kernels arrive
 as HWIO variables; every other parameter is in its canonical layout.
 """
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import math
 
 import numpy as np

@@ -7,6 +7,9 @@ epsilon-hat), so they are not used. The updates run as TensorFlow's fused traini
 ours; coupled weight decay is added to the gradient first. ``apply`` runs inside the compiled
 train step; the learning rate is a tensor argument, so a new value never retraces the step.
 """
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import tensorflow as tf
 
 from ..common import optimizers as normalized

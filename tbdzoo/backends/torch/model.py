@@ -9,11 +9,10 @@ from torch import nn
 
 from ...errors import UnsupportedOptionError
 from ...models.faster_rcnn.detection import kernels
-from ...profiling import cuda_memory
 from ...spec.reads import values_read
 from ...spec.targets import DeviceArray, HostValues
 from ..base import BackendModel, PendingTargets, Prepared
-from . import ops, optimizers, recurrent
+from . import cuda_memory, ops, optimizers, recurrent
 
 
 class SpecModule(nn.Module):
@@ -358,7 +357,7 @@ class Model(BackendModel):
     def _forward_to_targets(self, pending):
         """One update's inputs with the targets written: the forward half up to the values the
         targets step reads, queued on the device, the step on their host copies (on a GPU with torchvision's NMS,
-        which keeps the reference's boxes: tbdzoo/detection/torch_nms.py), and the half's
+        which keeps the reference's boxes: tbdzoo/backends/torch/nms.py), and the half's
         values handed on, so the objective continues from them."""
         part = pending.part
         native = self._uploaded(part)
@@ -700,7 +699,7 @@ class Model(BackendModel):
         low-precision copies of weights that autocast saves (``weight_copies``). Weights are
         every tensor of the model's state (parameters and running statistics); gradients,
         optimizer state and the batch are read off their tensors. On a GPU the step also runs
-        under the caching allocator's trace (tbdzoo/profiling/cuda_memory.py), which is
+        under the caching allocator's trace (tbdzoo/backends/torch/cuda_memory.py), which is
         replayed to find the moment of the peak and to attribute every block live then: what
         no tensor claims is the workspace (activation gradients in flight, cuDNN scratch,
         casts), measured rather than left as a remainder.
@@ -968,14 +967,15 @@ def _device_kernels(device):
     is the faster."""
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
-    from ...detection import torch_roi_align
+    from . import roi_align as torch_roi_align
     lent = {"roi_align_points": torch_roi_align.host_kernel(torch.device(device))}
     try:
         import torchvision  # noqa: F401  (the NMS and proposal kernels below need it)
     except ImportError:
         pass
     else:
-        from ...detection import torch_nms, torch_proposals
+        from . import nms as torch_nms
+        from . import proposals as torch_proposals
         lent["nms"] = torch_nms.host_kernel(torch.device(device))
         lent["proposals"] = torch_proposals.host_kernel(torch.device(device))
     return kernels.lending(**lent)

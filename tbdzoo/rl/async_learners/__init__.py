@@ -1,20 +1,19 @@
 """A3C proper: asynchronous actor-learners on shared parameters, on every backend (docs/a3c.md).
 
-Each backend's module has the same entry point, ``train(job)``, and does it its framework's
-way: PyTorch with one process per learner on a model in shared memory, TensorFlow with threads
-on one shared set of variables, MXNet with one process per learner on NumPy views of shared
-memory, CNTK with one learner thread per worker process, all updating the shared parameters
-with an RMSProp whose statistics are shared too, without locks.
+Each backend's learners live in its folder (the module its BackendInfo names as
+``async_learners``: tbdzoo/backends/<fw>/async_learners.py), with the same entry point,
+``train(job)``, each its framework's way: PyTorch with one process per learner on a model in
+shared memory, TensorFlow with threads on one shared set of variables, MXNet with one process
+per learner on NumPy views of shared memory, CNTK with one learner thread per worker process,
+all updating the shared parameters with an RMSProp whose statistics are shared too, without
+locks.
 """
-import importlib
-
+from ...backends.info import backend_info, backend_infos
 from ...backends.registry import build_native
-from ...errors import UnknownNameError, UnsupportedOptionError
+from ...errors import UnsupportedOptionError
 from ...models import get_model
 from ...models.a3c import NAME as A3C
 from .common import Settings, Stop, check_learners, checked_env
-
-BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
 
 
 class Job:
@@ -44,12 +43,13 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     ``seed + i``; the learners' interleaving is the operating system's, so runs are not
     repeatable (``tbdzoo.rl.train_a2c`` is the seeded mode). ``device`` is the PyTorch
     learners' device (default 'cpu'). Returns a RunResult (tbdzoo/rl/record.py)."""
-    if backend not in BACKENDS:
-        raise UnknownNameError("backend", backend, BACKENDS)
-    if device not in (None, "cpu") and backend != "torch":
+    info = backend_info(backend)  # UnknownNameError for a backend that is not one
+    if device not in (None, "cpu") and not info.async_learners_on_gpu:
         raise UnsupportedOptionError(
             "device {!r}: asynchronous learners on {} run on the CPU; fix: drop device, or use "
-            "backend torch, whose learners' copies can be on a GPU".format(device, backend))
+            "backend {}, whose learners' copies can be on a GPU".format(
+                device, backend, " or ".join(b.name for b in backend_infos()
+                                             if b.async_learners_on_gpu)))
     hp = get_model(A3C).hparams(config, **overrides)
     check_learners(hp["learners"] if learners is None else learners)
     learners = hp["learners"] if learners is None else learners
@@ -57,7 +57,7 @@ def train_a3c(backend="torch", config="cartpole", learners=None, frames=None, se
     env_id, frames_per_step = checked_env(hp, env or hp["env"])
     job = Job(backend, config, dict(overrides), hp, Settings(hp, learners, frames_per_step), stop,
               env_id, seed, window, device)
-    return importlib.import_module(__name__ + "." + backend).train(job)
+    return info.load("async_learners").train(job)
 
 
-__all__ = ["train_a3c", "check_learners", "BACKENDS"]
+__all__ = ["train_a3c", "check_learners"]

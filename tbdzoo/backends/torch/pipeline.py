@@ -8,10 +8,10 @@ import torchvision
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as F
 
-from . import augment
-from .common import check_source, decoder_failure
-from .order import batch_plan
-from .prefetch import Prefetcher
+from ...pipelines import augment
+from ...pipelines.common import check_source, decoder_failure
+from ...pipelines.order import batch_plan
+from ...pipelines.prefetch import Prefetcher
 
 __all__ = ["NAME", "loader", "as_numpy", "feed", "ImageDataset"]
 

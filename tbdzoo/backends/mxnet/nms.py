@@ -9,14 +9,13 @@ threshold. The order is fixed first (a stable sort, score descending, equal scor
 ascending), and the stand-in scores N, N - 1, ..., 1 leave box_nms no ties to break.
 Imperative only: the number of kept boxes is data-dependent.
 """
-import numpy as np
-
-from ..backends import mxnet as _shim  # noqa: F401  (numpy.bool for mxnet 1.9.1)
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
 
 # isort: split
 import mxnet as mx
+import numpy as np
 
-from ..errors import DetectionInputError
+from ...errors import DetectionInputError
 
 
 def nms(boxes, scores, threshold, max_keep=None):

@@ -4,14 +4,17 @@ resizes (bilinear, antialiased), and ``map(num_parallel_calls=workers)``, ``batc
 ``prefetch`` run it in TensorFlow's own threads. The crop windows are those of
 tbdzoo/pipelines/augment.py, drawn by ``tf.numpy_function`` from the JPEG header's size
 (``tf.io.extract_jpeg_shape``), so every framework crops the same window."""
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import itertools
 
 import numpy as np
 import tensorflow as tf
 
-from . import augment
-from .common import check_source, pillow_error
-from .order import batch_plan
+from ...pipelines import augment
+from ...pipelines.common import check_source, pillow_error
+from ...pipelines.order import batch_plan
 
 __all__ = ["NAME", "loader", "as_numpy", "feed"]
 

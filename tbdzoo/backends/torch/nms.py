@@ -13,9 +13,9 @@ copy.
 import numpy as np
 import torch
 
-from ..errors import DetectionInputError
-from ..models.faster_rcnn.detection import kernels
-from ..models.faster_rcnn.detection import nms as reference
+from ...errors import DetectionInputError
+from ...models.faster_rcnn.detection import kernels
+from ...models.faster_rcnn.detection import nms as reference
 
 PREFIX_PER_KEPT = 2  # with max_keep, NMS first runs on the best 2 * max_keep boxes
 

@@ -9,9 +9,12 @@ scores). One difference remains: the kernel takes the IoU in float32, the refere
 so a pair whose IoU lies within float32 rounding of the threshold may go the other way
 (boxes on whole pixels never do; tests/test_detection_nms.py measures the rest).
 """
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import tensorflow as tf
 
-from ..errors import DetectionInputError
+from ...errors import DetectionInputError
 
 
 def score_order(scores):

@@ -4,18 +4,16 @@ and resizes (bilinear, OpenCV's INTER_LINEAR: no antialiasing when shrinking, th
 difference from the other pipelines, docs/pipelines.md), ``nd.flip`` flips and
 ``nd.image.to_tensor`` / ``normalize`` scale and normalise, with the crop windows of
 tbdzoo/pipelines/augment.py."""
-import numpy as _np
+from . import framework  # noqa: F401  (first: numpy.bool for mxnet 1.9.1, quiet import)
 
-if "bool" not in vars(_np):  # mxnet 1.9.1 reads numpy.bool, which numpy 1.24 removed
-    _np.bool = bool
-
+# isort: split
 import mxnet as mx
 from mxnet import gluon, nd
 
-from . import augment
-from .common import check_source, decoder_failure
-from .order import batch_plan
-from .prefetch import Prefetcher
+from ...pipelines import augment
+from ...pipelines.common import check_source, decoder_failure
+from ...pipelines.order import batch_plan
+from ...pipelines.prefetch import Prefetcher
 
 __all__ = ["NAME", "loader", "as_numpy", "feed", "ImageDataset"]
 

@@ -14,10 +14,8 @@ import time
 
 import numpy as np
 
-from ...backends.registry import build
 from ...models.a3c import NAME as A3C
-from ..record import RunResult
-from .common import (
+from ...rl.async_learners.common import (
     NumpyRMSProp,
     cpu_seconds,
     initial_weights,
@@ -28,6 +26,8 @@ from .common import (
     run_learner,
     thread_counters,
 )
+from ...rl.record import RunResult
+from ..registry import build
 
 
 def train(job):

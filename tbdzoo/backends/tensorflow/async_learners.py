@@ -9,15 +9,18 @@ learner's compiled update clips the gradients to the global norm and applies the
 RMSProp to the shared variables and slots. Nothing is locked: TensorFlow runs each call's
 kernels outside the GIL, so the threads overlap in them.
 """
+from . import framework  # noqa: F401  (first: TensorFlow imported as the backend needs it)
+
+# isort: split
 import functools
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from ...backends.tensorflow.optimizers import RMSProp
-from ..record import RunResult
-from .common import Counters, cpu_seconds, make_envs, predictor, run_in_threads, run_learner
+from ...rl.async_learners.common import Counters, cpu_seconds, make_envs, predictor, run_in_threads, run_learner
+from ...rl.record import RunResult
+from .optimizers import RMSProp
 
 
 class SharedRMSprop:

@@ -9,7 +9,7 @@ there, so their 3 MB never travel to the host and back."""
 import numpy as np
 import torch
 
-from ..spec.targets import DeviceArray
+from ...spec.targets import DeviceArray
 
 
 class TorchDeviceArray(DeviceArray):

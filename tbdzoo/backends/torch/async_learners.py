@@ -16,9 +16,9 @@ GPU.
 import torch
 import torch.multiprocessing as mp
 
-from ...backends.torch.optimizers import RMSProp, set_learning_rate
-from ..record import RunResult
-from .common import Counters, learn_in_process, make_envs, reported_to_parent, run_processes
+from ...rl.async_learners.common import Counters, learn_in_process, make_envs, reported_to_parent, run_processes
+from ...rl.record import RunResult
+from .optimizers import RMSProp, set_learning_rate
 
 
 class SharedRMSprop:

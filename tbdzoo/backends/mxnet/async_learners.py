@@ -16,8 +16,7 @@ import os
 
 import numpy as np
 
-from ..record import RunResult
-from .common import (
+from ...rl.async_learners.common import (
     NumpyRMSProp,
     initial_weights,
     learn_in_process,
@@ -29,6 +28,7 @@ from .common import (
     shared_arrays,
     shared_counters,
 )
+from ...rl.record import RunResult
 
 
 def train(job):
@@ -36,7 +36,7 @@ def train(job):
     # MXNet; its fork handlers stop the engine before a fork and start a fresh one in the child.
     for name in ("MXNET_CPU_WORKER_NTHREADS", "OMP_NUM_THREADS"):
         os.environ.setdefault(name, "1")   # read at MXNet's first import
-    importlib.import_module("tbdzoo.backends.mxnet")
+    importlib.import_module("tbdzoo.backends.mxnet.framework")
     ctx = multiprocessing.get_context("fork")
     initial = initial_weights(job)
     params = shared_arrays(initial, ctx)

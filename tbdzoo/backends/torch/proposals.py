@@ -1,17 +1,17 @@
 """Proposals (``proposals.proposals``) computed by PyTorch on a device, for
 ``tbdzoo.models.faster_rcnn.detection.kernels.lending``: the decode, clip, size filter, score order and NMS of the
 NumPy reference with the same float64 operations, one elementwise kernel each (no fused
-multiply-add, no division by a reciprocal: ``torch_roi_align.divide``), so the boxes are the
+multiply-add, no division by a reciprocal: ``roi_align.divide``), so the boxes are the
 reference's bit for bit (tests/test_detection_nms.py). The exponentials of the decode stay on
 the host, NumPy's: the one operation whose rounding a CUDA kernel need not share. The NMS is
-``torch_nms.nms``, on the boxes where they are."""
+``nms.nms``, on the boxes where they are."""
 import numpy as np
 import torch
 
-from ..errors import DetectionInputError
-from ..models.faster_rcnn.detection.boxes import SCALE_CLIP
-from . import torch_nms
-from .torch_roi_align import divide
+from ...errors import DetectionInputError
+from ...models.faster_rcnn.detection.boxes import SCALE_CLIP
+from . import nms as torch_nms
+from .roi_align import divide
 
 
 def _decoded(deltas, anchors, weights, device):
