@@ -163,19 +163,31 @@ def compare_rows(record, other, tolerances=None):
     """One Row per quantity: forward output(s), each objective's loss, gradients (element-wise
     and cosine, worst over parameters), each objective's first-step loss and later losses."""
     t = tolerances or TOLERANCES
-    rows = []
-    for key in (k for k in record if k == "forward" or k.startswith("forward/")):
-        rows.append(_forward_row(key, record[key], other.get(key), t["forward"]))
-    for key in (k for k in record if k == "loss" or k.startswith("loss/")):
-        rows.append(_loss_row(key, record[key], other.get(key), t["loss"]))
+    rows = _value_rows(record, other, t)
     rows.extend(_gradient_rows(record, other, t["gradients"]))
-    for key in (k for k in record if k == "trajectory" or k.startswith("trajectory/")):
+    return rows + _trajectory_rows(record, other, t)
+
+
+def _value_rows(expected, other, t):
+    """The rows of the forward values and the losses ``expected`` holds."""
+    rows = []
+    for key in (k for k in expected if k == "forward" or k.startswith("forward/")):
+        rows.append(_forward_row(key, expected[key], other.get(key), t["forward"]))
+    for key in (k for k in expected if k == "loss" or k.startswith("loss/")):
+        rows.append(_loss_row(key, expected[key], other.get(key), t["loss"]))
+    return rows
+
+
+def _trajectory_rows(expected, other, t):
+    """The rows of each objective's first-step loss and later losses."""
+    rows = []
+    for key in (k for k in expected if k == "trajectory" or k.startswith("trajectory/")):
         objective = key[len("trajectory"):]
         ours = other.get(key)
-        rows.append(_loss_row("first-step loss" + objective, record[key][0],
+        rows.append(_loss_row("first-step loss" + objective, expected[key][0],
                               None if ours is None else ours[0], t["loss"]))
-        if len(record[key]) > 1:
-            rows.append(_trajectory_row("later losses" + objective, record[key][1:],
+        if len(expected[key]) > 1:
+            rows.append(_trajectory_row("later losses" + objective, expected[key][1:],
                                         None if ours is None else ours[1:], t["trajectory"]))
     return rows
 
@@ -455,22 +467,11 @@ def reference_rows(expected, other, tolerances=None):
     pairwise gradient rows (element-wise and cosine) where ``expected`` holds the pairwise
     backend's gradients (``pairwise/grad/...``)."""
     t = tolerances or TOLERANCES
-    rows = []
-    for key in (k for k in expected if k == "forward" or k.startswith("forward/")):
-        rows.append(_forward_row(key, expected[key], other.get(key), t["forward"]))
-    for key in (k for k in expected if k == "loss" or k.startswith("loss/")):
-        rows.append(_loss_row(key, expected[key], other.get(key), t["loss"]))
+    rows = _value_rows(expected, other, t)
     if "derivative" in expected:
         rows.append(_direction_row(expected["derivative"], other.get("derivative"),
                                    other.get("derivative_norm"), t["directions"]))
-    for key in (k for k in expected if k == "trajectory" or k.startswith("trajectory/")):
-        objective = key[len("trajectory"):]
-        ours = other.get(key)
-        rows.append(_loss_row("first-step loss" + objective, expected[key][0],
-                              None if ours is None else ours[0], t["loss"]))
-        if len(expected[key]) > 1:
-            rows.append(_trajectory_row("later losses" + objective, expected[key][1:],
-                                        None if ours is None else ours[1:], t["trajectory"]))
+    rows.extend(_trajectory_rows(expected, other, t))
     pairwise = OrderedDict((k[len("pairwise/"):], v) for k, v in expected.items()
                            if k.startswith("pairwise/grad/"))
     if pairwise:
