@@ -11,12 +11,14 @@ from conftest import random_weights, require_framework
 
 require_framework("mxnet")
 
+import tbdzoo.backends.mxnet.framework  # noqa: F401  (sets numpy.bool before mxnet is imported)
+
+# isort: split
 from mxnet import gluon, nd
 
-import tbdzoo.backends.mxnet.framework  # noqa: F401  (sets numpy.bool before mxnet is imported)
-from tbdzoo.backends.common.optimizers import ReferenceOptimizer
 from tbdzoo.backends.mxnet import optimizers
 from tbdzoo.backends.registry import build_native
+from tbdzoo.reference.optimizers import Optimizer as ReferenceOptimizer
 
 
 def _model(name, **overrides):

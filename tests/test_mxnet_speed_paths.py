@@ -17,7 +17,7 @@ require_framework("torch")
 from tbdzoo import consistency
 from tbdzoo.backends.mxnet.model import Model
 from tbdzoo.backends.registry import build_native
-from tbdzoo.models.registry import get_model
+from tbdzoo.models import get_model
 
 
 class ExactModel(Model):

@@ -17,9 +17,12 @@ from conftest import require_framework
 require_framework("mxnet")
 require_framework("torch")
 
-import numpy_reference as ref
+import tbdzoo.backends.mxnet.framework  # noqa: F401  (sets numpy.bool before mxnet is imported)
+
+# isort: split
 from mxnet import autograd, nd
 
+from tbdzoo import reference as ref
 from tbdzoo.backends.mxnet import model as mx_backend
 from tbdzoo.backends.mxnet import ops
 from tbdzoo.backends.registry import build_native

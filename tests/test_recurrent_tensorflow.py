@@ -12,9 +12,11 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
+import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log level before the import)
+
+# isort: split
 import tensorflow as tf
 
-import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log level before the import)
 from tbdzoo.backends.registry import build_native
 from tbdzoo.backends.tensorflow import model as tf_model
 from tbdzoo.backends.tensorflow import ops

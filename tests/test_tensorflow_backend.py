@@ -10,15 +10,17 @@ from conftest import random_weights, require_framework
 
 require_framework("tensorflow")
 
+import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log level before the import)
+
+# isort: split
 import keras
 import tensorflow as tf
 
-import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log level before the import)
-from tbdzoo.backends.common.optimizers import reference_trajectory
 from tbdzoo.backends.registry import build_native
 from tbdzoo.backends.tensorflow import model as tf_model
 from tbdzoo.backends.tensorflow import optimizers
 from tbdzoo.models.registry import ModelDef
+from tbdzoo.reference.optimizers import trajectory as reference_trajectory
 from tbdzoo.spec import Graph
 
 
