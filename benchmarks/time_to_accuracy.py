@@ -12,7 +12,7 @@ next run's). Each finished run is appended at once to ``--out`` (a JSON list, re
 through a temporary file), so an interrupted grid keeps its runs; a run already in the file
 (same model, backend, seed, target and dataset) is skipped unless ``--again``, which appends
 the rerun: the table and the plot take each seed's last run, and the file keeps every run.
-``--summary`` prints the Markdown table of docs/training.md and draws
+``--summary`` prints the Markdown table of reports/2026-12-time-to-accuracy.md and draws
 docs/time_to_accuracy.png.
 """
 import argparse

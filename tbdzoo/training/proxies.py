@@ -1,6 +1,7 @@
 """Proxy configs: the paper config with overrides that make a model converge in a few minutes
 on a 2-core CPU, on the data sets `tbd data make` writes. Each keeps the model's optimizer and
-schedule and shrinks only its size (docs/training.md gives the measured steps and minutes).
+schedule and shrinks only its size (reports/2026-12-time-to-accuracy.md gives the measured steps
+and minutes).
 Each model's card holds its own (``get_model(name).training``: base_config, proxy); each
 task module holds the ``tbd data make`` command of its data (``data_command``).
 """

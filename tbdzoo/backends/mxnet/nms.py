@@ -1,5 +1,5 @@
 """NMS on MXNet NDArrays with ``mx.nd.contrib.box_nms``, keeping exactly the boxes of the NumPy
-reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
+reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "RoIAlign and NMS on each backend").
 
 box_nms takes rows of (id, score, coordinates...) and returns them sorted, suppressed rows
 filled with -1; here each row is (original index, stand-in score, x1, y1, x2, y2) with

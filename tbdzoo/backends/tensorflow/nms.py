@@ -1,5 +1,5 @@
 """NMS on TensorFlow tensors with ``tf.image.non_max_suppression``, keeping the boxes of the
-NumPy reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
+NumPy reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "RoIAlign and NMS on each backend").
 
 TensorFlow's boxes are (y1, x1, y2, x2): the columns are swapped here, so callers keep
 tbdzoo's (x1, y1, x2, y2). Its kernel suppresses at IoU strictly greater than the threshold,

@@ -1,5 +1,6 @@
 """NMS on PyTorch tensors with torchvision's kernel (CPU or CUDA), keeping exactly the boxes of
-the NumPy reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md, "NMS on each backend").
+the NumPy reference ``tbdzoo.models.faster_rcnn.detection.nms.nms`` (docs/detection.md,
+"RoIAlign and NMS on each backend").
 
 Two choices make it exact. The order is fixed before torchvision sees the boxes: a stable sort
 by score descending (equal scores by index ascending, the reference's tie rule), then strictly

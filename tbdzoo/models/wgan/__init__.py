@@ -157,7 +157,7 @@ def _batch(hp, batch_size, seed):
 # The proxy: the residual generator and critic at 64 x 64 with every layer 16 times narrower
 # (dim 4), batch 16; the paper's Adam (betas 0 and 0.9) and five critic updates a step, at lr
 # 1e-3: at the paper's 1e-4 a seed in three reached no target within 6 minutes on any backend
-# (docs/training.md, "Measured: WGAN"). Its task draws batches for one process: no
+# (reports/2026-12-time-to-accuracy.md, "Measured: WGAN"). Its task draws batches for one process: no
 # data-parallel training to a target.
 TRAINING = Training(metrics=(metrics.FRECHET,), target="frechet=30", eval_every=20,
                     task="tbdzoo.training.gan_task:GanTask", proxy={"dim": 4, "batch_size": 16, "lr": 1e-3})
