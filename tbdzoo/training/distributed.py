@@ -42,8 +42,8 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
         raise TrainingError("train_to_target takes no option {}; the data-parallel ones are "
                             "nproc, {}".format(", ".join(sorted(unknown)),
                                                ", ".join(WORLD_OPTIONS)))
-    training = training_of(name)
-    if training.data_parallel is None:
+    card = training_of(name)
+    if card.data_parallel is None:
         raise TrainingError("{} does not train data-parallel to a target (its task reads no "
                             "rank's share of its batches); data-parallel runs train {}: drop "
                             "--nproc, or measure its data-parallel throughput with tbd run "
@@ -103,7 +103,7 @@ def train_distributed(name, backend, data_dir, target, seed, max_minutes, eval_e
         ("world_size", node.world_size), ("nnodes", node.nnodes), ("nproc_per_node", node.nproc),
         ("per_replica_batch", per_replica), ("global_batch", global_size), ("scaling", scaling),
         ("engine", results["0"].get("engine")), ("communication", results["0"].get("communication")),
-        ("bn_mode", node.bn_mode), ("sharding", training.sharding),
+        ("bn_mode", node.bn_mode), ("sharding", card.sharding),
         ("stop", results["0"]["stop"]), ("losses", losses)])
     return TrainResult.from_record(record)
 
