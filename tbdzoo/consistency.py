@@ -122,15 +122,18 @@ def tolerances_of(case):
 
 # -- the protocol ---------------------------------------------------------------------------------
 
+def _forward_values(predicted):
+    """``predict``'s output as the protocol's float64 forward rows: "forward", or one
+    "forward/<name>" each for a dict of outputs (detections: boxes, scores, labels, counts)."""
+    if isinstance(predicted, dict):
+        return OrderedDict(("forward/" + k, np.asarray(v, np.float64)) for k, v in predicted.items())
+    return OrderedDict([("forward", np.asarray(predicted, np.float64))])
+
+
 def run_protocol(model, weights, batch, steps=STEPS):
     """What one backend produces under the protocol, as a flat dict of arrays."""
     model.set_weights(weights)
-    out = OrderedDict()
-    predicted = model.predict(batch)
-    if isinstance(predicted, dict):  # detections: boxes, scores, labels, counts
-        out.update(("forward/" + k, np.asarray(v, np.float64)) for k, v in predicted.items())
-    else:
-        out["forward"] = np.asarray(predicted, np.float64)
+    out = _forward_values(model.predict(batch))
     loss, grads = model.loss_and_gradients(batch)
     out.update(_per_objective("loss", [loss]))
     for name, g in grads.items():
@@ -400,12 +403,7 @@ def projections(ref, grads):
 def reference_record(ref, weights, batch):
     """What the reference says of the protocol's first three parts: forward output(s), each
     objective's loss, the directional derivatives."""
-    out = OrderedDict()
-    predicted = ref.predict(batch)
-    if isinstance(predicted, dict):  # detections: boxes, scores, labels, counts
-        out.update(("forward/" + k, np.asarray(v, np.float64)) for k, v in predicted.items())
-    else:
-        out["forward"] = np.asarray(predicted, np.float64)
+    out = _forward_values(ref.predict(batch))
     out.update(_per_objective("loss", [ref.losses(batch, weights)]))
     out["derivative"] = directional_derivatives(ref, weights, batch)
     return out
