@@ -42,13 +42,13 @@ def train(job):
         for _ in range(job.learners):
             copies.append(build(A3C, backend="cntk", config=job.config, seed=job.seed,
                                 isolate=True, **job.overrides))
-        return _run(job, copies, initial, params, square_averages, updates, optimizer, counters)
+        return _run(job, copies, initial, params, optimizer, counters)
     finally:
         for copy in copies:
             copy.close()
 
 
-def _run(job, copies, initial, params, square_averages, updates, optimizer, counters):
+def _run(job, copies, initial, params, optimizer, counters):
     reports = [None] * job.learners
 
     def learner(index, barrier):
@@ -72,7 +72,5 @@ def _run(job, copies, initial, params, square_averages, updates, optimizer, coun
         result.episode_returns.extend(returns)
     result.finish(counters, start, [r[1] for r in reports])
     result.initial_weights = initial
-    result.weights = dict((n, v.copy()) for n, v in params.items())
-    result.square_averages = dict((n, v.copy()) for n, v in square_averages.items())
-    result.optimizer_updates = [int(u) for u in updates]
+    optimizer.record_state(result)
     return result

@@ -55,9 +55,7 @@ def train(job):
         result.episode_returns.extend(returns)
     result.finish(counters, start, [r[2] for r in reports])
     result.initial_weights = initial
-    result.weights = dict((n, v.copy()) for n, v in params.items())
-    result.square_averages = dict((n, v.copy()) for n, v in square_averages.items())
-    result.optimizer_updates = [int(u) for u in updates]
+    optimizer.record_state(result)
     return result
 
 

@@ -89,6 +89,13 @@ class NumpyRMSProp:
             self.params[name] -= lr * g / np.sqrt(v + s.eps)
         self.updates[learner] += 1
 
+    def record_state(self, result):
+        """The shared state as the run ends, copied into ``result`` (a RunResult): the weights,
+        the square averages and each learner's count of updates."""
+        result.weights = dict((n, v.copy()) for n, v in self.params.items())
+        result.square_averages = dict((n, v.copy()) for n, v in self.square_averages.items())
+        result.optimizer_updates = [int(u) for u in self.updates]
+
 
 class Counters:
     """Each learner's frames and updates in its own slot (so no increment is lost without a
