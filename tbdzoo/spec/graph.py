@@ -73,6 +73,7 @@ class Graph:
         self.output = None
         self.loss = None
         self.program = None
+        self.blocks = OrderedDict()  # scope -> class name of its native block (spec/tree.py)
         self._params = None
         self._rows = {}  # node -> its rows per example of the input batch (to_batch folds)
 
@@ -126,6 +127,19 @@ class Graph:
             raise ValueError("unknown loss {!r}; known: {}".format(kind, sorted(_ops.LOSSES)))
         self.loss = OrderedDict([("kind", kind), ("logits", logits), ("labels", labels)])
         self.loss.update(sorted(attrs.items()))
+
+    def block(self, scope, kind):
+        """Name the class of a scope's native block: ``block('layer1.0', 'Bottleneck')``;
+        ``block('', 'ResNet')`` names the whole model. Scopes of one kind become instances of
+        one class where the backends build classes (tbdzoo/spec/tree.py)."""
+        if not isinstance(kind, str) or not kind.isidentifier() or not kind[0].isupper():
+            raise ValueError("block kind {!r} of scope {!r} must be a class name such as "
+                             "'Bottleneck'".format(kind, scope))
+        if scope in self.nodes or scope in self.inputs:
+            raise ValueError("scope {!r} is a node or input of {!r}; a block is a prefix of "
+                             "node names".format(scope, self.name))
+        self.blocks[scope] = kind
+        return scope
 
     def set_program(self, program):
         """Attach the training program (tbdzoo/spec/program.py), checked against this graph."""
@@ -195,7 +209,8 @@ class Graph:
             ("inputs", [i.to_json() for i in self.inputs.values()]),
             ("nodes", [n.to_json() for n in self.nodes.values()]),
             ("output", self.output), ("loss", _jsonable(self.loss)),
-        ] + ([("program", _jsonable(self.program.to_json()))] if self.program else []))
+        ] + ([("blocks", OrderedDict(self.blocks))] if self.blocks else [])
+          + ([("program", _jsonable(self.program.to_json()))] if self.program else []))
 
     def dumps(self, **kw):
         return json.dumps(self.to_json(), **kw)
@@ -220,6 +235,8 @@ class Graph:
         if data["loss"]:
             loss = dict(data["loss"])
             g.set_loss(loss.pop("kind"), loss.pop("logits"), loss.pop("labels"), **loss)
+        for scope, kind in data.get("blocks", {}).items():
+            g.block(scope, kind)
         if data.get("program"):
             g.set_program(Program.from_json(data["program"]))
         return g

@@ -167,6 +167,7 @@ NAME = "a3c"
                 training=TRAINING, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("a3c")
+    g.block("", "ActorCritic")
     x = g.input("observations", tuple(hp["observation_shape"]))
     if hp["network"] == "atari":
         x = g.add("scale", "scale", x, factor=1.0 / 255.0)   # bytes to [0, 1]

@@ -196,6 +196,8 @@ MEASURED = Measured(parameters=366865757, flops_per_example=584872723040)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("deepspeech2")
+    g.block("", "DeepSpeech2")
+    g.block("rnn", "BatchRNNStack")
     bins = spectrogram.num_bins(hp["sample_rate"], hp["window_ms"])
     x = g.input("spectrogram", (hp["max_frames"], bins))
     lengths = g.input("spectrogram_lengths", (), dtype="int32")

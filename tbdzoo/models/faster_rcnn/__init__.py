@@ -132,7 +132,7 @@ def _stage(g, hp, prefix, x, in_ch, stage, count):
     out_ch = width * 4
     for i in range(count):
         stride = 2 if (i == 0 and stage > 0) else 1
-        p = "{}layer{}.{}.".format(prefix, stage + 1, i)
+        p = g.block("{}layer{}.{}".format(prefix, stage + 1, i), "Bottleneck") + "."
         y = _conv_bn(g, hp, p + "conv1", p + "bn1", x, width, 1, 1, 0)
         y = _conv_bn(g, hp, p + "conv2", p + "bn2", y, width, 3, stride, 1)
         y = _conv_bn(g, hp, p + "conv3", p + "bn3", y, out_ch, 1, 1, 0, relu=False)
@@ -301,6 +301,10 @@ MEASURED = Measured(parameters=52094294, flops_per_example=566597782912)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("faster_rcnn")
+    for scope, kind in (("", "FasterRCNN"), ("rpn", "RegionProposalNetwork"),
+                        ("rpn.head", "RPNHead"), ("roi_heads", "RoIHeads"),
+                        ("roi_heads.box_predictor", "FastRCNNPredictor")):
+        g.block(scope, kind)
     height, width = hp["canvas"]
     x = g.input("images", (3, height, width))
     g.input("image_hw", (2,), dtype="int32")
@@ -346,11 +350,11 @@ def build(hp):
     rpn_label_weights = g.input("rpn_label_weights", (a, fh, fw), role="target")
     rpn_targets = g.input("rpn_box_targets", (4 * a, fh, fw), role="target")
     rpn_weights = g.input("rpn_box_weights", (4 * a, fh, fw), role="target")
-    roi_labels = g.add("roi_heads.labels", "to_batch",
+    roi_labels = g.add("targets.roi_labels", "to_batch",
                        g.input("roi_labels", (r,), dtype="int32", role="target"))
-    roi_targets = g.add("roi_heads.box_targets", "to_batch",
+    roi_targets = g.add("targets.roi_box_targets", "to_batch",
                         g.input("roi_box_targets", (r, 4 * k), role="target"))
-    roi_weights = g.add("roi_heads.box_weights", "to_batch",
+    roi_weights = g.add("targets.roi_box_weights", "to_batch",
                         g.input("roi_box_weights", (r, 4 * k), role="target"))
 
     p = Program()

@@ -116,6 +116,7 @@ class _Builder:
     def conv(self, name, x, filters, kernel, stride=1, padding=0):
         """torchvision's BasicConv2d: convolution without bias, BatchNorm, ReLU."""
         g = self.g
+        g.block(name, "BasicConv2d")
         filters = max(1, filters // self.hp["width_divisor"])
         if isinstance(padding, tuple) and all(isinstance(p, int) for p in padding):
             padding = ((padding[0], padding[0]), (padding[1], padding[1]))
@@ -240,6 +241,15 @@ MEASURED = Measured(parameters=27161264, flops_per_example=11507671168)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, image=IMAGE, measured=MEASURED)
 def build(hp):
     g = Graph("inception_v3")
+    g.block("", "Inception3")
+    for scope, kind in (("Mixed_5b", "InceptionA"), ("Mixed_5c", "InceptionA"),
+                        ("Mixed_5d", "InceptionA"), ("Mixed_6a", "InceptionB"),
+                        ("Mixed_6b", "InceptionC"), ("Mixed_6c", "InceptionC"),
+                        ("Mixed_6d", "InceptionC"), ("Mixed_6e", "InceptionC"),
+                        ("Mixed_7a", "InceptionD"), ("Mixed_7b", "InceptionE"),
+                        ("Mixed_7c", "InceptionE")) + (
+                            (("AuxLogits", "InceptionAux"),) if hp["aux_head"] else ()):
+        g.block(scope, kind)
     size = hp["image_size"]
     x = g.input("images", (3, size, size))
     g.input("labels", (), dtype="int32", role="target")

@@ -62,6 +62,7 @@ MEASURED = Measured(parameters=25557032, flops_per_example=8239859200)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, image=IMAGE, measured=MEASURED)
 def build(hp):
     g = Graph("resnet50")
+    g.block("", "ResNet")
     size = hp["image_size"]
     x = g.input("images", (3, size, size))
     g.input("labels", (), dtype="int32", role="target")
@@ -82,7 +83,7 @@ def build(hp):
         for i in range(count):
             stride = 2 if (i == 0 and stage > 0) else 1
             s1, s3 = (stride, 1) if hp["stride_in_1x1"] else (1, stride)
-            p = "layer{}.{}.".format(stage + 1, i)
+            p = g.block("layer{}.{}".format(stage + 1, i), "Bottleneck") + "."
             shortcut = x
             y = conv_bn(p + "conv1", x, width, 1, s1, 0, p + "bn1")
             y = conv_bn(p + "conv2", y, width, 3, s3, 1, p + "bn2")

@@ -137,6 +137,7 @@ MEASURED = Measured(parameters=26141696, flops_per_example=1347494100)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("seq2seq")
+    g.block("", "Seq2Seq")
     init = ("uniform", hp["init_weight"])
     src = g.input("src", (hp["src_len"],), dtype="int32")
     src_lengths = g.input("src_lengths", (), dtype="int32")

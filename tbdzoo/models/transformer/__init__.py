@@ -80,6 +80,7 @@ MEASURED = Measured(parameters=60522496, flops_per_example=3913531392)
                 training=TRAINING, benchmark=BENCHMARK, consistency=CONSISTENCY, measured=MEASURED)
 def build(hp):
     g = Graph("transformer")
+    g.block("", "Transformer")
     d, pad = hp["d_model"], hp["pad_id"]
     src = g.input("src", (hp["src_len"],), dtype="int32")
     tgt = g.input("tgt_in", (hp["tgt_len"],), dtype="int32")
@@ -102,6 +103,7 @@ def build(hp):
                      causal=causal, pad_id=pad, dropout=hp["attention_dropout"])
 
     def feed_forward(name, x):
+        g.block(name, "FeedForward")
         h = g.add(name + ".linear1", "dense", x, units=hp["ffn"], init="xavier_uniform")
         h = g.add(name + ".relu", "relu", h)
         h = g.add(name + ".inner_dropout", "dropout", h, rate=hp["dropout"])
@@ -109,14 +111,14 @@ def build(hp):
 
     x = embed("embed", src, shared=False)
     for i in range(hp["encoder_layers"]):
-        p = "encoder.{}.".format(i)
+        p = g.block("encoder.{}".format(i), "EncoderLayer") + "."
         x = sublayer(p + "self_attn", x, attention(p + "self_attn", x, x, src, causal=False))
         x = sublayer(p + "ffn", x, feed_forward(p + "ffn", x))
     memory = x
 
     y = embed("tgt_embed", tgt, shared=True)
     for i in range(hp["decoder_layers"]):
-        p = "decoder.{}.".format(i)
+        p = g.block("decoder.{}".format(i), "DecoderLayer") + "."
         y = sublayer(p + "self_attn", y, attention(p + "self_attn", y, y, tgt, causal=True))
         y = sublayer(p + "cross_attn", y, attention(p + "cross_attn", y, memory, src, causal=False))
         y = sublayer(p + "ffn", y, feed_forward(p + "ffn", y))

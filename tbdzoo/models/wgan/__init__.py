@@ -96,6 +96,7 @@ class _Nets:
 
     def up_block(self, p, x, cout):
         g = self.g
+        g.block(p, "UpBlock")
         short = g.add(p + ".shortcut_up", "upsample_nearest", x, factor=2)
         short = self.conv(p + ".shortcut", short, cout, 1, he=False, bias=True)
         y = self.bn(p + ".bn1", x)
@@ -113,6 +114,10 @@ class _Nets:
         instance of that prefix (the same network applied to another input)."""
         g, d = self.g, self.hp["dim"]
         share = (lambda name: owner + name) if owner else (lambda name: None)
+        if owner is None:
+            g.block(prefix, "Critic")
+            for i in range(4):
+                g.block("{}.res{}".format(prefix, i + 1), "DownBlock")
         x = self.conv(prefix + ".input", x, d, 3, he=False, bias=True, share=share(".input"))
         for i, (_, cout) in enumerate(((d, 2 * d), (2 * d, 4 * d), (4 * d, 8 * d), (8 * d, 8 * d))):
             x = self.down_block(prefix, ".res{}".format(i + 1), x, cout, share)
@@ -184,6 +189,8 @@ def build(hp):
     if hp["mode"] not in MODES:
         raise ValueError("mode {!r}: known {}".format(hp["mode"], ", ".join(MODES)))
     g = Graph("wgan")
+    g.block("", "WGAN")
+    g.block("generator", "Generator")
     size = hp["image_size"]
     noise = g.input("noise", (hp["z_dim"],))
     real = g.input("real", (3, size, size))
