@@ -55,6 +55,7 @@ class Block:
         self.children = OrderedDict()   # local name -> Block
         self.layers = OrderedDict()     # module path below this block -> node name
         self.steps = []
+        self.all_steps = None   # the root's: every step, also those its output does not need
         self.inputs, self.outputs = [], []
 
     @property
@@ -226,6 +227,7 @@ def build_tree(graph):
 def _prune_root(root, graph):
     """The root's forward computes the graph's output only (an auxiliary head stays a module,
     called by the training program's values, not by forward)."""
+    root.all_steps = list(root.steps)
     needed = set(root.outputs)
     kept = []
     for step in reversed(root.steps):

@@ -185,9 +185,7 @@ class DistributedModel(Model):
     def _build(self, weights):
         Model._build(self, weights)
         if self.world.bn_mode == "sync":
-            self.native.op_overrides = dict(SYNC_OPS)
-            self.native._plans.clear()  # replan with the override
-            self.native._plan = self.native.plan((self.spec.output,))
+            self.native.set_op_overrides(SYNC_OPS)
         if self.program is not None:
             return  # a phase's gradients are reduced in _reduce_gradients
         cuda = self.device.startswith("cuda")

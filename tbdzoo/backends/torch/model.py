@@ -1,200 +1,18 @@
-"""The spec graph as a ``torch.nn.Module`` whose state_dict keys are the canonical names."""
+"""The PyTorch backend: the model is a tree of torch.nn modules (tbdzoo/backends/torch/native.py)."""
 import contextlib
 import functools
 from collections import OrderedDict
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...errors import UnsupportedOptionError
 from ...models.faster_rcnn.detection import kernels
 from ...spec.reads import values_read
 from ...spec.targets import DeviceArray, HostValues
 from ..base import BackendModel, PendingTargets, Prepared
-from . import cuda_memory, ops, optimizers, recurrent
-
-
-class SpecModule(nn.Module):
-    """Runs the graph node by node.
-
-    Each parameter lives in a submodule at its node's path, so ``state_dict()`` keys equal the
-    canonical names (``layer1.0.conv1.weight``); tied parameters are registered once, by their
-    owner, and looked up by name where they are shared. A recurrent node's parameters are
-    PyTorch's own (``encoder.weight_ih_l0``, tbdzoo/backends/torch/recurrent.py), whose row
-    blocks are the canonical per-gate tensors (``tensor``, ``leaf``). Every intermediate value is dropped
-    right after its last consumer, so the forward pass holds no more memory than a
-    hand-written module would: only what autograd saves.
-    """
-
-    def __init__(self, graph, weights):
-        super().__init__()
-        self.graph = graph
-        self.input_names = [i.name for i in graph.feature_inputs()]
-        self._recurrent = self._recurrent_nodes(graph, weights)  # canonical name -> node
-        for name, spec in graph.params().items():
-            if name in self._recurrent:
-                continue
-            path, _, suffix = name.rpartition(".")
-            owner = self._submodule(path)
-            value = torch.from_numpy(np.array(weights[name], np.float32))
-            if spec.trainable:
-                owner.register_parameter(suffix, nn.Parameter(value))
-            else:
-                owner.register_buffer(suffix, value)
-        self._plans = {}
-        self._plan = self.plan((graph.output,))
-
-    def plan(self, outputs, given=()):
-        """The nodes that ``outputs`` need from the ``given`` values (default: the graph's
-        inputs), each with the values that die after it; cached, since a training program asks
-        for its objectives' values at every update.
-
-        The nodes run output by output, each output's (not yet computed) ancestors in graph
-        order: autograd's backward pass takes the most recently recorded work first, so the
-        first output's graph is the last one it walks, when the others' saved tensors are
-        already free. Objectives put their largest term first (``_largest_first``)."""
-        outputs, given = tuple(outputs), frozenset(given)
-        if (outputs, given) not in self._plans:
-            graph = self.graph
-            order, scheduled = [], set(given)
-            for output in outputs:
-                needed = {output}
-                for node in reversed(list(graph.nodes.values())):
-                    if node.name in needed and node.name not in scheduled:
-                        needed.update(node.inputs)
-                for node in graph.nodes.values():
-                    if node.name in needed and node.name not in scheduled:
-                        order.append(node)
-                        scheduled.add(node.name)
-            nodes = order
-            last_use = {}
-            for node in nodes:
-                for i in node.inputs:
-                    last_use[i] = node.name
-            plan = []
-            for node in nodes:
-                if node.op in recurrent.LAYOUT:  # the kernel's flat list, not per-gate tensors
-                    params = [("flat_weights", self.get_submodule(node.name), "flat_weights")]
-                else:
-                    params = [(suffix,) + self._locate(full)
-                              for suffix, full in graph.param_names(node).items()]
-                done = [i for i in dict.fromkeys(node.inputs) if last_use[i] == node.name
-                        and i not in outputs]
-                fn = self.op_overrides.get(node.op) or getattr(
-                    ops, node.op + "_inplace" if self._may_overwrite(graph, node, done) else node.op)
-                plan.append((node.name, fn, node.inputs, params, node.attrs, done))
-            self._plans[(outputs, given)] = plan
-        return self._plans[(outputs, given)]
-
-    # {op: function} replacing ops.<op> in plans made from now on (data-parallel training's
-    # synchronised BatchNorm, tbdzoo/backends/torch/distributed.py).
-    op_overrides = {}
-
-    # Ops whose output autograd never keeps for their own backward pass: a consumer may
-    # overwrite it once nothing else reads it.
-    _UNSAVED_OUTPUTS = ("batchnorm", "add", "frozen_batchnorm")  # frozen: x * scale + shift
-
-    @classmethod
-    def _may_overwrite(cls, graph, node, dead):
-        """relu and add may write into their first input when it dies here, is not used twice
-        by this node, and comes from an op that does not keep its output for backward."""
-        first = node.inputs[0]
-        return (node.op in ("relu", "add") and first in dead and node.inputs.count(first) == 1
-                and first in graph.nodes and graph.nodes[first].op in cls._UNSAVED_OUTPUTS)
-
-    def _recurrent_nodes(self, graph, weights):
-        """Each lstm/gru node's parameters as one ``RecurrentWeights`` module at the node's
-        path; returns {canonical name: node name} for the tensors it holds."""
-        out = {}
-        for node in graph.nodes.values():
-            if node.op not in recurrent.LAYOUT:
-                continue
-            names = graph.param_names(node)
-            shared = [full for suffix, full in names.items()
-                      if full != "{}.{}".format(node.name, suffix)]
-            if shared:
-                raise UnsupportedOptionError(
-                    "recurrent node {!r} shares parameters {}: the PyTorch backend holds a "
-                    "recurrent node's weights in one flat buffer of its own; give the node "
-                    "its own parameters".format(node.name, shared))
-            path, _, leaf = node.name.rpartition(".")
-            parent = self._submodule(path) if path else self
-            parent.add_module(leaf, recurrent.RecurrentWeights(
-                node.op, node.attrs, graph.shape_of(node.inputs[0])[-1],
-                {suffix: weights[full] for suffix, full in names.items()}))
-            out.update((full, node.name) for full in names.values())
-        return out
-
-    def _submodule(self, path):
-        module = self
-        for part in path.split("."):
-            if part not in module._modules:
-                module.add_module(part, nn.Module())
-            module = module._modules[part]
-        return module
-
-    def _locate(self, name):
-        """(owning submodule, attribute name). The attribute is read at call time: .to()
-        keeps the submodules but may replace the tensors they hold."""
-        path, _, attribute = name.rpartition(".")
-        return self.get_submodule(path), attribute
-
-    def leaf(self, name):
-        """(the leaf tensor that holds canonical ``name``, the rows of it that are ``name``, or
-        None when it is the whole tensor): a recurrent node's per-gate tensors are row blocks
-        of PyTorch's weight_ih / weight_hh / bias_ih / bias_hh."""
-        node = self._recurrent.get(name)
-        if node is None:
-            module, attribute = self._locate(name)
-            return getattr(module, attribute), None
-        holder = self.get_submodule(node)
-        native, rows = holder.canonical_rows(name[len(node) + 1:])
-        return getattr(holder, native), rows
-
-    def tensor(self, name):
-        """The canonical tensor ``name`` (a view of its leaf for recurrent nodes)."""
-        leaf, rows = self.leaf(name)
-        return leaf if rows is None else leaf[rows]
-
-    def canonical(self, name, like_leaf):
-        """The part of ``like_leaf`` (shaped as ``name``'s leaf: its gradient) that is ``name``."""
-        rows = self.leaf(name)[1]
-        return like_leaf if rows is None else like_leaf[rows]
-
-    def leaves(self, names):
-        """The distinct leaf tensors holding the canonical ``names``, in their order: what
-        optimizers update and gradients accumulate into."""
-        out = OrderedDict()
-        for n in names:
-            leaf = self.leaf(n)[0]
-            out.setdefault(id(leaf), leaf)
-        return list(out.values())
-
-    def absent_elements(self):
-        """{parameter: its elements that are cuDNN's zero biases, not the spec's}."""
-        out = OrderedDict()
-        for module in self.modules():
-            if isinstance(module, recurrent.RecurrentWeights):
-                out.update(module.absent_elements())
-        return out
-
-    def forward(self, *inputs):
-        values = dict(zip(self.input_names, inputs))
-        return self.run(self._plan, values)[self.graph.output]
-
-    def values(self, inputs, outputs):
-        """{output: tensor} for graph values ``outputs`` from the named ``inputs``."""
-        given = [k for k in inputs if k in self.graph.nodes]
-        return self.run(self.plan(outputs, given), dict(inputs))
-
-    def run(self, plan, values):
-        for name, fn, input_names, params, attrs, done in plan:
-            p = {suffix: getattr(module, attr) for suffix, module, attr in params}
-            values[name] = fn([values[i] for i in input_names], p, attrs, self.training)
-            for i in done:
-                del values[i]
-        return values
+from . import cuda_memory, ops, optimizers
+from .native import build as build_native
 
 
 class Model(BackendModel):
@@ -258,7 +76,7 @@ class Model(BackendModel):
 
     # -- building --------------------------------------------------------------------------
     def _build(self, weights):
-        self.native = SpecModule(self.spec, weights).to(self.device)
+        self.native = build_native(self.spec, weights).to(self.device)
         if self.channels_last:
             self.native = self.native.to(memory_format=torch.channels_last)
         self._trainable = self.native.leaves(self.trainable_names())
@@ -705,7 +523,10 @@ class Model(BackendModel):
         casts), measured rather than left as a remainder.
         """
         prepared = self._with_targets(prepared)  # a targets step's inputs, written once here
-        state = _unique_storages(self.native.state_dict().values())
+        # weights: every floating-point tensor of the state (BatchNorm's int64 step counters,
+        # kept so torchvision's state_dicts load, are no weights of the spec)
+        state = _unique_storages(t for t in self.native.state_dict().values()
+                                 if t.is_floating_point())
         updates = [prepared.native] if self.program is None else [n for _, n in prepared.native]
         batch = _unique_storages(t for native in updates for t in native.values())
         parameters = {id(t) for t in self._trainable}
