@@ -35,9 +35,16 @@ def test_the_documented_session(tmp_path, name):
     np.testing.assert_allclose(other.predict(batch), out, rtol=1e-6, atol=1e-6)
 
 
-def test_state_dict_keys_are_the_canonical_names():
+def test_state_dict_keys_are_the_canonical_paths_with_pytorchs_names():
+    """Canonical names, with BatchNorm's gamma and beta under PyTorch's weight and bias, and
+    its step counter beside them (as in torchvision's state_dicts)."""
     m = tbdzoo.build("resnet50", backend="torch", config="tiny")
-    assert list(m.native.state_dict()) == list(m.spec.params())
+    state = m.native.state_dict()
+    renamed = [n.replace(".gamma", ".weight").replace(".beta", ".bias") for n in m.spec.params()]
+    assert [k for k in state if not k.endswith(".num_batches_tracked")] == renamed
+    for name in m.spec.params():
+        assert m.native.tensor(name).data_ptr() == \
+            state[name.replace(".gamma", ".weight").replace(".beta", ".bias")].data_ptr()
 
 
 def test_loss_and_gradients_changes_nothing():

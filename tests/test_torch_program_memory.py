@@ -49,7 +49,8 @@ def test_an_objective_runs_its_largest_term_first():
     outputs = [v for name, _ in model.program.objectives["critic"]
                for v in model.program.losses[name]["inputs"].values()]
     assert outputs[-1].startswith("penalty")  # the model lists the penalty last
-    order = [name for name, *_ in model.native.plan(_largest_first(model.spec, outputs))]
+    order = [name for unit in model.native.plan(_largest_first(model.spec, outputs))
+             for name in unit.outs]
     last_penalty = max(i for i, n in enumerate(order) if n.startswith(("critic@mixed", "penalty")))
     first_real = min(i for i, n in enumerate(order) if n.startswith("critic."))
     assert last_penalty < first_real

@@ -56,8 +56,7 @@ class Block(nn.Module):
         self.output_names = list(outputs)
         self._graph = graph
         self._steps = steps
-        self._overrides = {}
-        self._plan = None
+        self._plan = self._make_plan()
 
     def _make_plan(self):
         graph, steps = self._graph, self._steps
@@ -74,9 +73,6 @@ class Block(nn.Module):
                 fn = getattr(ops, node.op + "_inplace" if _may_overwrite(
                     graph, node, done, own) else node.op)
                 plan.append(("op", fn, step.inputs, step.outputs, node.attrs, done))
-            elif step.kind == "layer" and node.op in self._overrides:
-                plan.append(("override", (self._overrides[node.op], step.path, node),
-                             step.inputs, step.outputs, node.attrs, done))
             else:
                 plan.append(("call", step.path, step.inputs, step.outputs, None, done))
             own.update(step.outputs)
@@ -94,18 +90,12 @@ class Block(nn.Module):
         return tuple(values[o] for o in self.output_names)
 
     def _run(self, values):
-        if self._plan is None:
-            self._plan = self._make_plan()
         for kind, what, input_names, output_names, attrs, done in self._plan:
             args = [values[i] for i in input_names]
             if kind == "op":
                 out = what(args, {}, attrs, self.training)
-            elif kind == "call":
-                out = self.get_submodule(what)(*args)
             else:
-                fn, path, node = what
-                out = fn(args, _params(self.get_submodule(path), node, self._graph), attrs,
-                         self.training)
+                out = self.get_submodule(what)(*args)
             if len(output_names) == 1:
                 values[output_names[0]] = out
             else:
@@ -114,21 +104,17 @@ class Block(nn.Module):
                 del values[i]
         return values
 
-    def set_op_overrides(self, overrides):
-        """{op: function(inputs, params, attrs, training)} run instead of the layers of that
-        op in every block (data-parallel training's synchronised BatchNorm)."""
-        for module in self.modules():
-            if isinstance(module, Block):
-                module._overrides = dict(overrides)
-                module._plan = None
 
+class _Override:
+    """A layer's forward replaced by ``fn`` over the layer's own parameters."""
 
-def _params(layer, node, graph):
-    return {s: getattr(layer, layers.attribute(node.op, s)) for s in graph.param_names(node)}
+    def __init__(self, fn, layer, node, graph):
+        self.fn, self.layer, self.node = fn, layer, node
+        self.params = {s: layers.attribute(node.op, s) for s in graph.param_names(node)}
 
-
-class Sequential(nn.Sequential):
-    """A block whose children ``0 .. n-1`` each feed the next: PyTorch's own container."""
+    def __call__(self, *inputs):
+        p = {s: getattr(self.layer, a) for s, a in self.params.items()}
+        return self.fn(list(inputs), p, self.node.attrs, self.layer.training)
 
 
 def _module_for(graph, block, weights, made):
@@ -276,13 +262,7 @@ class NativeModel(Block):
         if not wanted <= visible | set(graph.inputs):
             return self._flat_plan(outputs, given)
         units.sort(key=lambda u: u[0])
-        needed, kept = set(outputs), []
-        for unit in reversed(units):
-            if any(o in needed and o not in given for o in unit[2]):
-                kept.append(unit)
-                needed.update(unit[1])
-        kept.reverse()
-        return _with_drops(kept, outputs)
+        return _with_drops(_scheduled(units, outputs, given), outputs)
 
     def _flat_plan(self, outputs, given):
         """Every node alone (a value inside a block was asked for), layers called as the
@@ -294,7 +274,7 @@ class NativeModel(Block):
                 needed.update(node.inputs)
         units = [(0, n.inputs, [n.name], _RunNode(n, self)) for n in graph.nodes.values()
                  if n.name in needed and n.name not in given]
-        return _with_drops(units, outputs)
+        return _with_drops(_scheduled(units, outputs, given), outputs)
 
     def plan(self, outputs, given=()):
         """The units computing ``outputs`` (kept for callers that plan ahead)."""
@@ -304,8 +284,16 @@ class NativeModel(Block):
         return self._plans[key]
 
     def set_op_overrides(self, overrides):
-        Block.set_op_overrides(self, overrides)
+        """{op: function(inputs, params, attrs, training)} run instead of every layer of that
+        op (data-parallel training's synchronised BatchNorm): each such layer's ``forward``
+        becomes the function over its own parameters, so the layer stays where it is, with
+        its parameters and hooks."""
         self.op_overrides = dict(overrides)
+        for node in self.graph.nodes.values():
+            if node.op in overrides and spec_tree.is_layer(self.graph, node) \
+                    and not spec_tree.in_application(node.name):
+                layer = self.get_submodule(node.name)
+                layer.forward = _Override(overrides[node.op], layer, node, self.graph)
         self._plans.clear()
 
     op_overrides = {}
@@ -341,7 +329,7 @@ class _RunNode:
     def __call__(self, root, values, args, outputs):
         node = self.node
         inputs = [values[i] for i in args]
-        if self.is_tree_layer and node.op not in root.op_overrides:
+        if self.is_tree_layer:
             values[node.name] = root.get_submodule(node.name)(*inputs)
             return
         if node.op in recurrent.LAYOUT:
@@ -350,6 +338,26 @@ class _RunNode:
             p = {suffix: root.tensor(full) for suffix, full in self.params.items()}
         fn = root.op_overrides.get(node.op) or getattr(ops, node.op)
         values[node.name] = fn(inputs, p, node.attrs, root.training)
+
+
+def _scheduled(units, outputs, given):
+    """The units ``outputs`` need, output by output, each output's (not yet scheduled) units
+    in graph order: autograd's backward pass takes the most recently recorded work first, so
+    the first output's graph is the last one it walks, when the others' saved tensors are
+    already free (a program's objectives put their largest term first)."""
+    order, done = [], set()
+    for output in outputs:
+        needed = {output}
+        wanted = set()
+        for k in range(len(units) - 1, -1, -1):
+            _, args, outs, _ = units[k]
+            if k not in done and any(o in needed and o not in given for o in outs):
+                wanted.add(k)
+                needed.update(args)
+        for k in sorted(wanted):
+            order.append(units[k])
+            done.add(k)
+    return order
 
 
 def _with_drops(units, outputs):
