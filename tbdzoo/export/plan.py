@@ -449,8 +449,14 @@ class Planner:
             outs = []
             for j in range(n_out):
                 ref = ("val", i, j)
+                several = len(template.outputs) > 1 and ref in template.outputs
                 if ref not in last_use:
                     name = None
+                elif several:   # one of the class's outputs: named after its path
+                    name = identifier((path if kind != "block" or n_out == 1 else
+                                       block.children[path].outputs[j][
+                                           len(block.name) + len(path) + 2:]).replace(".", "_"),
+                                      live)
                 elif n_out == 1 and refs and last_use.get(refs[0]) == i and \
                         ((kind == "op" and len(refs) == 1) or ins[0] in ("x", "out")
                          or path in optional):

@@ -581,12 +581,16 @@ def _root_doc(cls, plan):
     for name, node in zip(cls.inputs, cls.input_nodes):
         inp = g.inputs[node]
         kind = "int64" if inp.dtype == "int32" else inp.dtype
-        note = " (written by the training program's targets step)" if node in written else ""
+        note = " (from the training program's targets step)" if node in written else ""
         lines.append("  {}: {} of shape (N, {}){}".format(
             name, kind, ", ".join(str(d) for d in inp.shape), note).replace(", )", ")"))
     out = g.shape_of(g.output)
     lines.append("and returns {} of shape (N, {}).".format(
         g.output, ", ".join(str(d) for d in out)).replace(", )", ")"))
+    if any(node in written for node in cls.input_nodes):
+        lines.append("The targets step is a function you supply between the parts (tbdzoo's is "
+                     "NumPy code in")
+        lines.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
     for path, block in getattr(plan, "parts", ()):
         lines.append("Also a part of the model, not called by forward: self.{}({}) -> {}.".format(
             path, ", ".join(block.inputs), ", ".join(block.outputs)))
