@@ -79,6 +79,7 @@ class Lines:
 def params_in_call_order(cls):
     """Constructor arguments: channel counts first (passed by position), then the rest."""
     first = [p for p in cls.params if p.family in ("channels", "vocab")]
+    first.sort(key=lambda p: p.name != "in_channels")
     return first + [p for p in cls.params if p not in first]
 
 

@@ -399,7 +399,11 @@ class Planner:
 
     @staticmethod
     def _reads_input(template, path):
-        first = path.split(".")[0]
+        """Whether the layer at ``path`` reads the block's first input (in a chain of layers,
+        only its first does)."""
+        first, _, rest = path.partition(".")
+        if rest and rest.split(".")[0] != "0":
+            return False
         for _kind, p, _op, _node, refs, _n in template.steps:
             if p in (first, path):
                 return bool(refs) and refs[0] == ("in", 0)
