@@ -60,6 +60,27 @@ for case in json.load(open(sys.argv[1])):
                 results.append([call["member"], name, list(got.shape), list(want.shape),
                                 float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
                                 if got.shape == want.shape else None])
+    if framework == "tensorflow":
+        import keras
+        model = module.build(case["weights"])
+        def nhwc(a):
+            return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+        for call in case["calls"]:
+            target = model
+            for part in (call["member"] or "").split(".") if call["member"] else ():
+                target = target.layers[int(part)] if part.isdigit() else getattr(target, part)
+            out = target(*[nhwc(data[n]) for n in call["inputs"]], training=False)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for name, value in zip(call["outputs"], outs):
+                got, want = nhwc(data[name]), np.asarray(value)
+                results.append([call["member"], name, list(got.shape), list(want.shape),
+                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
+                                if got.shape == want.shape else None])
+        modules = set()
+        for layer in model._flatten_layers(include_self=True, recursive=True):
+            modules.add(type(layer).__name__)
+        report[case["name"]] = {"results": results, "modules": sorted(modules)}
+        continue
     if framework == "mxnet":
         import mxnet as mx
         model = module.build(case["weights"])
@@ -146,6 +167,15 @@ def torch_export(tmp_path_factory):
 MXNET_MODELS = [n for n in tbdzoo.list_models() if n not in ("seq2seq", "deepspeech2")]
 
 
+# Keras's writer has the image layers only (test_keras_source_refuses_other_models).
+KERAS_MODELS = ["resnet50", "inception_v3", "a3c"]
+
+
+@pytest.fixture(scope="module")
+def keras_export(tmp_path_factory):
+    return _run_exported("tensorflow", tmp_path_factory.mktemp("export_keras"), KERAS_MODELS)
+
+
 @pytest.fixture(scope="module")
 def mxnet_export(tmp_path_factory):
     return _run_exported("mxnet", tmp_path_factory.mktemp("export_mxnet"), MXNET_MODELS)
@@ -172,6 +202,19 @@ def test_torch_source_reproduces_the_backend_without_tbdzoo(torch_export, name):
 def test_mxnet_source_reproduces_the_backend_without_tbdzoo(mxnet_export, name):
     cases, report = mxnet_export
     _check(report, cases, name, ("Conv2D", "Dense"))
+
+
+@pytest.mark.parametrize("name", KERAS_MODELS)
+def test_keras_source_reproduces_the_backend_without_tbdzoo(keras_export, name):
+    cases, report = keras_export
+    _check(report, cases, name, ("Conv2D", "Dense"))
+
+
+@pytest.mark.parametrize("name", [n for n in tbdzoo.list_models() if n not in KERAS_MODELS])
+def test_keras_source_refuses_other_models_naming_the_op(tmp_path, name):
+    with pytest.raises(TbdError, match="does not write op .*export this model to PyTorch"):
+        export(name, "tensorflow", str(tmp_path), config="tiny")
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("name", ["seq2seq", "deepspeech2"])
