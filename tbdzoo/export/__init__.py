@@ -9,6 +9,7 @@ is in a framework comes from that backend's ``source.py``.
 import importlib
 import importlib.util
 import os
+from typing import Any, List, Optional, Tuple
 
 from .. import weights as _weights
 from ..backends.info import BACKEND_NAMES
@@ -16,6 +17,7 @@ from ..backends.registry import build
 from ..errors import TbdError, UnknownNameError
 from ..models import get_model
 from ..version import __version__
+from ..weights import PathLike
 from .plan import make_plan
 
 
@@ -23,7 +25,7 @@ class ExportError(TbdError, ValueError):
     """A model or path that export cannot write source for."""
 
 
-def writers():
+def writers() -> List[str]:
     """The backends export can write source for (those whose folder has a source.py)."""
     out = []
     for name in BACKEND_NAMES:
@@ -62,7 +64,8 @@ def _model(model, backend, config, seed):
     return spec, model.get_weights(), name, config or getattr(model, "config", None) or "custom"
 
 
-def export(model, backend, path, config=None, weights=None, seed=0):
+def export(model: Any, backend: str, path: PathLike, config: Optional[str] = None,
+           weights: Optional[PathLike] = None, seed: int = 0) -> Tuple[str, str]:
     """Write ``model`` (a name, or a model from :func:`tbdzoo.build`) as ``backend`` source at
     ``path`` (a file, or a folder that gets ``<model>_<backend>.py``), and its weights as
     tbdzoo's ``.npz`` beside it (``<source name>.npz``). A name is built with ``config``
