@@ -60,6 +60,24 @@ for case in json.load(open(sys.argv[1])):
                 results.append([call["member"], name, list(got.shape), list(want.shape),
                                 float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
                                 if got.shape == want.shape else None])
+        if case.get("train"):   # one training-mode loss and its gradients, by tbdzoo's names
+            train = case["train"]
+            model.train()
+            logits = model(*[torch.from_numpy(data[n]) for n in train["inputs"]])
+            loss = torch.nn.functional.cross_entropy(
+                logits, torch.from_numpy(data[train["labels"]].astype(np.int64)))
+            loss.backward()
+            errors = {"loss": abs(float(loss) - float(data["__loss__"]))}
+            for prefix, sub in model.named_modules():
+                for native, parts in module._canonical(sub).items():
+                    tensor = dict(sub.named_parameters(recurse=False)).get(native)
+                    if tensor is None or len(parts) != 1:
+                        continue
+                    name = (prefix + "." if prefix else "") + parts[0]
+                    want = data["__grad__" + name]
+                    errors[name] = float(np.max(np.abs(tensor.grad.numpy() - want))
+                                         / (1e-3 + np.max(np.abs(want))))
+            results.append(["train", errors])
     if framework == "tensorflow":
         import keras
         model = module.build(case["weights"])
@@ -134,11 +152,18 @@ def _cases(backend, tmp_path, names):
                                                    if n not in graph.inputs]))
             if model.model_def.inference is None:   # predict is the graph's output
                 arrays[graph.output] = model.predict(batch)
+            train = None
+            if backend == "torch" and name == "resnet50":   # one loss, no dropout: comparable
+                loss, grads = model.loss_and_gradients(batch)
+                arrays["__loss__"] = np.asarray(loss)
+                arrays["labels"] = np.asarray(batch["labels"])
+                arrays.update(("__grad__" + k, np.asarray(v)) for k, v in grads.items())
+                train = {"inputs": list(root.inputs), "labels": "labels"}
             np.savez(str(tmp_path / (name + ".npz.in.npz")), **arrays)
             cases.append({"name": name, "source": source, "weights": weights,
                           "arrays": str(tmp_path / (name + ".npz.in.npz")),
                           "calls": [{"member": m, "inputs": list(i), "outputs": list(o)}
-                                    for m, i, o in calls]})
+                                    for m, i, o in calls], "train": train})
         finally:
             model.close()
     return cases
@@ -182,7 +207,7 @@ def mxnet_export(tmp_path_factory):
 
 
 def _check(report, cases, name, layers):
-    results = report[name]["results"]
+    results = [r for r in report[name]["results"] if r[0] != "train"]
     case = next(c for c in cases if c["name"] == name)
     assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
     for member, output, got, want, error in results:
@@ -196,6 +221,17 @@ def _check(report, cases, name, layers):
 def test_torch_source_reproduces_the_backend_without_tbdzoo(torch_export, name):
     cases, report = torch_export
     _check(report, cases, name, ("Conv2d", "Linear"))
+
+
+def test_torch_source_trains_as_the_backend_does(torch_export):
+    """One training-mode loss of the written ResNet and its gradients, read back by tbdzoo's
+    names, against the backend's loss_and_gradients on the same batch."""
+    _, report = torch_export
+    errors = next(r[1] for r in report["resnet50"]["results"] if r[0] == "train")
+    assert len(errors) == 1 + 53   # the loss and every trainable tensor
+    assert errors.pop("loss") < 1e-5
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-5, (worst, errors[worst])
 
 
 @pytest.mark.parametrize("name", MXNET_MODELS)
