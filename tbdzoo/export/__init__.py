@@ -44,24 +44,29 @@ def _emitter(backend):
     return importlib.import_module("tbdzoo.backends.{}.source".format(backend))
 
 
-def _model(model, backend, config, seed):
-    """(graph, canonical weights, model name, config name) of a model name or a built model."""
+def _graph(model, config):
+    """(graph, model name, config name) of a model name or a built model."""
     if isinstance(model, str):
         model_def = get_model(model)   # UnknownNameError for an unknown name
-        hp = model_def.hparams(config or "paper")
-        graph = model_def.build_graph(hp)
-        built = build(model, backend=backend, config=config or "paper", seed=seed)
-        try:
-            arrays = built.get_weights()
-        finally:
-            built.close()
-        return graph, arrays, model, config or "paper"
+        return model_def.build_graph(model_def.hparams(config or "paper")), model, \
+            config or "paper"
     spec = getattr(model, "spec", None)
     if spec is None or not hasattr(model, "get_weights"):
         raise ExportError("export takes a model name (one of tbdzoo.list_models()) or a model "
                           "tbdzoo.build made, not {}".format(type(model).__name__))
     name = getattr(getattr(model, "model_def", None), "name", spec.name)
-    return spec, model.get_weights(), name, config or getattr(model, "config", None) or "custom"
+    return spec, name, config or getattr(model, "config", None) or "custom"
+
+
+def _initial_weights(model, backend, config, seed):
+    """The canonical weights of a built model, or of the model ``model`` names, built."""
+    if not isinstance(model, str):
+        return model.get_weights()
+    built = build(model, backend=backend, config=config, seed=seed)
+    try:
+        return built.get_weights()
+    finally:
+        built.close()
 
 
 def export(model: Any, backend: str, path: PathLike, config: Optional[str] = None,
@@ -75,10 +80,8 @@ def export(model: Any, backend: str, path: PathLike, config: Optional[str] = Non
     if not isinstance(path, (str, bytes)) and not hasattr(path, "__fspath__"):
         raise ExportError("path must be a file or folder path, not {}".format(type(path).__name__))
     path = os.fspath(path)
-    graph, arrays, name, config_name = _model(model, backend, config, seed)
-    if weights is not None:
-        arrays = _weights.load(weights, graph)   # WeightsError naming what does not fit
-    plan = make_plan(graph, emitter)
+    graph, name, config_name = _graph(model, config)
+    plan = make_plan(graph, emitter)   # what the writer cannot write is refused here
     text = emitter.write(plan, name, config_name, __version__)
     if os.path.isdir(path):
         path = os.path.join(path, "{}_{}{}".format(name, backend, emitter.EXTENSION))
@@ -87,6 +90,10 @@ def export(model: Any, backend: str, path: PathLike, config: Optional[str] = Non
         raise ExportError("cannot write {}: folder {} does not exist; create it first".format(
             path, folder))
     weights_path = os.path.splitext(path)[0] + ".npz"
+    if weights is not None:
+        arrays = _weights.load(weights, graph)   # WeightsError naming what does not fit
+    else:
+        arrays = _initial_weights(model, backend, config_name, seed)
     try:
         with open(path, "w") as f:
             f.write(text)
