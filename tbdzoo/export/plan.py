@@ -268,7 +268,22 @@ class Planner:
             is_root = any(not b.name for b in blocks)
             self._unify(kind, blocks, is_root)
         root_cls = self.resolved[""][0]
-        plan = Plan(self.graph, self.tree, self.classes, root_cls)
+        used = set()
+
+        def reach(cls):
+            if cls.name in used:
+                return
+            used.add(cls.name)
+            stack = list(cls.members.values())
+            while stack:
+                m = stack.pop()
+                if m.kind == "block":
+                    reach(m.cls)
+                stack.extend(m.items)
+        reach(root_cls)
+        # blocks the model holds no module of (a program's parameter-free helpers) are left out
+        classes = [c for c in self.classes if c.name in used]
+        plan = Plan(self.graph, self.tree, classes, root_cls)
         plan.parts = [(p, self.tree.children[p]) for p, m in root_cls.members.items()
                       if m.kind == "block" and p in self.tree.children
                       and not any(s.path == p for s in root_cls.steps)]
@@ -439,9 +454,11 @@ class Planner:
             if all(m.block.inputs[i] == value for m, _ in instances) and value in graph_inputs:
                 name = identifier(value, live)
             else:
-                name = identifier("x" if not live else "x{}".format(i + 1), live)
-                if name in RESERVED or name == "x_":
-                    name = "x" if "x" not in live else "x{}".format(i + 1)
+                parts = value.split(".")
+                # the first input is x; another is named after where it comes from: a
+                # value of a sibling block by that block (encoder), else by its own name
+                hint = parts[-1] if len(parts) <= 2 else parts[0]
+                name = "x" if not live else identifier(hint, live | {"x"})
             names[("in", i)] = name
             live.add(name)
         cls.inputs = [names[("in", i)] for i in range(len(block.inputs))]
