@@ -252,8 +252,15 @@ class Planner:
 
     # -- unification ---------------------------------------------------------------------------
     def plan(self):
+        skipped = set()   # blocks the model holds no module of: a program's helpers
+        for local, child in self.tree.children.items():
+            if not any(s.path == local for s in self.tree.steps) and \
+                    not self._owns_parameters(child):
+                skipped.update(b.name for b in child.walk())
         by_kind = OrderedDict()
         for block in self.tree.walk():
+            if block.name in skipped:
+                continue
             if block.kind != _tree.SEQUENTIAL or not block.name:
                 by_kind.setdefault(block.kind, []).append(block)
         depth = {}
