@@ -52,6 +52,7 @@ from .datasets.makers import list_makers, make
 from .distributed.launch import RANK_TIMEOUT, STEP_TIMEOUT
 from .distributed.world import BN_MODES
 from .errors import TbdError, UnknownNameError
+from .export import export
 from .models import get_model, list_models
 from .models.a3c import NAME as A3C
 from .models.constraints import COMMON
@@ -629,6 +630,16 @@ def parser():
     data_make.add_argument("--set", type=_assignment, action="append", metavar="OPTION=VALUE",
                            help="a maker's option (repeatable; tbd data list shows them), "
                                 "e.g. --set size=299")
+    export = sub.add_parser("export", help="standalone source of a model for one framework, "
+                                           "with its weights beside it")
+    export.add_argument("model")
+    export.add_argument("--backend", required=True, help="the framework to write source for")
+    export.add_argument("-o", "--output", required=True,
+                        help="the source file to write, or a folder (gets MODEL_BACKEND.py)")
+    export.add_argument("--config", default="paper", help="the model's config (default %(default)s)")
+    export.add_argument("--weights", help="a tbdzoo weights file (.npz) of the model to export "
+                                          "with, instead of its initial weights")
+    export.add_argument("--seed", type=_integer, default=0, help="initial weights' seed")
     _distributed_flags(add_train_parser(sub, _assignment, _positive), baseline=False)
     add_consistency_parser(sub)
     for command in _leaf_parsers(sub):
@@ -658,6 +669,13 @@ def _leaf_parsers(sub):
     return leaves
 
 
+def cmd_export(args):
+    source, weights = export(args.model, args.backend, args.output, config=args.config,
+                             weights=args.weights, seed=args.seed)
+    print("wrote {} and its weights {}".format(source, weights))
+    return 0
+
+
 def cmd_consistency(args):
     return consistency_command(args, rich_console())
 
@@ -668,7 +686,7 @@ def main(argv=None):
         os.environ[VERBOSE_VARIABLE] = "1"
     commands = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "bench": cmd_bench,
                 "report": cmd_report, "data": cmd_data, "train": cmd_train,
-                "consistency": cmd_consistency}
+                "consistency": cmd_consistency, "export": cmd_export}
     try:
         return commands[args.command](args)
     except TbdError as e:

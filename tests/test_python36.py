@@ -15,7 +15,8 @@ SHARED = ["tbdzoo/__init__.py", "tbdzoo/errors.py", "tbdzoo/weights.py", "tbdzoo
           "tbdzoo/backends/worker.py", "tbdzoo/backends/cntk", "tbdzoo/backends/info.py", "tbdzoo/reference",
           "tbdzoo/version.py", "tbdzoo/progress.py",
           "tbdzoo/distributed", "tbdzoo/training", "tbdzoo/pipelines/__init__.py",
-          "tbdzoo/pipelines/measure.py", "tbdzoo/pipelines/augment.py", "tbdzoo/pipelines/order.py"]
+          "tbdzoo/pipelines/measure.py", "tbdzoo/pipelines/augment.py", "tbdzoo/pipelines/order.py",
+          "tbdzoo/export"]
 
 
 def test_shared_code_compiles_under_python36():

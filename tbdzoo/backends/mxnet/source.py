@@ -1,0 +1,573 @@
+"""MXNet Gluon source of a model: ``gluon.nn`` blocks in one HybridBlock class per block kind.
+
+Writes text only (MXNet is not imported here): tbdzoo/export/ plans the classes, this module
+says what each layer and op is in Gluon, with the formulas of this backend's ops.py (NCHW
+activations, max-pool padding filled with float32's lowest value, masked attention logits set
+to -1e9, BatchNorm's momentum as Gluon counts it: the weight of the old statistics).
+Recurrent layers and their sequence ops are not written yet: a model with them is refused,
+naming the op.
+"""
+from collections import OrderedDict
+
+from ...errors import UnsupportedOpError
+from ...export.code import (
+    Lines,
+    call_arguments,
+    compress,
+    forward_statements,
+    is_lit,
+    lit,
+    literal,
+    member_ref,
+    members_in_order,
+    params_in_call_order,
+    value,
+)
+from ...export.plan import Slot
+
+FRAMEWORK = "MXNet Gluon"
+EXTENSION = ".py"
+LOWEST_FLOAT32 = -3.4028234663852886e+38
+
+_TYPES = {"conv2d": "nn.Conv2D", "dense": "nn.Dense", "embedding": "nn.Embedding",
+          "layernorm": "nn.LayerNorm", "batchnorm": "nn.BatchNorm",
+          "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
+          "frozen_batchnorm": "FrozenBatchNorm"}
+_UNWRITTEN = ("lstm", "gru", "additive_attention", "sequence_batchnorm")
+
+
+def _pair(v):
+    v = tuple(v)
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+def _symmetric(pads):
+    (t, b), (left, r) = pads
+    return (t, left) if t == b and left == r else None
+
+
+def _refuse(node):
+    raise UnsupportedOpError("the MXNet source writer does not write op {!r} ({}) yet; export "
+                             "this model to PyTorch".format(node.op, node.name))
+
+
+def layer_type(graph, node):
+    if node.op == "batchnorm" and not node.attrs["track_running_stats"]:
+        return "BatchStatisticsNorm"
+    if node.op not in _TYPES:
+        _refuse(node)
+    return _TYPES[node.op]
+
+
+def layer_slots(graph, node):
+    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
+    s = OrderedDict()
+    op = node.op
+    if op == "conv2d":
+        sym = _symmetric(a["padding"])
+        s["channels"] = Slot(a["filters"], "channels")
+        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
+        s["strides"] = Slot(_pair(a["stride"]), "stride")
+        s["padding"] = Slot(_pair(sym) if sym else 0, "padding")
+        s["dilation"] = Slot(_pair(a["dilation"]), "dilation")
+        s["groups"] = Slot(a["groups"], "groups")
+        s["use_bias"] = Slot(a["use_bias"], "bias")
+        s["in_channels"] = Slot(shape[0], "channels")
+        if sym is None:
+            (t, b), (left, r) = a["padding"]
+            s["pad"] = Slot((0, 0, 0, 0, t, b, left, r), "pad", call=True)
+    elif op == "batchnorm":
+        if a["track_running_stats"]:
+            s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
+            s["epsilon"] = Slot(a["eps"], "eps")
+            s["in_channels"] = Slot(shape[0], "channels")
+        else:
+            s["in_channels"] = Slot(shape[0], "channels")
+            s["epsilon"] = Slot(a["eps"], "eps")
+    elif op == "frozen_batchnorm":
+        s["in_channels"] = Slot(shape[0], "channels")
+        s["epsilon"] = Slot(a["eps"], "eps")
+    elif op == "dense":
+        s["units"] = Slot(a["units"], "channels")
+        s["use_bias"] = Slot(a["use_bias"], "bias")
+        s["in_units"] = Slot(shape[-1], "channels")
+    elif op == "embedding":
+        s["input_dim"] = Slot(a["vocab"], "vocab")
+        s["output_dim"] = Slot(a["dim"], "channels")
+        s["scale"] = Slot(a["scale"], "scale", call=True)
+    elif op == "layernorm":
+        s["epsilon"] = Slot(a["eps"], "eps")
+        s["in_channels"] = Slot(shape[-1], "channels")
+    elif op == "multi_head_attention":
+        s["d_model"] = Slot(shape[-1], "channels")
+        s["num_heads"] = Slot(a["num_heads"], "num_heads")
+        s["dropout"] = Slot(a["dropout"], "dropout")
+        s["causal"] = Slot(a["causal"], "causal")
+        s["pad_id"] = Slot(a["pad_id"], "pad_id")
+    elif op == "channel_layernorm":
+        s["num_channels"] = Slot(shape[0], "channels")
+        s["eps"] = Slot(a["eps"], "eps")
+    else:
+        layer_type(graph, node)
+    return s
+
+
+def op_slots(graph, node):
+    if node.op in _UNWRITTEN or node.op in ("lengths_after_conv", "clipped_relu"):
+        _refuse(node)
+    out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
+                      if k != "shared")
+    if node.op in ("positional_encoding", "roi_align"):
+        out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)
+    return out
+
+
+# -- layers -----------------------------------------------------------------------------------
+_DEFAULTS = {"strides": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": True,
+             "epsilon": 1e-5, "momentum": 0.9, "dropout": 0.0, "causal": False, "pad_id": 0,
+             "eps": 1e-5}
+_POSITIONAL = {"conv2d": 2, "dense": 1, "embedding": 2, "batchnorm": 0, "frozen_batchnorm": 1,
+               "layernorm": 0, "multi_head_attention": 2, "channel_layernorm": 1}
+
+
+def _constructor(member, shares=None):
+    """The Gluon layer's constructor; ``shares``: the member whose parameters it uses."""
+    if shares is not None:
+        text = _constructor(member)
+        return "{}, prefix={}.prefix, params={}.collect_params())".format(text[:-1], shares,
+                                                                         shares)
+    values = [(k, v) for k, v in member.values.items() if k not in ("pad", "scale")]
+    if member.type == "BatchStatisticsNorm":
+        return "BatchStatisticsNorm({}, eps={})".format(value(member.values["in_channels"]),
+                                                        value(member.values["epsilon"]))
+    n = _POSITIONAL[member.op]
+    parts = [value(v) for _, v in values[:n]]
+    for k, v in values[n:]:
+        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
+                type(lit(v)) is type(_DEFAULTS[k]):
+            continue
+        parts.append("{}={}".format(k, value(v)))
+    if member.op == "dense":
+        parts.append("flatten=False")
+    if member.op == "batchnorm":
+        parts.insert(0, "axis=1")
+    if member.op == "layernorm":
+        parts.insert(0, "axis=-1")
+    return "{}({})".format(member.type, ", ".join(parts))
+
+
+def _layer_call(cls, member, ins):
+    ref = member_ref(cls, member.path)
+    if member.op == "conv2d" and "pad" in member.values:
+        return "{}(F.pad({}, mode=\"constant\", constant_value=0.0, pad_width={}))".format(
+            ref, ins[0], value(member.values["pad"], True))
+    if member.op == "embedding":
+        scale = member.values["scale"]
+        if is_lit(scale) and lit(scale) == 1.0:
+            return "{}({})".format(ref, ins[0])
+        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+    return "{}({})".format(ref, ", ".join(ins))
+
+
+def _member_expr(member, depth=0):
+    if member.kind == "layer":
+        return _constructor(member)
+    if member.kind == "block":
+        return "{}({})".format(member.cls.name, call_arguments(member.cls, member.values))
+    items = compress([_member_expr(i, depth + 1) for i in member.items])
+    texts = [t if n == 1 else "*({} for _ in range({}))".format(t, n) for t, n in items]
+    inline = "sequential({})".format(", ".join(texts))
+    if len(inline) <= 72:
+        return inline
+    pad = "    " * (depth + 1)
+    return "sequential(\n{}{},\n{})".format(pad, (",\n" + pad).join(texts), "    " * depth)
+
+
+# -- ops --------------------------------------------------------------------------------------
+def _op(step, helpers, constants):
+    op, v, ins = step.op, step.values, step.ins
+
+    def val(name):
+        return value(v[name], True)
+
+    def need_lit(*names):
+        for n in names:
+            if not is_lit(v[n]):
+                raise UnsupportedOpError(
+                    "the MXNet source writer needs {} of op {!r} to be the same in every "
+                    "instance of a class".format(n, op))
+        return [lit(v[n]) for n in names]
+    x = ins[0] if ins else None
+    if op == "relu":
+        return "F.Activation({}, act_type=\"relu\")".format(x)
+    if op == "add":
+        return " + ".join(ins)
+    if op in ("maxpool2d", "avgpool2d"):
+        kernel, stride, padding = need_lit("kernel", "stride", "padding")
+        sym = _symmetric(padding)
+        explicit = sym is None or 2 * max(sym) > min(kernel)
+        kw = "kernel={}, stride={}".format(literal(tuple(kernel)), literal(tuple(stride)))
+        if op == "maxpool2d":
+            if explicit:
+                (t, b), (left, r) = padding
+                x = "F.pad({}, mode=\"constant\", constant_value={!r}, pad_width={})".format(
+                    x, LOWEST_FLOAT32, literal((0, 0, 0, 0, t, b, left, r)))
+                sym = (0, 0)
+            return "F.Pooling({}, {}, pad={}, pool_type=\"max\", pooling_convention=\"valid\")"\
+                .format(x, kw, literal(tuple(sym)))
+        include, = need_lit("count_include_pad")
+        if not explicit:
+            return ("F.Pooling({}, {}, pad={}, pool_type=\"avg\", count_include_pad={}, "
+                    "pooling_convention=\"valid\")").format(x, kw, literal(tuple(sym)), include)
+        helpers.add("avg_pool2d")
+        return "avg_pool2d(F, {}, {}, {}, {}, {})".format(
+            x, literal(tuple(kernel)), literal(tuple(stride)), literal(padding), include)
+    if op == "global_avgpool":
+        return "F.reshape(F.Pooling({}, kernel=(1, 1), global_pool=True, pool_type=\"avg\"), " \
+               "shape=(0, -1))".format(x)
+    if op == "flatten":
+        return "F.reshape({}, shape=(0, -1))".format(x)
+    if op == "positional_encoding":
+        length, dim = need_lit("in_shape")[0]
+        helpers.add("sinusoid_table")
+        name = "pe_table_{}x{}".format(length, dim)
+        constants[name] = "sinusoid_table({}, {})".format(length, dim)
+        return "F.broadcast_add({}, F.expand_dims({}, axis=0))".format(x, name)
+    if op == "dropout":
+        return "F.Dropout({}, p={})".format(x, val("rate"))
+    if op == "concat":
+        axis = str(lit(v["axis"]) + 1) if is_lit(v["axis"]) else val("axis") + " + 1"
+        return "F.concat({}, dim={})".format(", ".join(ins), axis)
+    if op == "tanh":
+        return "F.tanh({})".format(x)
+    if op == "upsample_nearest":
+        f = val("factor")
+        return "F.repeat(F.repeat({}, repeats={}, axis=2), repeats={}, axis=3)".format(x, f, f)
+    if op == "reshape":
+        shape, = need_lit("shape")
+        return "F.reshape({}, shape={})".format(x, literal((-1,) + tuple(shape)))
+    if op == "scale":
+        return "{} * {}".format(x, val("factor"))
+    if op == "stop_gradient":
+        return "F.BlockGrad({})".format(x)
+    if op == "ones_like":
+        return "F.ones_like({})".format(x)
+    if op == "transpose":
+        perm, = need_lit("perm")
+        return "F.transpose({}, axes={})".format(x, literal((0,) + tuple(i + 1 for i in perm)))
+    if op == "roi_align":
+        helpers.add("roi_align")
+        shape, size, sr = need_lit("in_shape", "output_size", "sampling_ratio")
+        return "roi_align(F, {}, {}, {}, {}, {}, {})".format(
+            ins[0], ins[1], ins[2], literal(tuple(shape)), literal(tuple(size)), sr)
+    if op == "to_batch":
+        return "F.reshape({}, shape=(-3, -2))".format(x)
+    raise UnsupportedOpError("the MXNet source writer does not write op {!r} ({}) yet; export "
+                             "this model to PyTorch".format(
+                                 op, step.node.name if step.node is not None else step.path))
+
+
+_HELPERS = OrderedDict()
+_HELPERS["sinusoid_table"] = '''
+def sinusoid_table(length, dim):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...), in float64, kept float32."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
+    table = np.zeros((length, dim), np.float64)
+    table[:, 0::2] = np.sin(position * rate)
+    table[:, 1::2] = np.cos(position * rate[: dim // 2])
+    return table.astype(np.float32)
+'''
+_HELPERS["avg_pool2d"] = '''
+def avg_pool2d(F, x, kernel, stride, padding, count_include_pad):
+    """Average pooling with any padding: without count_include_pad each window divides by
+    its cells inside the input."""
+    (t, b), (left, r) = padding
+    x = F.pad(x, mode="constant", constant_value=0.0, pad_width=(0, 0, 0, 0, t, b, left, r))
+    if count_include_pad:
+        return F.Pooling(x, kernel=kernel, stride=stride, pool_type="avg",
+                         pooling_convention="valid")
+    ones = F.pad(F.ones_like(F.slice_axis(F.slice_axis(x, axis=0, begin=0, end=1), axis=1,
+                                          begin=0, end=1)), mode="constant",
+                 constant_value=0.0, pad_width=(0, 0, 0, 0, t, b, left, r))
+    summed = F.Pooling(x, kernel=kernel, stride=stride, pool_type="sum",
+                       pooling_convention="valid")
+    counts = F.Pooling(ones, kernel=kernel, stride=stride, pool_type="sum",
+                       pooling_convention="valid")
+    return F.broadcast_div(summed, counts)
+'''
+_HELPERS["roi_align"] = '''
+def roi_align(F, features, indices, weights, shape, output_size, sampling_ratio):
+    """RoIAlign from precomputed taps: indices and weights (N, R, S, 4), S = oh * ow * sr * sr
+    samples per RoI, each the bilinear mix of four feature cells (indices into one example's
+    H * W cells); each bin averages its sr * sr samples. Returns (N, R, C, oh, ow)."""
+    (c, h, w), (oh, ow), sr = shape, output_size, sampling_ratio
+    rows = F.reshape(F.transpose(features, axes=(0, 2, 3, 1)), shape=(-1, c))
+    offsets = F.contrib.arange_like(indices, axis=0) * float(h * w)
+    flat = F.broadcast_add(F.reshape(F.cast(indices, "float32"), shape=(0, -1)),
+                           F.reshape(offsets, shape=(-1, 1)))
+    taps = F.take(rows, flat, axis=0)
+    taps = F.broadcast_mul(taps, F.reshape(weights, shape=(0, -1, 1)))
+    out = F.sum(F.reshape(taps, shape=(0, -1, oh, ow, sr * sr * 4, c)), axis=4)
+    return F.transpose(out / float(sr * sr), axes=(0, 1, 4, 2, 3))
+'''
+_LAYER_HELPERS = OrderedDict()
+_LAYER_HELPERS["MultiHeadAttention"] = '''
+class MultiHeadAttention(gluon.HybridBlock):
+    """Multi-head attention over (N, T, D) queries and (N, S, D) keys and values: the keys
+    whose token is pad_id, and with causal=True the keys after each query, have their logits
+    set to -1e9 before the softmax; scores are scaled by 1 / sqrt(D / num_heads)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, causal=False, pad_id=0):
+        super().__init__()
+        self.d_model, self.num_heads = d_model, num_heads
+        self.dropout, self.causal, self.pad_id = dropout, causal, pad_id
+        for k in ("q", "k", "v", "o"):
+            setattr(self, "W_" + k, self.params.get("W_" + k, shape=(d_model, d_model)))
+            setattr(self, "b_" + k, self.params.get("b_" + k, shape=(d_model,), init="zeros"))
+
+    def hybrid_forward(self, F, query, source, tokens, W_q, W_k, W_v, W_o, b_q, b_k, b_v, b_o):
+        d, h = self.d_model, self.num_heads
+
+        def heads(x, w, b):
+            x = F.reshape(F.FullyConnected(x, w, b, num_hidden=d, flatten=False),
+                          shape=(0, 0, h, -1))
+            return F.reshape(F.transpose(x, axes=(0, 2, 1, 3)), shape=(-3, 0, 0))
+        q, k, v = heads(query, W_q, b_q), heads(source, W_k, b_k), heads(source, W_v, b_v)
+        scores = F.batch_dot(q, k, transpose_b=True) / math.sqrt(d // h)
+        scores = F.reshape(scores, shape=(-4, -1, h, 0, 0))
+        masked = F.reshape(tokens == self.pad_id, shape=(0, 1, 1, -1))
+        if self.causal:
+            steps = F.contrib.arange_like(query, axis=1)
+            later = F.broadcast_greater(F.reshape(steps, shape=(1, -1)),
+                                        F.reshape(steps, shape=(-1, 1)))
+            masked = F.broadcast_maximum(masked, F.expand_dims(F.expand_dims(later, 0), 0))
+        scores = F.broadcast_add(F.broadcast_mul(scores, 1.0 - masked), masked * -1e9)
+        weights = F.softmax(scores, axis=-1)
+        if self.dropout:
+            weights = F.Dropout(weights, p=self.dropout)
+        context = F.batch_dot(F.reshape(weights, shape=(-3, 0, 0)), v)
+        context = F.reshape(context, shape=(-4, -1, h, 0, 0))
+        context = F.reshape(F.transpose(context, axes=(0, 2, 1, 3)), shape=(0, 0, -1))
+        return F.FullyConnected(context, W_o, b_o, num_hidden=d, flatten=False)
+'''
+_LAYER_HELPERS["ChannelLayerNorm"] = '''
+class ChannelLayerNorm(gluon.HybridBlock):
+    """Normalises each (C, H, W) example with one mean and (biased) variance, then scales and
+    shifts per channel."""
+
+    def __init__(self, num_channels, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = self.params.get("gamma", shape=(num_channels,), init="ones")
+        self.beta = self.params.get("beta", shape=(num_channels,), init="zeros")
+
+    def hybrid_forward(self, F, x, gamma, beta):
+        centred = F.broadcast_sub(x, F.mean(x, axis=(1, 2, 3), keepdims=True))
+        variance = F.mean(F.square(centred), axis=(1, 2, 3), keepdims=True)
+        y = F.broadcast_mul(centred, F.rsqrt(variance + self.eps))
+        return F.broadcast_add(F.broadcast_mul(y, F.reshape(gamma, shape=(1, -1, 1, 1))),
+                               F.reshape(beta, shape=(1, -1, 1, 1)))
+'''
+_LAYER_HELPERS["BatchStatisticsNorm"] = '''
+class BatchStatisticsNorm(gluon.HybridBlock):
+    """BatchNorm that keeps no running statistics: the batch's own mean and biased variance
+    normalise it in training and in inference alike."""
+
+    def __init__(self, in_channels, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = self.params.get("gamma", shape=(in_channels,), init="ones")
+        self.beta = self.params.get("beta", shape=(in_channels,), init="zeros")
+
+    def hybrid_forward(self, F, x, gamma, beta):
+        mean = F.mean(x, axis=(0, 2, 3), keepdims=True)
+        centred = F.broadcast_sub(x, mean)
+        variance = F.mean(F.square(centred), axis=(0, 2, 3), keepdims=True)
+        y = F.broadcast_mul(centred, F.rsqrt(variance + self.eps))
+        return F.broadcast_add(F.broadcast_mul(y, F.reshape(gamma, shape=(1, -1, 1, 1))),
+                               F.reshape(beta, shape=(1, -1, 1, 1)))
+'''
+_LAYER_HELPERS["FrozenBatchNorm"] = '''
+class FrozenBatchNorm(gluon.HybridBlock):
+    """BatchNorm with fixed statistics and affine parameters (not trained): x * scale + shift,
+    scale = gamma / sqrt(running_var + eps)."""
+
+    def __init__(self, in_channels, epsilon=1e-5):
+        super().__init__()
+        self.eps = epsilon
+        for name, init in (("gamma", "ones"), ("beta", "zeros"), ("running_mean", "zeros"),
+                           ("running_var", "ones")):
+            setattr(self, name, self.params.get(name, shape=(in_channels,), init=init,
+                                                grad_req="null"))
+
+    def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        scale = gamma * F.rsqrt(running_var + self.eps)
+        shift = beta - running_mean * scale
+        return F.broadcast_add(F.broadcast_mul(x, F.reshape(scale, shape=(1, -1, 1, 1))),
+                               F.reshape(shift, shape=(1, -1, 1, 1)))
+'''
+
+_LOAD = '''
+def load(model, path):
+    """Loads tbdzoo's canonical weights file (.npz) into ``model``; the parameters' paths in
+    the model (Gluon's structural names, as save_parameters writes them) are tbdzoo's names."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files if k != "__manifest__"}
+    named = {}   # one name per parameter: the file's, where a parameter is shared
+    for name, p in model._collect_params_with_prefix().items():
+        if not isinstance(p, gluon.Constant) and (id(p) not in named or name in arrays):
+            named[id(p)] = (name, p)
+    params = dict(named.values())
+    missing = sorted(set(params) - set(arrays))
+    unused = sorted(set(arrays) - set(params))
+    if missing or unused:
+        raise ValueError("{} does not fit this model: nothing in the file for {}; not in the "
+                         "model: {}".format(path, missing or "-", unused or "-"))
+    model.initialize(ctx=mx.cpu(), force_reinit=False)
+    for name, param in params.items():
+        param.set_data(mx.nd.array(arrays[name], dtype="float32"))
+    return model
+'''
+
+
+def _helper_names(plan):
+    used_types, helpers = set(), set()
+    for cls in plan.classes:
+        for m in _all_members(cls):
+            if m.kind == "layer":
+                used_types.add(m.type)
+        for step in cls.steps:
+            if step.kind == "op":
+                _op(step, helpers, {})
+    return used_types, helpers
+
+
+def _all_members(cls):
+    out = []
+
+    def visit(m):
+        out.append(m)
+        for i in m.items:
+            visit(i)
+    for m in cls.members.values():
+        visit(m)
+    return out
+
+
+def _write_class(cls, lines, plan):
+    base = "nn.HybridSequential" if cls.base == "list" else "gluon.HybridBlock"
+    lines.add("class {}({}):".format(cls.name, base)).indent()
+    lines.add('"""' + _class_doc(cls, plan) + '"""').add()
+    params = params_in_call_order(cls)
+    lines.add("def __init__({}):".format(", ".join(["self"] + [p.name for p in params])))
+    lines.indent().add("super().__init__()")
+    for p in params:
+        if p.call:
+            lines.add("self.{0} = {0}".format(p.name))
+    constants, helpers = OrderedDict(), set()
+    body = Lines()
+    body.depth = 2
+
+    def render(step):
+        if step.kind == "op":
+            return _op(step, helpers, constants)
+        member = cls.members[step.path]
+        if step.kind == "layer":
+            return _layer_call(cls, member, step.ins)
+        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
+    forward_statements(cls, body, render)
+    if constants and cls.count > 1:
+        raise UnsupportedOpError("the MXNet source writer keeps constant tables per class; "
+                                 "{} has {} instances".format(cls.name, cls.count))
+    for name, expr in constants.items():
+        lines.add("self.{0} = self.params.get_constant(\"{0}\", {1})".format(name, expr))
+    shares = {}
+    for layer, suffix, owner, owner_suffix in cls.ties:
+        if suffix != owner_suffix:
+            raise UnsupportedOpError("the MXNet source writer shares a parameter only under one "
+                                     "name: {}.{} is {}.{}".format(layer, suffix, owner,
+                                                                   owner_suffix))
+        shares[layer] = member_ref(cls, owner)
+    for m in members_in_order(cls):
+        expr = _member_expr(m) if m.path not in shares else _constructor(m, shares[m.path])
+        if m.optional is not None:
+            expr = "{} if {} else None".format(expr, m.optional.name)
+        if cls.base == "list" and "." not in m.path:
+            lines.add("self.add({})".format(expr))
+        else:
+            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    lines.dedent().add()
+    args = ["self", "F"] + cls.inputs + list(constants)
+    lines.add("def hybrid_forward({}):".format(", ".join(args)))
+    lines.lines.extend(body.lines)
+    lines.dedent().add().add()
+
+
+def _class_doc(cls, plan):
+    if cls is plan.root:
+        g = plan.graph
+        out = ["{}, as tbdzoo's specification builds it (NCHW images).".format(cls.kind), "",
+               "Called with ({}):".format(", ".join(cls.inputs))]
+        written = set(g.program.written_inputs()) if g.program is not None else set()
+        for name, node in zip(cls.inputs, cls.input_nodes):
+            inp = g.inputs[node]
+            note = " (from the training program's targets step)" if node in written else ""
+            out.append("  {}: float32 of shape (N, {}){}".format(
+                name, ", ".join(str(d) for d in inp.shape), note).replace(", )", ")"))
+        out.append("and returns {} of shape (N, {}).".format(
+            g.output, ", ".join(str(d) for d in g.shape_of(g.output))).replace(", )", ")"))
+        for path, block in getattr(plan, "parts", ()):
+            out.append("Also a part of the model, not called by forward: self.{}({}) -> {}."
+                       .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
+        return "\n".join(out) + "\n"
+    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
+        "{}.".format(cls.kind)
+    return text + ("\n\n" + cls.note + ".\n" if cls.note else "")
+
+
+def write(plan, model_name, config, version):
+    used_types, helpers = _helper_names(plan)
+    root = plan.root
+    lines = Lines()
+    lines.add('"""{} in MXNet Gluon, written by tbdzoo {} from its specification (config {!r}).'
+              .format(model_name, version, config))
+    lines.add("")
+    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
+        model_name, root.name))
+    lines.add("    model.hybridize()")
+    lines.add("    out = model({})   # mx.nd arrays, float32 (token ids too)".format(
+        ", ".join(root.inputs)))
+    lines.add("")
+    lines.add("Parameters are named as tbdzoo names them (``layer1.0.conv1.weight``), as Gluon's")
+    lines.add("save_parameters writes them. Needs only MXNet and NumPy.")
+    lines.add('"""')
+    lines.add("import math  # noqa: F401").add()
+    lines.add("import numpy as np").add()
+    lines.add("if \"bool\" not in vars(np):  # MXNet 1.9 reads numpy.bool, gone from NumPy 1.24")
+    lines.add("    np.bool = bool")
+    lines.add("import mxnet as mx  # noqa: E402")
+    lines.add("from mxnet import gluon  # noqa: E402")
+    lines.add("from mxnet.gluon import nn  # noqa: E402").add()
+    lines.add("INPUTS = {}".format(literal(tuple(root.inputs)))).add().add()
+    lines.add('''def sequential(*blocks):
+    """A HybridSequential of ``blocks``."""
+    out = nn.HybridSequential()
+    out.add(*blocks)
+    return out''').add().add()
+    for name, text in _HELPERS.items():
+        if name in helpers:
+            lines.add(text.strip("\n")).add().add()
+    for name, text in _LAYER_HELPERS.items():
+        if name in used_types:
+            lines.add(text.strip("\n")).add().add()
+    for cls in plan.classes:
+        _write_class(cls, lines, plan)
+    lines.add(_LOAD.strip("\n")).add().add()
+    lines.add("def build(weights=None):").indent()
+    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
+        root.name))
+    lines.add("model = {}()".format(root.name))
+    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    return lines.text()
+

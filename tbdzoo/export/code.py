@@ -1,0 +1,120 @@
+"""Small helpers every emitter writes Python with: literals, argument references, member
+paths and the forward statements of a planned class (tbdzoo/export/plan.py)."""
+from .plan import Arg, Lit
+
+
+def literal(value):
+    """``value`` as Python source: ints, floats (shortest repr that reads back equal), bools,
+    None, strings and tuples of them."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return "float({!r})".format(repr(value))
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        items = [literal(v) for v in value]
+        return "({},)".format(items[0]) if len(items) == 1 else "({})".format(", ".join(items))
+    return repr(value)
+
+
+def value(v, forward=False):
+    """A Lit or Arg as source: an argument reads as its name in ``__init__`` and as the
+    attribute it is kept in (``self.name``) in ``forward``."""
+    if isinstance(v, Arg):
+        return "self." + v.name if forward else v.name
+    if isinstance(v, Lit):
+        return literal(v.value)
+    return literal(v)
+
+
+def is_lit(v):
+    return isinstance(v, Lit)
+
+
+def lit(v):
+    return v.value
+
+
+def member_ref(cls, path, owner="self"):
+    """How a class's code reaches its member at ``path`` (``self.layer1[0].conv1``)."""
+    parts = path.split(".")
+    first = parts[0]
+    out = "{}[{}]".format(owner, first) if cls is not None and cls.base == "list" else \
+        "{}.{}".format(owner, first) if not first.isdigit() else "{}[{}]".format(owner, first)
+    for part in parts[1:]:
+        out += "[{}]".format(part) if part.isdigit() else "." + part
+    return out
+
+
+def members_in_order(cls):
+    """The class's members, parents before the layers attached below them."""
+    return sorted(cls.members.values(), key=lambda m: m.path.count("."))
+
+
+class Lines:
+    """Source lines with indentation."""
+
+    def __init__(self):
+        self.lines = []
+        self.depth = 0
+
+    def add(self, text=""):
+        for line in text.split("\n"):
+            self.lines.append(("    " * self.depth + line) if line else "")
+        return self
+
+    def indent(self):
+        self.depth += 1
+        return self
+
+    def dedent(self):
+        self.depth -= 1
+        return self
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+def params_in_call_order(cls):
+    """Constructor arguments: channel counts first (passed by position), then the rest."""
+    first = [p for p in cls.params if p.family in ("channels", "vocab")]
+    first.sort(key=lambda p: p.name != "in_channels")
+    return first + [p for p in cls.params if p not in first]
+
+
+def call_arguments(cls, values, forward=False):
+    """The arguments of a call of ``cls``: channel counts by position, the rest by keyword."""
+    parts = []
+    for p in params_in_call_order(cls):
+        v = value(values[p.name], forward)
+        parts.append(v if p.family in ("channels", "vocab") else "{}={}".format(p.name, v))
+    return ", ".join(parts)
+
+
+def compress(items):
+    """Consecutive equal item texts as (text, count)."""
+    out = []
+    for item in items:
+        if out and out[-1][0] == item:
+            out[-1][1] += 1
+        else:
+            out.append([item, 1])
+    return out
+
+
+def forward_statements(cls, lines, render_step):
+    """The body of ``forward``: one statement per step (``render_step(step)`` gives the
+    expression), optional members skipped when absent, then the return."""
+    for step in cls.steps:
+        expr = render_step(step)
+        targets = ", ".join(step.outs) if step.outs else "_"
+        if step.optional is not None:
+            ref = member_ref(cls, step.path)
+            if step.outs[0] != step.ins[0]:
+                lines.add("{} = {}".format(step.outs[0], step.ins[0]))
+            lines.add("if {} is not None:".format(ref))
+            lines.indent().add("{} = {}".format(step.outs[0], expr)).dedent()
+        else:
+            lines.add("{} = {}".format(targets, expr))
+    lines.add("return " + ", ".join(cls.outputs))
