@@ -1,9 +1,10 @@
 """The spec graph as Gluon ``HybridBlock``s whose parameters carry the canonical names.
 
-Every block reads one set of Gluon Parameters, created once by the model:
+Every block reads one set of Gluon Parameters, created once by the model (make_parameters):
 
-* :class:`SpecBlock` is ``Model.native``: inputs -> output node, what a user imports into a
-  Gluon program (``net(x)``; ``net.collect_params()`` keys are the canonical names).
+* ``Model.native`` is the model as Gluon blocks and layers (native.py), inputs -> output node,
+  what a user imports into a Gluon program (``net(x)``; ``net.collect_params()`` keys are the
+  canonical names). The blocks below train the same Parameters.
 * :class:`TrainBlock` computes the loss of a graph with one loss in one cached graph, plus
   each batch-norm's batch mean and variance, so the train step can update the running
   statistics exactly as the spec says (weight of the new batch, unbiased variance), which
@@ -34,8 +35,9 @@ from . import (
     ops,
     optimizers,
 )
+from . import native as gluon_tree
 
-_CONSTANT_PREFIX = "__constant__."  # canonical names never start with an underscore
+_CONSTANT_PREFIX = gluon_tree.CONSTANT_PREFIX
 
 
 class _FromArray(mx.init.Initializer):
@@ -134,24 +136,6 @@ class _GraphBlock(gluon.HybridBlock):
         self.params.update(bound)
         for name, param in bound.items():
             setattr(self, name, param)  # registered: hybrid_forward receives it by this name
-
-
-class SpecBlock(_GraphBlock):
-    """The native model: ``hybrid_forward(F, *features)`` walks the spec and returns the output
-    node (canonical layout), reading the features the output depends on. A parameter shared
-    by several nodes is one Gluon Parameter. Trained by a user's own Gluon loop, batch-norm
-    updates its running statistics MXNet's way (biased variance); tbdzoo's train step updates
-    them exactly (see TrainBlock). ``spec_params`` holds every parameter of the model, also
-    those of a training program's other networks (a WGAN's critic)."""
-
-    def __init__(self, graph, parameters):
-        outputs = [graph.output] if graph.program is not None else None
-        super().__init__(_Plan(graph, outputs), parameters)
-        self.spec_params = OrderedDict((n, parameters[n]) for n in graph.params())
-
-    def hybrid_forward(self, F, *features, **params):
-        values, _ = self.plan.run(F, zip(self.plan.feature_names, features), params, False)
-        return values[self.plan.graph.output]
 
 
 class ValuesBlock(_GraphBlock):
@@ -261,7 +245,8 @@ class Model(BackendModel):
     def _build(self, weights):
         self.ctx = mx.cpu()
         self._parameters = make_parameters(self.spec, weights, self.ctx)
-        self.native = SpecBlock(self.spec, self._parameters)
+        self._spec_params = OrderedDict((n, self._parameters[n]) for n in self.spec.params())
+        self.native = gluon_tree.build(self.spec, self._parameters)
         self.native.hybridize(static_alloc=True, static_shape=True)
         self._trainable = [self._parameters[n] for n in self.trainable_names()]
         if self.program is not None:
@@ -461,7 +446,7 @@ class Model(BackendModel):
     def _save_state(self):
         """A copy of every parameter (statistics included) and every optimizer's state."""
         every = list(self._optimizers.values()) if self.program is not None else [self.optimizer]
-        arrays = [p.data() for p in self.native.spec_params.values()] + \
+        arrays = [p.data() for p in self._spec_params.values()] + \
             [a for o in every for a in optimizers.state_arrays(o)]
         return ([(a, a.copy()) for a in arrays], [(o, o.t) for o in every if hasattr(o, "t")])
 
@@ -480,8 +465,14 @@ class Model(BackendModel):
         nd.waitall()
 
     def _predict(self, prepared):
-        arrays = prepared.native["arrays"]
-        return self.native(*[arrays[n] for n in self.native.plan.feature_names]).asnumpy()
+        """The native model's output; run block by block when a forward hook is registered
+        on one of its blocks (a hybridized graph calls none of its children)."""
+        arrays, net = prepared.native["arrays"], self.native
+        inputs = [arrays[n] for n in net.input_names]
+        if gluon_tree.has_hooks(net):
+            with gluon_tree.imperative(net):
+                return net(*inputs).asnumpy()
+        return net(*inputs).asnumpy()
 
     def _values(self, prepared, names):
         key = tuple(names)
@@ -506,14 +497,14 @@ class Model(BackendModel):
         as auxiliary state, which reading one array does not always wait for (a user's plain
         Gluon loop, tests/test_recurrent_mxnet.py, read them before the write landed)."""
         nd.waitall()
-        return OrderedDict((n, p.data().asnumpy()) for n, p in self.native.spec_params.items())
+        return OrderedDict((n, p.data().asnumpy()) for n, p in self._spec_params.items())
 
     def _set_weights(self, weights):
         """Copies into the bound arrays from NDArrays: after an inference pass MKLDNN may
         hold a weight in its own blocked layout, which a copy from NumPy (``set_data``)
         cannot write, and an NDArray copy reorders."""
         for n, value in weights.items():
-            target = self.native.spec_params[n].data()
+            target = self._spec_params[n].data()
             target[:] = nd.array(value, ctx=target.context, dtype=target.dtype)
 
     # -- measuring -------------------------------------------------------------------------
@@ -526,7 +517,7 @@ class Model(BackendModel):
         optimizer_list = list(self._optimizers.values()) if self.program is not None \
             else [self.optimizer]
         slots = [a for o in optimizer_list for a in optimizers.state_arrays(o)]
-        return {"weights": sum(size(p.data()) for p in self.native.spec_params.values()),
+        return {"weights": sum(size(p.data()) for p in self._spec_params.values()),
                 "gradients": sum(size(p.grad()) for p in self._trainable),
                 "optimizer_state": sum(size(a) for a in slots)}
 
