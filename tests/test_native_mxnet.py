@@ -19,6 +19,7 @@ from mxnet.gluon import nn
 
 from tbdzoo.backends.mxnet import native
 from tbdzoo.backends.registry import build_native
+from tbdzoo.errors import UnsupportedOptionError
 from tbdzoo.spec.tree import build_tree
 
 # model -> (overrides, a child's path, a block kind below the root, (block, its head layer))
@@ -122,6 +123,9 @@ def test_the_native_model_is_made_of_gluon_blocks(name):
     native.child(block, head).initialize()
     new = _first(block(*block_inputs)).shape
     assert new == old[:-1] + (old[-1] + 3,)
+    with pytest.raises(UnsupportedOptionError, match="native.{}.* was replaced".format(
+            (head_block + "." if head_block else "") + head)):
+        model.get_weights()  # tbdzoo's weights are the model as built
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -28,6 +28,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon, nd
 
+from ...errors import UnsupportedOptionError
 from ..base import BackendModel
 from ..programs import objective_values, values_read
 from . import (
@@ -247,6 +248,7 @@ class Model(BackendModel):
         self._parameters = make_parameters(self.spec, weights, self.ctx)
         self._spec_params = OrderedDict((n, self._parameters[n]) for n in self.spec.params())
         self.native = gluon_tree.build(self.spec, self._parameters)
+        self._built = gluon_tree.structure(self.native)
         self.native.hybridize(static_alloc=True, static_shape=True)
         self._trainable = [self._parameters[n] for n in self.trainable_names()]
         if self.program is not None:
@@ -256,6 +258,16 @@ class Model(BackendModel):
         self._train_block.hybridize(static_alloc=True, static_shape=True)
         self.optimizer = optimizers.make(self._trainable, self.hparams)
         self._batchnorms = self._statistics_of(self._train_block.plan)
+
+    def _check_native(self, action):
+        """Raise UnsupportedOptionError when a child of ``native`` was replaced: tbdzoo's
+        training, weights and gradients work on the model as built."""
+        changed = gluon_tree.replaced(self._built)
+        if changed:
+            raise UnsupportedOptionError(
+                "{} works on the model as built, and model.native.{} was replaced: train the "
+                "changed Gluon block with a gluon.Trainer (its collect_params()), or build the "
+                "model again".format(action, changed[0]))
 
     def _statistics_of(self, plan):
         """(running mean, running var, momentum, values per channel / N) per tracked batchnorm;
@@ -296,6 +308,7 @@ class Model(BackendModel):
     def _objective_backward(self, phase_index, native):
         """Training-mode objective and its gradients in the group's ``.grad()``; returns
         (objective NDArray, batch statistics)."""
+        self._check_native("training (train_step, loss_and_gradients)")
         block, unreached, _ = self._phases[phase_index]
         arrays = native["arrays"]
         with autograd.record():
@@ -358,6 +371,7 @@ class Model(BackendModel):
 
     def _forward_backward(self, prepared):
         """Training-mode loss and gradients; returns (loss NDArray, batch statistics)."""
+        self._check_native("training (train_step, loss_and_gradients)")
         p, plan = prepared.native, self._train_block.plan
         with autograd.record():
             outputs = self._train_block(*[p["arrays"][n] for n in
@@ -496,6 +510,7 @@ class Model(BackendModel):
         """After every queued operation: BatchNorm's backward writes the running statistics
         as auxiliary state, which reading one array does not always wait for (a user's plain
         Gluon loop, tests/test_recurrent_mxnet.py, read them before the write landed)."""
+        self._check_native("get_weights")
         nd.waitall()
         return OrderedDict((n, p.data().asnumpy()) for n, p in self._spec_params.items())
 
@@ -503,6 +518,7 @@ class Model(BackendModel):
         """Copies into the bound arrays from NDArrays: after an inference pass MKLDNN may
         hold a weight in its own blocked layout, which a copy from NumPy (``set_data``)
         cannot write, and an NDArray copy reorders."""
+        self._check_native("set_weights")
         for n, value in weights.items():
             target = self._spec_params[n].data()
             target[:] = nd.array(value, ctx=target.context, dtype=target.dtype)

@@ -155,8 +155,9 @@ class NodeLayer(gluon.HybridBlock, _Constants):
                           if isinstance(v, (bool, int, float, str)))
         children = "".join("\n  ({}): {}".format(k, gluon.block._indent(repr(b), 2))
                            for k, b in self._children.items())
-        return "{}({}){}".format(type(self).__name__, attrs,
-                                 "(" + children + "\n)" if children else "")
+        if not children:
+            return "{}({})".format(type(self).__name__, attrs)
+        return "{}({},{}\n)".format(type(self).__name__, attrs, children)
 
 
 def _node_layer_class(op):
@@ -354,3 +355,18 @@ def imperative(block):
     finally:
         for b, a in zip(every, active):
             b._active = a
+
+
+def structure(block, path=""):
+    """(parent, local name, child, path) for every block below ``block``, as built."""
+    out = []
+    for name, sub in block._children.items():
+        where = path + "." + name if path else name
+        out.append((block, name, sub, where))
+        out.extend(structure(sub, where))
+    return out
+
+
+def replaced(built):
+    """Paths of the children of ``built`` (a :func:`structure`) no longer in their place."""
+    return [where for parent, name, sub, where in built if parent._children.get(name) is not sub]
