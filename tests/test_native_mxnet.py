@@ -70,6 +70,10 @@ def _same(got, expected):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def _flat(out):
+    return list(out.values()) if isinstance(out, dict) else [out]
+
+
 def _first(out):
     return out[0] if isinstance(out, (list, tuple)) else out
 
@@ -96,22 +100,20 @@ def test_the_native_model_is_made_of_gluon_blocks(name):
     for o, g in zip(outputs, got):
         np.testing.assert_allclose(g.asnumpy(), expected[o], rtol=1e-5, atol=1e-6, err_msg=o)
 
-    # a forward hook on it fires when the model runs, and sees that value
+    # a forward hook on it fires when the model predicts, and sees that value
     seen = []
-    if getattr(model.model_def, "inference", None) is None:
-        before = model.predict(batch)
-        handle = sub.register_forward_hook(lambda block, args, out: seen.append(_first(out)))
-        np.testing.assert_allclose(model.predict(batch), before, rtol=1e-5, atol=1e-6)
-        assert len(seen) == 1
-        handle.detach()
-        np.testing.assert_array_equal(model.predict(batch), before)  # the graph kept
-    else:  # predict reads graph values around NMS: the native model is called directly
-        handle = sub.register_forward_hook(lambda block, args, out: seen.append(_first(out)))
-        net.hybridize(active=False)
-        net(*_arrays(model, batch, net.input_names))
-        assert len(seen) == 1
-        handle.detach()
+    before = model.predict(batch)
+    handle = sub.register_forward_hook(lambda block, args, out: seen.append(_first(out)))
+    after = model.predict(batch)
+    assert seen  # Faster R-CNN calls its backbone twice: for the proposals, for the box head
+    handle.detach()
     np.testing.assert_allclose(seen[0].asnumpy(), expected[outputs[0]], rtol=1e-5, atol=1e-6)
+    for got, was in zip(_flat(after), _flat(before)):  # block by block: as close as that
+        np.testing.assert_allclose(got, was, rtol=1e-5, atol=1e-5)
+    count = len(seen)
+    for got, was in zip(_flat(model.predict(batch)), _flat(before)):  # the graph again
+        np.testing.assert_array_equal(got, was)
+    assert len(seen) == count
 
     # replacing the head changes the output's shape
     block = native.child(net, head_block) if head_block else net

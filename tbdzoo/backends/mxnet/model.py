@@ -29,6 +29,7 @@ import numpy as np
 from mxnet import autograd, gluon, nd
 
 from ...errors import UnsupportedOptionError
+from ...spec.tree import build_tree
 from ..base import BackendModel
 from ..programs import objective_values, values_read
 from . import (
@@ -247,7 +248,8 @@ class Model(BackendModel):
         self.ctx = mx.cpu()
         self._parameters = make_parameters(self.spec, weights, self.ctx)
         self._spec_params = OrderedDict((n, self._parameters[n]) for n in self.spec.params())
-        self.native = gluon_tree.build(self.spec, self._parameters)
+        self._tree = build_tree(self.spec)
+        self.native = gluon_tree.build_block(self._tree, self.spec, self._parameters)
         self._built = gluon_tree.structure(self.native)
         self.native.hybridize(static_alloc=True, static_shape=True)
         self._trainable = [self._parameters[n] for n in self.trainable_names()]
@@ -489,13 +491,26 @@ class Model(BackendModel):
         return net(*inputs).asnumpy()
 
     def _values(self, prepared, names):
+        """Named graph values in inference mode: by calling the native model's children where
+        each value is a child's output (Faster R-CNN's RPN and box head, around the targets
+        step and NMS), else by a walk of the graph."""
         key = tuple(names)
         blocks = self.__dict__.setdefault("_values_blocks", {})
         if key not in blocks:
-            blocks[key] = ValuesBlock(self.spec, key, self._parameters)
+            calls = gluon_tree.value_calls(self._tree, key, self.spec.inputs)
+            blocks[key] = calls if calls is not None else \
+                ValuesBlock(self.spec, key, self._parameters)
         block, arrays = blocks[key], prepared.native["arrays"]
-        outputs = block(*[arrays[n] for n in block.plan.input_names])
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        if isinstance(block, ValuesBlock):
+            outputs = block(*[arrays[n] for n in block.plan.input_names])
+            outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        elif gluon_tree.has_hooks(self.native):
+            with gluon_tree.imperative(self.native):
+                values = gluon_tree.run_calls(self.native, block, arrays)
+            outputs = [values[n] for n in key]
+        else:
+            values = gluon_tree.run_calls(self.native, block, arrays)
+            outputs = [values[n] for n in key]
         return OrderedDict((n, _canonical_value(self.spec, n, v.asnumpy()))
                            for n, v in zip(key, outputs))
 

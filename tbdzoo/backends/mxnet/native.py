@@ -160,6 +160,25 @@ class NodeLayer(gluon.HybridBlock, _Constants):
         return "{}({},{}\n)".format(type(self).__name__, attrs, children)
 
 
+_SHOWING = {}
+
+
+def _showing_children(layer):
+    """Gives a Gluon layer that holds another layer (Deep Speech 2's ``fc.bn`` below ``fc``) a
+    class of the same name whose printout lists that layer too."""
+    cls = type(layer)
+    if isinstance(layer, NodeLayer) or cls in _SHOWING.values():
+        return
+    if cls not in _SHOWING:
+        def __repr__(self):
+            children = "".join("\n  ({}): {}".format(k, gluon.block._indent(repr(b), 2))
+                               for k, b in self._children.items())
+            return cls.__repr__(self)[:-1] + "," + children + "\n)"
+        _SHOWING[cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__,
+                                                    "__repr__": __repr__})
+    layer.__class__ = _SHOWING[cls]
+
+
 def _node_layer_class(op):
     if op not in _LAYER_CLASSES:
         name = _LAYER_NAMES.get(op) or "".join(w.capitalize() for w in op.split("_"))
@@ -243,6 +262,7 @@ class GraphBlock(gluon.HybridBlock, _Constants):
         for path, layer in layers.items():
             if path in below:
                 parent, local = below[path]
+                _showing_children(layers[parent])
                 setattr(layers[parent], local, layer)
             elif path not in self._children:
                 setattr(self, path, layer)
@@ -370,3 +390,35 @@ def structure(block, path=""):
 def replaced(built):
     """Paths of the children of ``built`` (a :func:`structure`) no longer in their place."""
     return [where for parent, name, sub, where in built if parent._children.get(name) is not sub]
+
+
+def value_calls(tree, names, inputs):
+    """How to compute the graph values ``names`` by calling children of the root: a list of
+    (child name, its inputs, its outputs) in order, from the graph inputs ``inputs``; None when
+    one of them is made by no child (a node of the root itself)."""
+    producer = {o: sub for sub in tree.children.values() for o in sub.outputs}
+    calls, have = [], set(inputs)
+
+    def reach(value):
+        if value in have:
+            return True
+        sub = producer.get(value)
+        if sub is None or not all(reach(i) for i in sub.inputs):
+            return False
+        calls.append((sub.local, list(sub.inputs), list(sub.outputs)))
+        have.update(sub.outputs)
+        return True
+
+    return calls if all(reach(n) for n in names) else None
+
+
+def run_calls(net, calls, values):
+    """Runs ``calls`` (from :func:`value_calls`) on ``net``'s children; ``values`` by name."""
+    values = dict(values)
+    for local, inputs, outputs in calls:
+        out = child(net, local)(*[values[i] for i in inputs])
+        if len(outputs) == 1:
+            values[outputs[0]] = out
+        else:
+            values.update(zip(outputs, out))
+    return values
