@@ -1,9 +1,10 @@
 """The spec graph as Gluon ``HybridBlock``s whose parameters carry the canonical names.
 
-Every block reads one set of Gluon Parameters, created once by the model:
+Every block reads one set of Gluon Parameters, created once by the model (make_parameters):
 
-* :class:`SpecBlock` is ``Model.native``: inputs -> output node, what a user imports into a
-  Gluon program (``net(x)``; ``net.collect_params()`` keys are the canonical names).
+* ``Model.native`` is the model as Gluon blocks and layers (native.py), inputs -> output node,
+  what a user imports into a Gluon program (``net(x)``; ``net.collect_params()`` keys are the
+  canonical names). The blocks below train the same Parameters.
 * :class:`TrainBlock` computes the loss of a graph with one loss in one cached graph, plus
   each batch-norm's batch mean and variance, so the train step can update the running
   statistics exactly as the spec says (weight of the new batch, unbiased variance), which
@@ -27,6 +28,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon, nd
 
+from ...errors import UnsupportedOptionError
+from ...spec.tree import build_tree
 from ..base import BackendModel
 from ..programs import objective_values, values_read
 from . import (
@@ -34,8 +37,9 @@ from . import (
     ops,
     optimizers,
 )
+from . import native as gluon_tree
 
-_CONSTANT_PREFIX = "__constant__."  # canonical names never start with an underscore
+_CONSTANT_PREFIX = gluon_tree.CONSTANT_PREFIX
 
 
 class _FromArray(mx.init.Initializer):
@@ -134,24 +138,6 @@ class _GraphBlock(gluon.HybridBlock):
         self.params.update(bound)
         for name, param in bound.items():
             setattr(self, name, param)  # registered: hybrid_forward receives it by this name
-
-
-class SpecBlock(_GraphBlock):
-    """The native model: ``hybrid_forward(F, *features)`` walks the spec and returns the output
-    node (canonical layout), reading the features the output depends on. A parameter shared
-    by several nodes is one Gluon Parameter. Trained by a user's own Gluon loop, batch-norm
-    updates its running statistics MXNet's way (biased variance); tbdzoo's train step updates
-    them exactly (see TrainBlock). ``spec_params`` holds every parameter of the model, also
-    those of a training program's other networks (a WGAN's critic)."""
-
-    def __init__(self, graph, parameters):
-        outputs = [graph.output] if graph.program is not None else None
-        super().__init__(_Plan(graph, outputs), parameters)
-        self.spec_params = OrderedDict((n, parameters[n]) for n in graph.params())
-
-    def hybrid_forward(self, F, *features, **params):
-        values, _ = self.plan.run(F, zip(self.plan.feature_names, features), params, False)
-        return values[self.plan.graph.output]
 
 
 class ValuesBlock(_GraphBlock):
@@ -261,7 +247,10 @@ class Model(BackendModel):
     def _build(self, weights):
         self.ctx = mx.cpu()
         self._parameters = make_parameters(self.spec, weights, self.ctx)
-        self.native = SpecBlock(self.spec, self._parameters)
+        self._spec_params = OrderedDict((n, self._parameters[n]) for n in self.spec.params())
+        self._tree = build_tree(self.spec)
+        self.native = gluon_tree.build_block(self._tree, self.spec, self._parameters)
+        self._built = gluon_tree.structure(self.native)
         self.native.hybridize(static_alloc=True, static_shape=True)
         self._trainable = [self._parameters[n] for n in self.trainable_names()]
         if self.program is not None:
@@ -271,6 +260,16 @@ class Model(BackendModel):
         self._train_block.hybridize(static_alloc=True, static_shape=True)
         self.optimizer = optimizers.make(self._trainable, self.hparams)
         self._batchnorms = self._statistics_of(self._train_block.plan)
+
+    def _check_native(self, action):
+        """Raise UnsupportedOptionError when a child of ``native`` was replaced: tbdzoo's
+        training, weights and gradients work on the model as built."""
+        changed = gluon_tree.replaced(self._built)
+        if changed:
+            raise UnsupportedOptionError(
+                "{} works on the model as built, and model.native.{} was replaced: train the "
+                "changed Gluon block with a gluon.Trainer (its collect_params()), or build the "
+                "model again".format(action, changed[0]))
 
     def _statistics_of(self, plan):
         """(running mean, running var, momentum, values per channel / N) per tracked batchnorm;
@@ -311,6 +310,7 @@ class Model(BackendModel):
     def _objective_backward(self, phase_index, native):
         """Training-mode objective and its gradients in the group's ``.grad()``; returns
         (objective NDArray, batch statistics)."""
+        self._check_native("training (train_step, loss_and_gradients)")
         block, unreached, _ = self._phases[phase_index]
         arrays = native["arrays"]
         with autograd.record():
@@ -373,6 +373,7 @@ class Model(BackendModel):
 
     def _forward_backward(self, prepared):
         """Training-mode loss and gradients; returns (loss NDArray, batch statistics)."""
+        self._check_native("training (train_step, loss_and_gradients)")
         p, plan = prepared.native, self._train_block.plan
         with autograd.record():
             outputs = self._train_block(*[p["arrays"][n] for n in
@@ -461,7 +462,7 @@ class Model(BackendModel):
     def _save_state(self):
         """A copy of every parameter (statistics included) and every optimizer's state."""
         every = list(self._optimizers.values()) if self.program is not None else [self.optimizer]
-        arrays = [p.data() for p in self.native.spec_params.values()] + \
+        arrays = [p.data() for p in self._spec_params.values()] + \
             [a for o in every for a in optimizers.state_arrays(o)]
         return ([(a, a.copy()) for a in arrays], [(o, o.t) for o in every if hasattr(o, "t")])
 
@@ -480,17 +481,36 @@ class Model(BackendModel):
         nd.waitall()
 
     def _predict(self, prepared):
-        arrays = prepared.native["arrays"]
-        return self.native(*[arrays[n] for n in self.native.plan.feature_names]).asnumpy()
+        """The native model's output; run block by block when a forward hook is registered
+        on one of its blocks (a hybridized graph calls none of its children)."""
+        arrays, net = prepared.native["arrays"], self.native
+        inputs = [arrays[n] for n in net.input_names]
+        if gluon_tree.has_hooks(net):
+            with gluon_tree.imperative(net):
+                return net(*inputs).asnumpy()
+        return net(*inputs).asnumpy()
 
     def _values(self, prepared, names):
+        """Named graph values in inference mode: by calling the native model's children where
+        each value is a child's output (Faster R-CNN's RPN and box head, around the targets
+        step and NMS), else by a walk of the graph."""
         key = tuple(names)
         blocks = self.__dict__.setdefault("_values_blocks", {})
         if key not in blocks:
-            blocks[key] = ValuesBlock(self.spec, key, self._parameters)
+            calls = gluon_tree.value_calls(self._tree, key, self.spec.inputs)
+            blocks[key] = calls if calls is not None else \
+                ValuesBlock(self.spec, key, self._parameters)
         block, arrays = blocks[key], prepared.native["arrays"]
-        outputs = block(*[arrays[n] for n in block.plan.input_names])
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        if isinstance(block, ValuesBlock):
+            outputs = block(*[arrays[n] for n in block.plan.input_names])
+            outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        elif gluon_tree.has_hooks(self.native):
+            with gluon_tree.imperative(self.native):
+                values = gluon_tree.run_calls(self.native, block, arrays)
+            outputs = [values[n] for n in key]
+        else:
+            values = gluon_tree.run_calls(self.native, block, arrays)
+            outputs = [values[n] for n in key]
         return OrderedDict((n, _canonical_value(self.spec, n, v.asnumpy()))
                            for n, v in zip(key, outputs))
 
@@ -505,15 +525,17 @@ class Model(BackendModel):
         """After every queued operation: BatchNorm's backward writes the running statistics
         as auxiliary state, which reading one array does not always wait for (a user's plain
         Gluon loop, tests/test_recurrent_mxnet.py, read them before the write landed)."""
+        self._check_native("get_weights")
         nd.waitall()
-        return OrderedDict((n, p.data().asnumpy()) for n, p in self.native.spec_params.items())
+        return OrderedDict((n, p.data().asnumpy()) for n, p in self._spec_params.items())
 
     def _set_weights(self, weights):
         """Copies into the bound arrays from NDArrays: after an inference pass MKLDNN may
         hold a weight in its own blocked layout, which a copy from NumPy (``set_data``)
         cannot write, and an NDArray copy reorders."""
+        self._check_native("set_weights")
         for n, value in weights.items():
-            target = self.native.spec_params[n].data()
+            target = self._spec_params[n].data()
             target[:] = nd.array(value, ctx=target.context, dtype=target.dtype)
 
     # -- measuring -------------------------------------------------------------------------
@@ -526,7 +548,7 @@ class Model(BackendModel):
         optimizer_list = list(self._optimizers.values()) if self.program is not None \
             else [self.optimizer]
         slots = [a for o in optimizer_list for a in optimizers.state_arrays(o)]
-        return {"weights": sum(size(p.data()) for p in self.native.spec_params.values()),
+        return {"weights": sum(size(p.data()) for p in self._spec_params.values()),
                 "gradients": sum(size(p.grad()) for p in self._trainable),
                 "optimizer_state": sum(size(a) for a in slots)}
 
