@@ -154,7 +154,7 @@ KINDS = {
 ROOTS = {"resnet50": "ResNet", "transformer": "Transformer", "inception_v3": "Inception3",
          "wgan": "WGAN", "seq2seq": "Seq2Seq", "deepspeech2": "DeepSpeech2", "a3c": "ActorCritic",
          "faster_rcnn": "FasterRCNN"}
-PARTS = {"wgan": ["critic"], "faster_rcnn": ["rpn"]}
+PARTS = {"wgan": ["critic"], "faster_rcnn": ["rpn"], "inception_v3": ["AuxLogits"]}
 HEADS = {"resnet50": [5], "inception_v3": [5], "transformer": [6, 5], "seq2seq": [6, 5]}
 
 
