@@ -11,12 +11,14 @@ and layouts, so ``find_by_name`` finds a block, a layer or a parameter by the na
 ``get_weights`` uses, ``cntk.logging.graph.plot`` draws the blocks, and ``save`` /
 ``cntk.Function.load`` keep them.
 
-The layers are built from the same CNTK primitives as before, not from ``cntk.layers``
-itself: its layers name their parameters ``W`` and ``b``, store a dense weight as
-(in, out), add LayerNormalization's epsilon to the standard deviation, order an LSTM's gates
-(i, c~, f, o) with one bias, and create BatchNorm's sample count themselves, none of which
-is the spec's layer (ops.py); the blocks are what CNTK's own layers are, with the spec's
-numerics. CNTK inlines a block's graph when it compiles a function, so blocks cost no time.
+The layers are built from the CNTK primitives of ops.py, not from ``cntk.layers`` itself:
+its layers name their parameters ``W`` and ``b``, store a dense weight as (in, out), add
+LayerNormalization's epsilon to the standard deviation, order an LSTM's gates (i, c~, f, o)
+with one bias, and create BatchNorm's sample count themselves, none of which is the spec's
+layer (ops.py); the blocks are what CNTK's own layers are, with the spec's
+numerics. CNTK inlines a block's graph when it compiles a function: a training step takes
+the same time with blocks as with the same nodes unwrapped (ResNet-50 and the Transformer,
+paired steps on the CPU).
 
 A block's inside is built on placeholders (one per value it reads from outside, named by
 that value and of its shape), so its activations are values of the block's own graph: a
