@@ -1,4 +1,9 @@
-"""The spec graph as a ``cntk.Function`` (the output node's function) plus its training step.
+"""The spec graph as a ``cntk.Function`` plus its training step.
+
+``native`` is the output's function, named by the model's class (``ResNet``) and made of
+block functions, one per block of the spec's tree and per layer, named by their paths, with
+the parameters under their canonical names (blocks.py); ``block_function(path)`` gives any
+block on its own. A plain graph's loss reads that function, so the trainer trains it.
 
 Every input is a ``C.input_variable`` of the per-example shape with CNTK's dynamic batch axis
 and no sequence axis (sequences are padded to fixed lengths, so every shape is static; token
@@ -11,9 +16,12 @@ C++), with the normalized optimizer as a universal learner.
 
 A training program gets one trainer per phase (its objective, its group's learner), BatchNorm
 from exact moments whose running statistics the model updates from each step's fetched
-moments, and an inference graph of its own for ``predict`` (docs/backends.md). A plain graph
-with ``sequence_batchnorm`` (statistics over valid steps, which CNTK's native op cannot take)
-does the same: each step fetches its moments, and ``predict`` has its own graph. Valid Python 3.6.
+moments, and an inference graph of its own for ``predict`` (docs/backends.md): ``native``,
+made of blocks, while the objectives are graphs of single nodes, whose moments are outputs
+a step can fetch (inside a block they would not be); both read the same parameters. A plain
+graph with ``sequence_batchnorm`` (statistics over valid steps, which CNTK's native op cannot
+take) does the same: each step fetches its moments, and ``predict`` has its own graph.
+Valid Python 3.6.
 """
 from . import framework  # noqa: F401  (first: CNTK imported quietly)
 
@@ -23,9 +31,11 @@ from collections import OrderedDict
 import cntk as C
 import numpy as np
 
+from ...errors import UnknownNameError
 from .. import programs
 from ..base import BackendModel
 from . import (
+    blocks,
     ops,
     optimizers,
 )
@@ -47,31 +57,57 @@ class Model(BackendModel):
                 self._vars[name] = C.parameter(shape=value.shape, init=value, name=name)
             else:
                 self._vars[name] = C.constant(value, shape=value.shape, name=name)
-        values = self._values_of(graph.nodes.values())
         self._statistics = [self._vars[n] for n, p in graph.params().items() if not p.trainable]
+        self._blocks = blocks.Builder(graph, self._node, self._inputs)
         if self.program is not None:
-            self._build_program(values)
+            self._build_program(self._values_of(graph.nodes.values()))
             self._ctx.inference = True
-            needed = programs.values_read(graph, [graph.output])
-            inference = self._values_of(n for n in graph.nodes.values() if n.name in needed)
-            self.native = C.as_composite(inference[graph.output].owner)
+            self.native = self._native(self._blocks.values([graph.output]))
             return
-        self.native = C.as_composite(values[graph.output].owner)
+        # Ops whose batch moments the model folds into running statistics (sequence_batchnorm)
+        # are fetched by each step from a graph of single nodes (a block's inside is not an
+        # output of the model); inference is then a graph of its own. Otherwise the model's
+        # function, made of blocks, is what the loss reads and the trainer trains.
+        flat = any(ops.fetches_moments(node, self._ctx) for node in graph.nodes.values())
+        values = self._values_of(graph.nodes.values()) if flat else self._blocks.values()
         loss = graph.loss
         self._loss = ops.softmax_cross_entropy(values[loss["logits"]], self._inputs[loss["labels"]], loss)
         self._trainable = [self._vars[n] for n in self.trainable_names()]
         self.optimizer = optimizers.make(self._trainable, self.hparams)
-        # Ops whose batch moments the model folds into running statistics (sequence_batchnorm)
-        # are fetched by each step; inference is then a graph of its own.
         self._step_moments = list(self._ctx.moments.items())
-        fetched = self.native
-        if self._step_moments:
+        if flat:
             fetched = C.combine([self._loss] + [v for _, pair in self._step_moments for v in pair])
             self._ctx.inference = True
-            inference = self._values_of(graph.nodes.values())
-            self.native = C.as_composite(inference[graph.output].owner)
+            self.native = self._native(self._blocks.values([graph.output]))
+        else:
+            fetched = self.native = self._native(values)
         self._trainer = C.Trainer(*self._reduce_gradients(
             (fetched, (self._loss, None), [self.optimizer.learner])))
+
+    def _native(self, values):
+        """The model's function: the graph's output, named by the model's class (its
+        top-level blocks, layers and nodes are inside, by their paths)."""
+        return C.combine([values[self.spec.output]], name=self._blocks.root.kind)
+
+    # -- the model's blocks -----------------------------------------------------------------
+    def block_function(self, path):
+        """Block ``path`` of the model's tree (``'layer1.0'``, WGAN's ``'critic'``, Faster
+        R-CNN's ``'backbone'``) as a ``cntk.Function`` of its own: the block function itself,
+        reading one input variable per value it reads, named by that value, in inference
+        mode, with the model's parameters (training the model trains it, and the reverse).
+        A block a program's output does not read (the critic) is found here too."""
+        known = [b.name for b in self._blocks.root.walk() if b.name]
+        if path not in known:
+            raise UnknownNameError("block of " + self.name, path, known)
+        block = self._blocks.root.find(path)
+        inputs = OrderedDict((n, C.input_variable(self.spec.shape_of(n), np.float32, name=n))
+                             for n in block.inputs)
+        inference, self._ctx.inference = self._ctx.inference, True
+        try:
+            outputs = self._blocks.block(block, inputs)
+        finally:
+            self._ctx.inference = inference
+        return C.as_composite(next(iter(outputs.values())).owner)
 
     # -- training programs ---------------------------------------------------------------------
     RUNS_PROGRAMS = True
@@ -219,6 +255,10 @@ class Model(BackendModel):
         params = OrderedDict((suffix, self._vars[full])
                              for suffix, full in self.spec.param_names(node).items())
         inputs = [values[i] for i in node.inputs]
+        if node.op == "roi_align" and node.inputs[1] not in self.spec.inputs:
+            raise ValueError("roi_align on CNTK reads its indices from a graph input (the model "
+                             "offsets them per example as it prepares the batch); node {!r} "
+                             "computes them".format(node.name))
         if node.op == "batchnorm":
             # Non-zero from the start: CNTK refuses inference (and discards imported statistics
             # in training) while a BN node's sample count is zero.

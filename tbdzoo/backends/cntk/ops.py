@@ -147,6 +147,14 @@ def batchnorm(inputs, p, a, ctx, running_count):
                                  epsilon=a["eps"], running_count=running_count)
 
 
+def fetches_moments(node, ctx):
+    """True when the training graph of ``node`` records its batch moments in ``ctx.moments``
+    for the model to fold into its running statistics."""
+    if not node.attrs.get("track_running_stats"):
+        return False
+    return node.op == "sequence_batchnorm" or (node.op == "batchnorm" and ctx.exact_statistics)
+
+
 def batch_moments(x):
     """Per-channel mean and biased variance over the batch and the spatial axes, shaped
     (C, 1, 1) without a batch axis: CNTK reduces the example's axes, then its batch axis."""
@@ -710,7 +718,7 @@ def roi_align(inputs, p, a, ctx):
     indices arrive offset by n H W (``offset_roi_indices``, applied by the model as it prepares
     a batch; float32, exact below 2**24). The gather's backward pass is the scatter-add."""
     features, indices, weights = inputs
-    if not indices.is_input:
+    if not (indices.is_input or indices.is_placeholder):  # inside a block, its placeholder
         raise ValueError("roi_align on CNTK reads its indices from a graph input (the model "
                          "offsets them per example as it prepares the batch); node {!r} computes "
                          "them".format(ctx.node))
