@@ -11,7 +11,7 @@ from tbdzoo.spec import Graph, initial_weights
 from tbdzoo.spec.derivative import input_gradient
 
 torch = pytest.importorskip("torch")
-from tbdzoo.backends.torch.model import SpecModule
+from tbdzoo.backends.torch.native import build as build_native
 
 
 def critic():
@@ -43,7 +43,7 @@ def second_order(loss, params):
 
 def module(graph, output, weights):
     graph.set_output(output)
-    m = SpecModule(graph, weights).double()
+    m = build_native(graph, weights).double()
     return m.train()
 
 

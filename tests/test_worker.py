@@ -33,7 +33,7 @@ def _fake_python(tmp_path, body):
 def test_a_worker_model_matches_the_in_process_one(tmp_path):
     local = tbdzoo.build("transformer", backend="torch", config="tiny", dropout=0.0)
     with tbdzoo.build("transformer", backend="torch", config="tiny", dropout=0.0, isolate=True) as remote:
-        assert remote.native.pid != os.getpid() and "SpecModule" in repr(remote.native)
+        assert remote.native.pid != os.getpid() and "Transformer" in repr(remote.native)
         batch = local.synthetic_batch()
         np.testing.assert_array_equal(remote.predict(batch), local.predict(batch))
         assert remote.train_step(batch) == local.train_step(batch)

@@ -188,9 +188,6 @@ def build_tree(graph):
                 not inside(block.name, w) for w in consumers.get(n.name, ()))
             if used_outside:
                 block.outputs.append(n.name)
-        if not block.outputs:
-            raise ValueError("block {!r} of {!r} gives nothing that is read outside it"
-                             .format(block.name, graph.name))
     root.outputs = [graph.output]
 
     # Steps: each block runs its own nodes and calls each child once, where its first node is.

@@ -46,7 +46,7 @@ def add(inputs, p, a, training):
 
 
 def relu_inplace(inputs, p, a, training):
-    """ReLU writing over its input; SpecModule uses it only where that input is dead and no
+    """ReLU writing over its input; a block (native.py) uses it only where that input is dead and no
     backward pass needs it (a BatchNorm or add output), as torchvision's in-place ReLUs do."""
     return F.relu_(inputs[0])
 
