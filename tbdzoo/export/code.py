@@ -118,3 +118,22 @@ def forward_statements(cls, lines, render_step):
         else:
             lines.add("{} = {}".format(targets, expr))
     lines.add("return " + ", ".join(cls.outputs))
+
+
+def member_expr(member, constructor, open_, close, repeat, depth=0):
+    """The expression building ``member``: a layer by ``constructor(member)``, a block by its
+    class, a sequence as ``open_ ... close`` around its items (runs of equal items written
+    once with ``repeat``, a format of the item and the count), wrapped past 72 characters."""
+    if member.kind == "layer":
+        return constructor(member)
+    if member.kind == "block":
+        return "{}({})".format(member.cls.name, call_arguments(member.cls, member.values))
+    items = compress([member_expr(i, constructor, open_, close, repeat, depth + 1)
+                      for i in member.items])
+    texts = [t if n == 1 else repeat.format(t, n) for t, n in items]
+    inline = "{}{}{}".format(open_, ", ".join(texts), close)
+    if len(inline) <= 72:
+        return inline
+    pad = "    " * (depth + 1)
+    return "{}\n{}{},\n{}{}".format(open_, pad, (",\n" + pad).join(texts), "    " * depth, close)
+

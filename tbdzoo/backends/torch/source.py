@@ -11,12 +11,11 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    call_arguments,
-    compress,
     forward_statements,
     is_lit,
     lit,
     literal,
+    member_expr,
     member_ref,
     members_in_order,
     params_in_call_order,
@@ -164,17 +163,7 @@ def _layer_call(cls, member, ins):
 
 def _member_expr(member, depth=0):
     """The expression building ``member``."""
-    if member.kind == "layer":
-        return _constructor(member)
-    if member.kind == "block":
-        return "{}({})".format(member.cls.name, call_arguments(member.cls, member.values))
-    items = compress([_member_expr(i, depth + 1) for i in member.items])
-    texts = [t if n == 1 else "*({} for _ in range({}))".format(t, n) for t, n in items]
-    inline = "nn.Sequential({})".format(", ".join(texts))
-    if len(inline) <= 72:
-        return inline
-    pad = "    " * (depth + 1)
-    return "nn.Sequential(\n{}{},\n{})".format(pad, (",\n" + pad).join(texts), "    " * depth)
+    return member_expr(member, _constructor, "nn.Sequential(", ")", "*({} for _ in range({}))", depth)
 
 
 # -- ops --------------------------------------------------------------------------------------
