@@ -137,3 +137,16 @@ def member_expr(member, constructor, open_, close, repeat, depth=0):
     pad = "    " * (depth + 1)
     return "{}\n{}{},\n{}{}".format(open_, pad, (",\n" + pad).join(texts), "    " * depth, close)
 
+
+def all_members(cls):
+    """Every member of ``cls``, a sequence's items after the sequence, in order."""
+    out = []
+
+    def visit(m):
+        out.append(m)
+        for i in m.items:
+            visit(i)
+    for m in cls.members.values():
+        visit(m)
+    return out
+

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
+    all_members,
     forward_statements,
     is_lit,
     lit,
@@ -424,25 +425,13 @@ def load(model, path):
 def _helper_names(plan):
     used_types, helpers = set(), set()
     for cls in plan.classes:
-        for m in _all_members(cls):
+        for m in all_members(cls):
             if m.kind == "layer":
                 used_types.add(m.type)
         for step in cls.steps:
             if step.kind == "op":
                 _op(step, helpers, {})
     return used_types, helpers
-
-
-def _all_members(cls):
-    out = []
-
-    def visit(m):
-        out.append(m)
-        for i in m.items:
-            visit(i)
-    for m in cls.members.values():
-        visit(m)
-    return out
 
 
 def _write_class(cls, lines, plan):
