@@ -32,9 +32,11 @@ def test_native_is_a_keras_model_with_one_variable_per_parameter():
     model = _model("transformer", dropout=0.0)
     assert isinstance(model.native, keras.Model)
     params = model.spec.params()
-    assert sorted(v.name for v in model.native.weights) == sorted(params)  # tied: stored once
-    trainable = [n for n, p in params.items() if p.trainable]
-    assert sorted(v.name for v in model.native.trainable_weights) == sorted(trainable)
+    paths = [model.net.keras_path(n) for n in params]
+    assert sorted(v.path for v in model.native.weights) == sorted(paths)  # tied: stored once
+    assert model.net.keras_path("embed.weight") == "embed/embeddings"
+    trainable = [model.net.keras_path(n) for n, p in params.items() if p.trainable]
+    assert sorted(v.path for v in model.native.trainable_weights) == sorted(trainable)
 
 
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
@@ -67,7 +69,7 @@ def test_images_are_nhwc_inside_and_kernels_hwio():
     inside = model.prepare_batch(batch).native["x"].numpy()
     np.testing.assert_array_equal(inside, np.transpose(batch["x"], (0, 2, 3, 1)))
     kernel = model.get_weights()["conv.weight"]
-    np.testing.assert_array_equal(model.native.variable("conv.weight").numpy(),
+    np.testing.assert_array_equal(model.native.get_layer("conv").kernel.numpy(),
                                   np.transpose(kernel, (2, 3, 1, 0)))
 
 
