@@ -170,10 +170,10 @@ def test_fit_trains_the_backends_model_and_the_backend_trains_the_native_one():
     net = model.native
     batch = model.synthetic_batch(batch_size=2)
     before = model.get_weights()
-    net.compile(optimizer=keras.optimizers.SGD(0.05),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert isinstance(net.loss, tbd_layers.SpecCrossEntropy)  # compiled with the spec's loss
+    loss, _ = model.loss_and_gradients(batch)  # the backend's loss at the weights fit starts from
     history = net.fit(native_inputs(model, batch), batch["labels"], epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
+    np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-4)
     fitted = model.get_weights()
     assert not np.array_equal(fitted["fc.weight"], before["fc.weight"])
     # the backend's own step moves the same variables the native model reads
@@ -234,3 +234,16 @@ def test_custom_layers_are_registered_for_loading():
         registered = keras.saving.get_registered_name(cls)
         assert registered == "tbdzoo>" + cls.__name__
         assert keras.saving.get_registered_object(registered) is cls
+
+
+def test_fit_takes_named_inputs_and_the_specs_loss_with_ignored_positions():
+    model = _model("transformer")
+    net = model.native
+    batch = model.synthetic_batch(batch_size=2)
+    loss, _ = model.loss_and_gradients(batch)  # label smoothing, padding positions ignored
+    saved = model.get_weights()
+    try:
+        history = net.fit(native_inputs(model, batch), batch["labels"], epochs=1, verbose=0)
+        np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-4)
+    finally:
+        model.set_weights(saved)

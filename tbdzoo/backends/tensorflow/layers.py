@@ -237,3 +237,24 @@ def _spec_op_class(op, name):
 
 SPEC_OP_LAYERS = {op: _spec_op_class(op, name) for op, name in SPEC_OP_CLASSES.items()}
 globals().update((cls.__name__, cls) for cls in SPEC_OP_LAYERS.values())
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE, name="SpecCrossEntropy")
+class SpecCrossEntropy(keras.losses.Loss):
+    """The spec's softmax cross-entropy on logits and integer labels: label smoothing
+    (q = (1 - eps) onehot + eps / K) and, with ``ignore_index``, the mean over the positions
+    whose label is not that id (Keras' losses have one or the other, not both)."""
+
+    def __init__(self, label_smoothing=0.0, ignore_index=None, name="spec_cross_entropy",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing, self.ignore_index = float(label_smoothing), ignore_index
+
+    def call(self, y_true, y_pred):
+        return ops.softmax_cross_entropy(y_pred, y_true, {
+            "label_smoothing": self.label_smoothing, "ignore_index": self.ignore_index})
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(label_smoothing=self.label_smoothing, ignore_index=self.ignore_index)
+        return config

@@ -22,7 +22,7 @@ from . import (
 )
 from .adapters import CANONICAL, NHWC, RUN, value_layouts  # noqa: F401  (importable from here)
 from .adapters import to_layout as _to
-from .native import NativeNet
+from .native import NativeNet, compile_for_fit
 
 _RUN = RUN  # the ops the backend runs (tests/test_backend_contract.py reads it)
 
@@ -94,10 +94,18 @@ class Model(BackendModel):
             self._build_program(execution)
             return
         self.optimizer = optimizers.make(self._trainable, self.hparams)
+        if self._logits_is_output():
+            compile_for_fit(self.native, self.spec.loss, self.hparams, self.learning_rate())
         self._logits = self.spec.loss["logits"]
         self._labels = self.spec.loss["labels"]
         self._train_fn, self._grad_fn = [_compiled(fn, execution)
                                          for fn in (self._train, self._gradients)]
+
+    def _logits_is_output(self):
+        """Whether ``fit`` can train the native model on the spec's loss: the loss reads
+        the model's output, with labels that are an input of the graph."""
+        return self.spec.loss["logits"] == self.spec.output and \
+            self.spec.loss["kind"] == "softmax_cross_entropy"
 
     # -- compiled functions ----------------------------------------------------------------
     def _loss(self, inputs, update_stats):

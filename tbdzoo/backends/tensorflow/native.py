@@ -373,6 +373,22 @@ class NativeNet:
         return plan.layer(args if plan.multi else args[0], training=training, **plan.kwargs)
 
 
+def compile_for_fit(model, loss, hparams, learning_rate):
+    """Compile a single-loss model for ``fit``: the spec's loss (layers.SpecCrossEntropy) and
+    Keras' optimizer of the spec's kind at the schedule's current rate (SGD with the spec's
+    momentum, or Adam with its betas and epsilon). Keras' optimizers leave out the spec's
+    weight decay: the backend's own step (``train_step``) is the spec's training."""
+    kind = hparams.get("optimizer")
+    if kind == "adam":
+        optimizer = keras.optimizers.Adam(learning_rate, beta_1=hparams["beta1"],
+                                          beta_2=hparams["beta2"], epsilon=hparams["eps"])
+    else:
+        optimizer = keras.optimizers.SGD(learning_rate, momentum=hparams.get("momentum", 0.0),
+                                         nesterov=bool(hparams.get("nesterov", False)))
+    model.compile(optimizer=optimizer, loss=layers.SpecCrossEntropy(
+        loss.get("label_smoothing", 0.0), loss.get("ignore_index")))
+
+
 def _keras_name(name):
     return layer_name(name.replace("/", "_")) or "model"
 
