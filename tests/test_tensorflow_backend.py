@@ -45,7 +45,9 @@ def test_call_in_inference_equals_predict(name, overrides):
     model.set_weights(random_weights(model))
     batch = model.synthetic_batch()
     prepared = model.prepare_batch(batch)
-    native = model.native(prepared.native, training=False).numpy()  # eager, op by op
+    names = [t.name for t in model.native.inputs]  # a single input is a plain tensor
+    x = {n: prepared.native[n] for n in names} if len(names) > 1 else prepared.native[names[0]]
+    native = model.native(x, training=False).numpy()  # eager, layer by layer
     # predict runs the same call in a tf.function, where grappler fuses ops for oneDNN: the
     # results agree to rounding, not bit for bit
     np.testing.assert_allclose(model.predict(batch), native, rtol=1e-5, atol=1e-5)
@@ -129,7 +131,7 @@ def test_the_native_model_trains_in_a_plain_keras_loop():
     images = tf.constant(np.transpose(batch["images"], (0, 2, 3, 1)))
     optimizer = keras.optimizers.SGD(0.1)
     with tf.GradientTape() as tape:
-        logits = net({"images": images}, training=True)
+        logits = net(images, training=True)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(batch["labels"], logits)
     grads = tape.gradient(loss, net.trainable_weights)
     optimizer.apply_gradients(zip(grads, net.trainable_weights))
