@@ -247,3 +247,31 @@ def test_fit_takes_named_inputs_and_the_specs_loss_with_ignored_positions():
         np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-4)
     finally:
         model.set_weights(saved)
+
+
+_LOAD_ALONE = """
+import sys
+import numpy as np
+import tbdzoo.backends.tensorflow.layers  # registers the tbdzoo> layers, builds no model
+import keras
+net = keras.models.load_model(sys.argv[1], compile=False)
+x = np.load(sys.argv[2])
+np.save(sys.argv[3], keras.ops.convert_to_numpy(net(x, training=False)))
+"""
+
+
+def test_a_saved_model_loads_in_a_process_that_imports_only_the_layers(tmp_path):
+    import subprocess
+    import sys
+    model = _model("resnet50")
+    batch = model.synthetic_batch(batch_size=2)
+    x = native_inputs(model, batch).numpy()
+    paths = [str(tmp_path / n) for n in ("m.keras", "x.npy", "y.npy")]
+    model.native.save(paths[0])
+    np.save(paths[1], x)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", _LOAD_ALONE] + paths, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    np.testing.assert_allclose(np.load(paths[2]), model.native(x, training=False),
+                               rtol=1e-6, atol=1e-6)
