@@ -57,12 +57,6 @@ def hwio_to_oihw(w):
     return np.ascontiguousarray(np.transpose(w, (3, 2, 0, 1)))
 
 
-def conv_kernel_names(graph):
-    """Canonical names of conv kernels: the parameters stored OIHW outside, HWIO inside."""
-    return [name for name, spec in graph.params().items()
-            if graph.nodes[spec.owner].op == "conv2d" and name == spec.owner + ".weight"]
-
-
 def _compiled(fn, execution):
     """``fn`` as a tf.function (or as it is, for eager execution). The partial gives each model
     a key of its own: TensorFlow counts traces per code object, and would report several models,
