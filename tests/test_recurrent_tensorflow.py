@@ -52,7 +52,7 @@ def _node_values(model, batch, training):
     inputs = model.prepare_batch(batch).native
     if model.program is not None:  # one prepared batch per phase: the first phase's
         inputs = inputs[0][1]
-    values = model.native.forward(inputs, training=training, update_stats=False)
+    values = model.net.forward(inputs, training=training, update_stats=False)
     return {name: tf_model._to(value, tf_model.CANONICAL).numpy()
             for name, value in values.items() if name in model.spec.nodes}
 
@@ -124,9 +124,11 @@ def test_weights_round_trip_per_canonical_parameter():
     assert list(back) == list(model.spec.params())
     for name, value in weights.items():
         np.testing.assert_array_equal(back[name], value)
-    # one Keras variable per canonical parameter, in the canonical shape
-    assert sorted(v.name for v in model.native.weights) == sorted(model.spec.params())
-    assert model.native.variable("rnn.l1.bw.w_i").shape == (3, 6)
+    # one Keras variable per canonical parameter, in the canonical shape, named by its suffix
+    assert sorted(v.path for v in model.native.weights) == sorted(
+        "rnn/" + n[len("rnn."):] if n.startswith("rnn.") else model.net.keras_path(n)
+        for n in model.spec.params())
+    assert model.native.get_layer("rnn").spec_weights["l1.bw.w_i"].shape == (3, 6)
 
 
 def test_clipped_relu_values_and_gradient_at_the_clipping_points():

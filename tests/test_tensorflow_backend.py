@@ -32,9 +32,11 @@ def test_native_is_a_keras_model_with_one_variable_per_parameter():
     model = _model("transformer", dropout=0.0)
     assert isinstance(model.native, keras.Model)
     params = model.spec.params()
-    assert sorted(v.name for v in model.native.weights) == sorted(params)  # tied: stored once
-    trainable = [n for n, p in params.items() if p.trainable]
-    assert sorted(v.name for v in model.native.trainable_weights) == sorted(trainable)
+    paths = [model.net.keras_path(n) for n in params]
+    assert sorted(v.path for v in model.native.weights) == sorted(paths)  # tied: stored once
+    assert model.net.keras_path("embed.weight") == "embed/embeddings"
+    trainable = [model.net.keras_path(n) for n, p in params.items() if p.trainable]
+    assert sorted(v.path for v in model.native.trainable_weights) == sorted(trainable)
 
 
 @pytest.mark.parametrize("name,overrides", [("resnet50", {}), ("transformer", {"dropout": 0.0})])
@@ -43,7 +45,9 @@ def test_call_in_inference_equals_predict(name, overrides):
     model.set_weights(random_weights(model))
     batch = model.synthetic_batch()
     prepared = model.prepare_batch(batch)
-    native = model.native(prepared.native, training=False).numpy()  # eager, op by op
+    names = [t.name for t in model.native.inputs]  # a single input is a plain tensor
+    x = {n: prepared.native[n] for n in names} if len(names) > 1 else prepared.native[names[0]]
+    native = model.native(x, training=False).numpy()  # eager, layer by layer
     # predict runs the same call in a tf.function, where grappler fuses ops for oneDNN: the
     # results agree to rounding, not bit for bit
     np.testing.assert_allclose(model.predict(batch), native, rtol=1e-5, atol=1e-5)
@@ -67,7 +71,7 @@ def test_images_are_nhwc_inside_and_kernels_hwio():
     inside = model.prepare_batch(batch).native["x"].numpy()
     np.testing.assert_array_equal(inside, np.transpose(batch["x"], (0, 2, 3, 1)))
     kernel = model.get_weights()["conv.weight"]
-    np.testing.assert_array_equal(model.native.variable("conv.weight").numpy(),
+    np.testing.assert_array_equal(model.native.get_layer("conv").kernel.numpy(),
                                   np.transpose(kernel, (2, 3, 1, 0)))
 
 
@@ -127,7 +131,7 @@ def test_the_native_model_trains_in_a_plain_keras_loop():
     images = tf.constant(np.transpose(batch["images"], (0, 2, 3, 1)))
     optimizer = keras.optimizers.SGD(0.1)
     with tf.GradientTape() as tape:
-        logits = net({"images": images}, training=True)
+        logits = net(images, training=True)
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(batch["labels"], logits)
     grads = tape.gradient(loss, net.trainable_weights)
     optimizer.apply_gradients(zip(grads, net.trainable_weights))

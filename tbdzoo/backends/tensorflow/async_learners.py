@@ -84,7 +84,7 @@ def train(job):
         result.episode_returns.extend(returns)
     result.finish(counters, start, [r[1] for r in reports])
     result.initial_weights, result.weights = initial, shared.get_weights()
-    result.square_averages = dict((n, shared.native.to_canonical(n, v.numpy()))
+    result.square_averages = dict((n, shared.net.to_canonical(n, v.numpy()))
                                   for n, v in zip(names, optimizer.slots))
     result.optimizer_updates = [int(u) for u in optimizer.updates]
     return result

@@ -137,13 +137,13 @@ def _sync_batchnorm_nhwc(x, gamma, beta, running_mean, running_var, a, training,
 
 
 def sync_batchnorm(args, p, a, training, update):
-    """SpecModel's batchnorm adapter with the global batch's statistics (--bn-mode sync)."""
+    """The native model's batchnorm adapter with the global batch's statistics (--bn-mode sync)."""
     stats = (p["gamma"], p["beta"], p.get("running_mean"), p.get("running_var"), a, training,
              update)
     tensor = args[0][0]
     if tensor.shape.rank == 4:
         return _sync_batchnorm_nhwc(_to(args[0], NHWC), *stats)
-    rank = tensor.shape.rank  # channels are canonical axis 1: as SpecModel's own adapter
+    rank = tensor.shape.rank  # channels are canonical axis 1: as The native model's own adapter
     moved = tf.transpose(tensor, [0] + list(range(2, rank)) + [1]) if rank > 2 else tensor
     shape = tf.shape(moved)
     y = _sync_batchnorm_nhwc(tf.reshape(moved, [shape[0], 1, -1, int(tensor.shape[1])]), *stats)
@@ -152,7 +152,7 @@ def sync_batchnorm(args, p, a, training, update):
 
 
 def sync_sequence_batchnorm(args, p, a, training, update):
-    """SpecModel's sequence_batchnorm adapter with the statistics of every replica's valid
+    """The native model's sequence_batchnorm adapter with the statistics of every replica's valid
     steps (--bn-mode sync): the masked sums and the count of valid positions are all-reduced,
     the mean first, then the squared deviations from it. Padded positions give 0."""
     context = tf.distribute.get_replica_context()
@@ -193,8 +193,8 @@ class DistributedModel(Model):
         with self.strategy.scope():
             Model._build(self, weights)
         if self.world.bn_mode == "sync":  # before any step is traced
-            self.native._run = dict(self.native._run, batchnorm=sync_batchnorm,
-                                    sequence_batchnorm=sync_sequence_batchnorm)
+            self.net.set_adapters(batchnorm=sync_batchnorm,
+                                  sequence_batchnorm=sync_sequence_batchnorm)
         # this rank's w_r, read by the compiled step; a plain variable: it differs per rank
         self._weight = tf.Variable(self.world.gradient_weight, trainable=False, dtype=tf.float32)
         if self.program is None:
