@@ -77,8 +77,8 @@ def _real_ops(backend):
     module = importlib.import_module("tbdzoo.backends.{}.ops".format(backend))
     real = [op for op in spec_ops.names() if callable(getattr(module, op, None))]
     if backend == "tensorflow":
-        from tbdzoo.backends.tensorflow.model import _RUN
-        real = [op for op in real if op in _RUN]
+        from tbdzoo.backends.tensorflow.adapters import RUN
+        real = [op for op in real if op in RUN]
     return real
 
 

@@ -18,7 +18,7 @@ import tbdzoo.backends.tensorflow.framework  # noqa: F401  (sets the TF log leve
 import tensorflow as tf
 
 from tbdzoo.backends.registry import build_native
-from tbdzoo.backends.tensorflow import model as tf_model
+from tbdzoo.backends.tensorflow import adapters as tf_adapters
 from tbdzoo.backends.tensorflow import ops
 
 # isort: split
@@ -53,7 +53,7 @@ def _node_values(model, batch, training):
     if model.program is not None:  # one prepared batch per phase: the first phase's
         inputs = inputs[0][1]
     values = model.net.forward(inputs, training=training, update_stats=False)
-    return {name: tf_model._to(value, tf_model.CANONICAL).numpy()
+    return {name: tf_adapters.to_layout(value, tf_adapters.CANONICAL).numpy()
             for name, value in values.items() if name in model.spec.nodes}
 
 

@@ -16,7 +16,9 @@ from ..common.engines import RANK_TIMEOUT_VARIABLE
 from . import (
     ops,
 )
-from .model import CANONICAL, NHWC, Model, _to
+from .adapters import CANONICAL, NHWC
+from .adapters import to_layout as _to
+from .model import Model
 from .optimizers import dense
 
 ENGINE = "MultiWorkerMirroredStrategy"

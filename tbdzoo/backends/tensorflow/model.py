@@ -20,11 +20,9 @@ from . import (
     ops,
     optimizers,
 )
-from .adapters import CANONICAL, NHWC, RUN, value_layouts  # noqa: F401  (importable from here)
+from .adapters import CANONICAL
 from .adapters import to_layout as _to
 from .native import NativeNet, compile_for_fit
-
-_RUN = RUN  # the ops the backend runs (tests/test_backend_contract.py reads it)
 
 # hparams["execution"] -> how the steps run. 'default' is TensorFlow's idiom, a tf.function
 # graph run by the executor with oneDNN kernels; 'compiled' adds XLA (jit_compile=True), which
