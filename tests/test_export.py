@@ -192,8 +192,14 @@ def torch_export(tmp_path_factory):
 MXNET_MODELS = [n for n in tbdzoo.list_models() if n not in ("seq2seq", "deepspeech2")]
 
 
-# Keras's writer has the image layers only (test_keras_source_refuses_other_models).
-KERAS_MODELS = ["resnet50", "inception_v3", "a3c"]
+# Keras's writer has no recurrent layers yet (test_keras_source_refuses_other_models).
+KERAS_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan"]
+
+
+# WGAN's generator normalises by batch statistics five times; the backend's fused BatchNorm
+# kernel (which Keras does not reach) sums them in its own order, and its predict is itself
+# 4.7e-6 from the float64 reference, about where the written file's (float64 statistics) is.
+KERAS_TOLERANCE = {"wgan": 1e-5}
 
 
 @pytest.fixture(scope="module")
@@ -206,13 +212,13 @@ def mxnet_export(tmp_path_factory):
     return _run_exported("mxnet", tmp_path_factory.mktemp("export_mxnet"), MXNET_MODELS)
 
 
-def _check(report, cases, name, layers):
+def _check(report, cases, name, layers, tolerance=TOLERANCE):
     results = [r for r in report[name]["results"] if r[0] != "train"]
     case = next(c for c in cases if c["name"] == name)
     assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
     for member, output, got, want, error in results:
         assert got == want, "{} {}: shape {} != {}".format(member, output, got, want)
-        assert error <= TOLERANCE, "{} {}: relative error {}".format(member, output, error)
+        assert error <= tolerance, "{} {}: relative error {}".format(member, output, error)
     # the framework's own layers, not an interpreter of the graph
     assert set(layers) & set(report[name]["modules"]), report[name]["modules"]
 
@@ -243,7 +249,7 @@ def test_mxnet_source_reproduces_the_backend_without_tbdzoo(mxnet_export, name):
 @pytest.mark.parametrize("name", KERAS_MODELS)
 def test_keras_source_reproduces_the_backend_without_tbdzoo(keras_export, name):
     cases, report = keras_export
-    _check(report, cases, name, ("Conv2D", "Dense"))
+    _check(report, cases, name, ("Conv2D", "Dense"), KERAS_TOLERANCE.get(name, TOLERANCE))
 
 
 @pytest.mark.parametrize("name", [n for n in tbdzoo.list_models() if n not in KERAS_MODELS])
