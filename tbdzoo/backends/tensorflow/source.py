@@ -34,7 +34,8 @@ EXTENSION = ".py"
 _TYPES = {"conv2d": "layers.Conv2D", "dense": "layers.Dense",
           "batchnorm": "layers.BatchNormalization", "embedding": "layers.Embedding",
           "layernorm": "layers.LayerNormalization",
-          "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm"}
+          "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
+          "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention"}
 _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "dropout",
         "concat", "tanh", "scale", "positional_encoding", "upsample_nearest", "reshape")
 # Attributes Keras' layers keep for themselves: a member of that name is kept as name + "_".
@@ -116,6 +117,13 @@ def layer_slots(graph, node):
         s["pad_id"] = Slot(a["pad_id"], "pad_id")
     elif node.op == "channel_layernorm":
         s["epsilon"] = Slot(a["eps"], "eps")
+    elif node.op in ("lstm", "gru"):
+        s["units"] = Slot(a["units"], "channels")
+        s["num_layers"] = Slot(a["num_layers"], "num_layers")
+        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
+        s["merge"] = Slot(a["merge"], "merge")
+    elif node.op == "additive_attention":
+        s["units"] = Slot(a["units"], "channels")
     return s
 
 
@@ -132,7 +140,8 @@ def op_slots(graph, node):
 
 # -- layers -----------------------------------------------------------------------------------
 _DEFAULTS = {"strides": 1, "padding": "valid", "dilation_rate": 1, "use_bias": True,
-             "dropout": 0.0, "causal": False, "pad_id": 0, "epsilon": 1e-3}
+             "dropout": 0.0, "causal": False, "pad_id": 0, "epsilon": 1e-3, "num_layers": 1,
+             "bidirectional": False, "merge": "concat"}
 
 
 def _keywords(v, names):
@@ -157,6 +166,10 @@ def _constructor(member):
     elif member.op == "multi_head_attention":
         parts = [value(v["num_heads"]), value(v["key_dim"])] + _keywords(
             v, ("dropout", "causal", "pad_id"))
+    elif member.op in ("lstm", "gru"):
+        parts = [value(v["units"])] + _keywords(v, ("num_layers", "bidirectional", "merge"))
+    elif member.op == "additive_attention":
+        parts = [value(v["units"])]
     elif member.type == "layers.BatchNormalization":
         parts = ["momentum={}".format(value(v["momentum"])),
                  "epsilon={}".format(value(v["epsilon"]))]
@@ -376,6 +389,99 @@ class BatchStatisticsNorm(layers.Layer):
         y = ops.cast(centred * ops.rsqrt(variance + self.epsilon), x.dtype)
         return y * self.gamma + self.beta
 '''
+_RECURRENT = '''
+class Recurrent(layers.Layer):
+    """Stacked Keras recurrent layers over a padded (N, T, D) batch with each example's length:
+    steps past a length are masked (they keep the state) and give 0; a bidirectional layer runs
+    a go_backwards copy, so each sequence's backward pass starts at its own last step;
+    merge='sum' adds the last layer's directions, else they are concatenated."""
+
+    RNN = None   # the Keras layer of one direction
+    GATES = ""   # the order of its gates in its fused kernels, as tbdzoo names them
+
+    def __init__(self, units, num_layers=1, bidirectional=False, merge="concat", **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.merge, self.directions = units, merge, 2 if bidirectional else 1
+        self.rnns = [self.RNN(units, return_sequences=True, go_backwards=d == 1)
+                     for _ in range(num_layers) for d in range(self.directions)]
+
+    def call(self, x, lengths):
+        mask = ops.arange(x.shape[1])[None, :] < ops.expand_dims(lengths, 1)
+        keep = ops.cast(mask, x.dtype)[:, :, None]
+        for start in range(0, len(self.rnns), self.directions):
+            outs = [self.rnns[start](x, mask=mask) * keep]
+            if self.directions == 2:   # go_backwards gives its outputs last step first
+                outs.append(ops.flip(self.rnns[start + 1](x, mask=mask), axis=1) * keep)
+            last = start + self.directions == len(self.rnns)
+            if len(outs) == 1:
+                x = outs[0]
+            else:
+                x = outs[0] + outs[1] if last and self.merge == "sum" else \\
+                    ops.concatenate(outs, axis=-1)
+        return x
+
+    def canonical(self, name, array):
+        """The variable, the index of its part and the value of tbdzoo's per-gate parameter
+        ``name`` (``l0.fw.w_i``: layer 0, forward, input weights (units, in) of gate i)."""
+        layer, direction, suffix = name.split(".")
+        cell = self.rnns[int(layer[1:]) * self.directions + ("fw", "bw").index(direction)].cell
+        kind, gate = suffix.split("_")
+        h = self.units
+        if kind in ("w", "u"):
+            columns = slice(self.GATES.index(gate) * h, (self.GATES.index(gate) + 1) * h)
+            variable = cell.kernel if kind == "w" else cell.recurrent_kernel
+            return variable, (slice(None), columns), array.T
+        return self.bias(cell, gate, array)
+'''
+_LAYER_HELPERS["Recurrent"] = _RECURRENT
+_LAYER_HELPERS["LSTM"] = '''
+class LSTM(Recurrent):
+    """keras.layers.LSTM, stacked, with lengths (see Recurrent)."""
+
+    RNN = layers.LSTM
+    GATES = "ifgo"
+
+    def bias(self, cell, gate, array):
+        i = self.GATES.index(gate)
+        return cell.bias, slice(i * self.units, (i + 1) * self.units), array
+'''
+_LAYER_HELPERS["GRU"] = '''
+class GRU(Recurrent):
+    """keras.layers.GRU (reset after the recurrent matmul), stacked, with lengths (see
+    Recurrent). Keras orders the gates z, r, n; the input biases are its bias[0], the
+    recurrent bias of n (b_hn) its bias[1] (those of z and r are 0)."""
+
+    RNN = layers.GRU
+    GATES = "zrn"
+
+    def bias(self, cell, gate, array):
+        row, gate = (1, "n") if gate == "hn" else (0, gate[-1])
+        i = self.GATES.index(gate)
+        return cell.bias, (row, slice(i * self.units, (i + 1) * self.units)), array
+'''
+_LAYER_HELPERS["AdditiveAttention"] = '''
+class AdditiveAttention(layers.Layer):
+    """Bahdanau attention: keras.layers.AdditiveAttention (its scale the spec's v) on the
+    projected queries and memory keys, e[t, s] = v . tanh(W_q q_t + W_m m_s), masked past each
+    memory's length; returns sum_s softmax_s(e)[t, s] m_s."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.w_query = layers.Dense(units, use_bias=False)
+        self.w_memory = layers.Dense(units, use_bias=False)
+        self.score = layers.AdditiveAttention()
+
+    def call(self, query, memory, lengths):
+        valid = ops.arange(memory.shape[1])[None, :] < ops.expand_dims(lengths, 1)
+        return self.score([self.w_query(query), memory, self.w_memory(memory)],
+                          mask=[None, valid])
+
+    def canonical(self, name, array):
+        """The variable, index (None: all) and value of tbdzoo's parameter ``name``."""
+        if name == "v":
+            return self.score.scale, None, array
+        return getattr(self, name).kernel, None, array.T
+'''
 _LAYER_HELPERS["LayerList"] = '''
 class LayerList(layers.Layer):
     """Layers numbered 0, 1, ... (tbdzoo's ``encoder.0``), reached as self[i]."""
@@ -393,34 +499,45 @@ def _find(model, path):
     """The layer at tbdzoo's module path (``layer1.0.conv1``)."""
     layer = model
     for part in path.split("."):
-        if part.isdigit():
-            layer = layer.layers[int(part)] if isinstance(layer, keras.Sequential) else \\
-                layer[int(part)]
-        else:
-            layer = getattr(layer, RENAMED.get(part, part))
+        layer = _child(layer, part)
     return layer
 
 
-def _native(layer, suffix, array):
-    """The Keras variable of tbdzoo's parameter ``suffix`` and the array in its layout."""
+def _child(layer, part):
+    if part.isdigit():
+        return layer.layers[int(part)] if isinstance(layer, keras.Sequential) else \\
+            layer[int(part)]
+    return getattr(layer, RENAMED.get(part, part))
+
+
+def _native(model, name, array):
+    """The Keras variable holding tbdzoo's parameter ``name``, the index of the part of it
+    that parameter is (None: all of it) and the array in the variable's layout. A layer with a
+    ``canonical`` method maps the names below it itself."""
+    layer, parts = model, name.split(".")
+    while len(parts) > 1 and not hasattr(layer, "canonical"):
+        layer = _child(layer, parts.pop(0))
+    suffix = ".".join(parts)
+    if hasattr(layer, "canonical"):
+        return layer.canonical(suffix, array)
     if isinstance(layer, layers.Conv2D):
-        return (layer.kernel, array.transpose(2, 3, 1, 0)) if suffix == "weight" else \\
-            (layer.bias, array)
+        return (layer.kernel, None, array.transpose(2, 3, 1, 0)) if suffix == "weight" else \\
+            (layer.bias, None, array)
     if isinstance(layer, layers.Dense):
-        return (layer.kernel, array.T) if suffix == "weight" else (layer.bias, array)
+        return (layer.kernel, None, array.T) if suffix == "weight" else (layer.bias, None, array)
     if isinstance(layer, layers.Embedding):
-        return layer.embeddings, array
+        return layer.embeddings, None, array
     if isinstance(layer, layers.MultiHeadAttention):   # W_q (out, in) -> (in, heads, size)
         heads, size = layer.num_heads, layer.key_dim
         dense = {"q": layer.query_dense, "k": layer.key_dense, "v": layer.value_dense,
                  "o": layer.output_dense}[suffix[-1]]
         if suffix == "W_o":
-            return dense.kernel, array.T.reshape(heads, size, -1)
+            return dense.kernel, None, array.T.reshape(heads, size, -1)
         if suffix.startswith("W"):
-            return dense.kernel, array.T.reshape(-1, heads, size)
-        return dense.bias, array if suffix == "b_o" else array.reshape(heads, size)
+            return dense.kernel, None, array.T.reshape(-1, heads, size)
+        return dense.bias, None, array if suffix == "b_o" else array.reshape(heads, size)
     names = {"running_mean": "moving_mean", "running_var": "moving_variance"}
-    return getattr(layer, names.get(suffix, suffix)), array
+    return getattr(layer, names.get(suffix, suffix)), None, array
 
 
 def load(model, path):
@@ -431,12 +548,17 @@ def load(model, path):
     model(*[np.zeros((1,) + shape, dtype) for shape, dtype in INPUT_SHAPES])
     for part, shapes in PARTS:   # parts call() does not reach are built on their own
         _find(model, part)(*[np.zeros((1,) + shape, dtype) for shape, dtype in shapes])
-    done = set()
+    values = {}   # id -> [variable, its new value]: parts of a fused variable not in the file are 0
     for name, array in arrays.items():
-        layer_path, _, suffix = name.rpartition(".")
-        variable, value = _native(_find(model, layer_path), suffix, array)
+        variable, index, value = _native(model, name, array)
+        entry = values.setdefault(id(variable), [variable, np.zeros(variable.shape, "float32")])
+        if index is None:
+            entry[1] = value
+        else:
+            entry[1][index] = value
+    for variable, value in values.values():
         variable.assign(value)
-        done.add(id(variable))
+    done = set(values)
     missing = [v.path for v in model.weights if id(v) not in done]
     if missing:
         raise ValueError("{} does not fit this model: nothing in the file for {}".format(
@@ -543,6 +665,8 @@ def _used(plan):
         for step in cls.steps:
             if step.kind == "op":
                 _op(step, helpers)
+    if types & {"LSTM", "GRU"}:
+        types.add("Recurrent")
     return types, helpers
 
 
