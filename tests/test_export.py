@@ -193,7 +193,8 @@ MXNET_MODELS = [n for n in tbdzoo.list_models() if n not in ("seq2seq", "deepspe
 
 
 # What Keras's writer cannot write yet: test_keras_source_refuses_other_models.
-KERAS_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan", "seq2seq"]
+KERAS_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan", "seq2seq",
+                "deepspeech2"]
 
 
 # WGAN's generator normalises by batch statistics five times; the backend's fused BatchNorm

@@ -35,9 +35,11 @@ _TYPES = {"conv2d": "layers.Conv2D", "dense": "layers.Dense",
           "batchnorm": "layers.BatchNormalization", "embedding": "layers.Embedding",
           "layernorm": "layers.LayerNormalization",
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
-          "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention"}
+          "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention",
+          "sequence_batchnorm": "SequenceBatchNorm"}
 _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "dropout",
-        "concat", "tanh", "scale", "positional_encoding", "upsample_nearest", "reshape")
+        "concat", "tanh", "scale", "positional_encoding", "upsample_nearest", "reshape",
+        "clipped_relu", "lengths_after_conv", "transpose")
 # Attributes Keras' layers keep for themselves: a member of that name is kept as name + "_".
 _KERAS_ATTRIBUTES = {"input", "output", "inputs", "outputs", "layers", "weights", "variables",
                      "name", "dtype", "trainable", "built", "losses", "metrics", "optimizer",
@@ -100,7 +102,7 @@ def layer_slots(graph, node):
         s["use_bias"] = Slot(a["use_bias"], "bias")
     elif node.op == "batchnorm" and kind == "BatchStatisticsNorm":
         s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op == "batchnorm":
+    elif node.op in ("batchnorm", "sequence_batchnorm"):
         s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
         s["epsilon"] = Slot(a["eps"], "eps")
     elif node.op == "embedding":
@@ -170,7 +172,7 @@ def _constructor(member):
         parts = [value(v["units"])] + _keywords(v, ("num_layers", "bidirectional", "merge"))
     elif member.op == "additive_attention":
         parts = [value(v["units"])]
-    elif member.type == "layers.BatchNormalization":
+    elif member.type in ("layers.BatchNormalization", "SequenceBatchNorm"):
         parts = ["momentum={}".format(value(v["momentum"])),
                  "epsilon={}".format(value(v["epsilon"]))]
     else:
@@ -196,7 +198,7 @@ def _layer_call(cls, member, ins):
         if is_lit(pad) and lit(pad) == ((0, 0), (0, 0)):
             return "{}({})".format(ref, ins[0])
         return "{}(pad({}, {}))".format(ref, ins[0], value(pad, True))
-    if member.type in ("layers.BatchNormalization", "MultiHeadAttention"):
+    if member.type in ("layers.BatchNormalization", "MultiHeadAttention", "SequenceBatchNorm"):
         return "{}({}, training=training)".format(ref, ", ".join(ins))
     if member.op == "embedding":
         scale = member.values["scale"]
@@ -217,6 +219,16 @@ def _axis(axis, rank):
     if rank == 3:
         return {0: 3, 1: 1, 2: 2}[axis]
     return axis + 1
+
+
+def _transpose_axes(perm, rank):
+    """The axes of one transpose of the tensor computing the spec's ``perm`` of its examples'
+    axes: a rank-3 value is NHWC before and after (the spec's (C, H, W) order in between)."""
+    axes = (0,) + tuple(p + 1 for p in perm)
+    if rank != 3:
+        return axes
+    to_spec, to_nhwc = (0, 3, 1, 2), (0, 2, 3, 1)
+    return tuple(to_spec[axes[to_nhwc[i]]] for i in range(4))
 
 
 def _size(shape):
@@ -287,6 +299,18 @@ def _op(step, helpers):
     if op == "positional_encoding":
         helpers.add("positional_encoding")
         return "positional_encoding({})".format(x)
+    if op == "clipped_relu":
+        return "ops.clip({}, 0.0, {})".format(x, value(v["ceiling"], True))
+    if op == "lengths_after_conv":
+        helpers.add("conv_lengths")
+        return "conv_lengths({}, {}, {}, {}, {})".format(
+            x, value(v["kernel"], True), value(v["stride"], True), value(v["padding"], True),
+            value(v["dilation"], True))
+    if op == "transpose":
+        perm, rank = need_lit("perm", "rank")
+        axes = _transpose_axes(perm, rank)
+        return x if axes == tuple(range(rank + 1)) else \
+            "ops.transpose({}, {})".format(x, literal(axes))
     if op == "upsample_nearest":
         factor, = need_lit("factor")
         return "ops.repeat(ops.repeat({}, {}, axis=1), {}, axis=2)".format(x, factor, factor)
@@ -306,6 +330,13 @@ _HELPERS["dropout"] = '''
 def dropout(x, rate, training):
     """Inverted dropout in training, the identity otherwise."""
     return keras.random.dropout(x, rate) if training and rate else x
+'''
+_HELPERS["conv_lengths"] = '''
+def conv_lengths(lengths, kernel, stride, padding, dilation):
+    """Valid lengths after a convolution along time, at least 1."""
+    before, after = padding
+    return ops.maximum((lengths + (before + after - dilation * (kernel - 1) - 1)) // stride + 1,
+                       1)
 '''
 _HELPERS["positional_encoding"] = '''
 def positional_encoding(x):
@@ -482,6 +513,41 @@ class AdditiveAttention(layers.Layer):
             return self.score.scale, None, array
         return getattr(self, name).kernel, None, array.T
 '''
+_LAYER_HELPERS["SequenceBatchNorm"] = '''
+class SequenceBatchNorm(layers.Layer):
+    """BatchNorm of the features of (N, T, D) with each example's length: in training the
+    statistics of the valid steps normalise (and move the moving ones, momentum the weight of
+    the old, the variance unbiased), in inference the moving ones; padded steps give 0."""
+
+    def __init__(self, momentum=0.99, epsilon=1e-3, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.epsilon = momentum, epsilon
+
+    def build(self, x_shape, lengths_shape=None):
+        size = (x_shape[-1],)
+        self.gamma = self.add_weight(shape=size, initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=size, initializer="zeros", name="beta")
+        self.moving_mean = self.add_weight(shape=size, initializer="zeros", name="moving_mean",
+                                           trainable=False)
+        self.moving_variance = self.add_weight(shape=size, initializer="ones",
+                                               name="moving_variance", trainable=False)
+
+    def call(self, x, lengths, training=None):
+        mask = ops.arange(x.shape[1])[None, :] < ops.expand_dims(lengths, 1)
+        keep = ops.cast(mask, x.dtype)[:, :, None]
+        if training:
+            count = ops.sum(keep)
+            mean = ops.sum(x * keep, axis=(0, 1)) / count
+            variance = ops.sum(ops.square((x - mean) * keep), axis=(0, 1)) / count
+            m = self.momentum
+            unbiased = variance * count / ops.maximum(count - 1.0, 1.0)
+            self.moving_mean.assign(m * self.moving_mean + (1.0 - m) * mean)
+            self.moving_variance.assign(m * self.moving_variance + (1.0 - m) * unbiased)
+        else:
+            mean, variance = self.moving_mean, self.moving_variance
+        y = (x - mean) * (self.gamma * ops.rsqrt(variance + self.epsilon)) + self.beta
+        return y * keep
+'''
 _LAYER_HELPERS["LayerList"] = '''
 class LayerList(layers.Layer):
     """Layers numbered 0, 1, ... (tbdzoo's ``encoder.0``), reached as self[i]."""
@@ -515,7 +581,8 @@ def _native(model, name, array):
     that parameter is (None: all of it) and the array in the variable's layout. A layer with a
     ``canonical`` method maps the names below it itself."""
     layer, parts = model, name.split(".")
-    while len(parts) > 1 and not hasattr(layer, "canonical"):
+    while len(parts) > 1 and not (hasattr(layer, "canonical") and not isinstance(
+            getattr(layer, parts[0], None), layers.Layer)):
         layer = _child(layer, parts.pop(0))
     suffix = ".".join(parts)
     if hasattr(layer, "canonical"):
