@@ -2,13 +2,14 @@
 
 Writes text only (TensorFlow is not imported here): tbdzoo/export/ plans the classes, this
 module says what each layer and op is in Keras, with the formulas of this backend's ops.py
-(images NHWC inside and at the model's boundary, flattening and reshaping in the spec's
-(C, H, W) order, max-pool padding that never wins, masked attention logits that never win,
-BatchNorm momentum as Keras counts it: the weight of the old statistics). Keras' own layers
-where they compute the spec's op (Conv2D, Dense, BatchNormalization, Embedding,
-LayerNormalization, MultiHeadAttention), a small ``layers.Layer`` written into the file where
-Keras has none (ChannelLayerNorm, BatchStatisticsNorm, ...). A layer the writer has no Keras
-code for is refused, naming the op.
+(every value with three axes per example NHWC, inside and at the model's boundary;
+flattening, reshaping and transposing in the spec's (C, H, W) order; max-pool padding and
+masked attention logits that never win; BatchNorm momentum as Keras counts it: the weight of
+the old statistics). Keras' own layers where they compute the spec's op (Conv2D, Dense,
+BatchNormalization, Embedding, LayerNormalization, MultiHeadAttention, LSTM, GRU,
+AdditiveAttention), a small ``layers.Layer`` written into the file where Keras has none
+(ChannelLayerNorm, SequenceBatchNorm, FrozenBatchNorm, ...). A layer or op the writer has no
+Keras code for (a grouped convolution) is refused, naming the op.
 """
 from collections import OrderedDict
 
@@ -36,10 +37,10 @@ _TYPES = {"conv2d": "layers.Conv2D", "dense": "layers.Dense",
           "layernorm": "layers.LayerNormalization",
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
           "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention",
-          "sequence_batchnorm": "SequenceBatchNorm"}
+          "sequence_batchnorm": "SequenceBatchNorm", "frozen_batchnorm": "FrozenBatchNorm"}
 _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "dropout",
         "concat", "tanh", "scale", "positional_encoding", "upsample_nearest", "reshape",
-        "clipped_relu", "lengths_after_conv", "transpose")
+        "clipped_relu", "lengths_after_conv", "transpose", "roi_align", "to_batch")
 # Attributes Keras' layers keep for themselves: a member of that name is kept as name + "_".
 _KERAS_ATTRIBUTES = {"input", "output", "inputs", "outputs", "layers", "weights", "variables",
                      "name", "dtype", "trainable", "built", "losses", "metrics", "optimizer",
@@ -73,7 +74,8 @@ def layer_type(graph, node):
             "BatchStatisticsNorm"
     if node.op not in _TYPES:
         _refuse(node)
-    if node.op == "conv2d" and node.attrs["groups"] != 1:
+    if (node.op == "conv2d" and node.attrs["groups"] != 1) or \
+            (node.op == "frozen_batchnorm" and len(graph.shape_of(node.inputs[0])) != 3):
         _refuse(node)
     return _TYPES[node.op]
 
@@ -117,7 +119,7 @@ def layer_slots(graph, node):
         s["dropout"] = Slot(a["dropout"], "dropout")
         s["causal"] = Slot(a["causal"], "causal")
         s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif node.op == "channel_layernorm":
+    elif node.op in ("channel_layernorm", "frozen_batchnorm"):
         s["epsilon"] = Slot(a["eps"], "eps")
     elif node.op in ("lstm", "gru"):
         s["units"] = Slot(a["units"], "channels")
@@ -135,7 +137,7 @@ def op_slots(graph, node):
     out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
                       if k != "shared")
     out["rank"] = Slot(len(graph.shape_of(node.inputs[0])), "rank", call=True)
-    if node.op in ("flatten", "reshape"):
+    if node.op in ("flatten", "reshape", "to_batch"):
         out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)
     return out
 
@@ -311,6 +313,18 @@ def _op(step, helpers):
         axes = _transpose_axes(perm, rank)
         return x if axes == tuple(range(rank + 1)) else \
             "ops.transpose({}, {})".format(x, literal(axes))
+    if op == "roi_align":
+        helpers.add("roi_align")
+        size, ratio = need_lit("output_size", "sampling_ratio")
+        return "roi_align({}, {}, {}, {}, {})".format(ins[0], ins[1], ins[2],
+                                                     literal(tuple(size)), ratio)
+    if op == "to_batch":
+        shape, = need_lit("in_shape")
+        if len(shape) == 3:
+            raise UnsupportedOpError("the Keras source writer does not write to_batch of "
+                                     "images yet; export this model to PyTorch or MXNet")
+        x = "ops.reshape({}, {})".format(x, literal((-1,) + tuple(shape[1:])))
+        return "ops.transpose({}, (0, 2, 3, 1))".format(x) if len(shape) == 4 else x
     if op == "upsample_nearest":
         factor, = need_lit("factor")
         return "ops.repeat(ops.repeat({}, {}, axis=1), {}, axis=2)".format(x, factor, factor)
@@ -337,6 +351,25 @@ def conv_lengths(lengths, kernel, stride, padding, dilation):
     before, after = padding
     return ops.maximum((lengths + (before + after - dilation * (kernel - 1) - 1)) // stride + 1,
                        1)
+'''
+_HELPERS["roi_align"] = '''
+def roi_align(features, indices, weights, output_size, sampling_ratio):
+    """RoIAlign from precomputed taps. features NHWC (N, H, W, C); indices and weights are
+    (N, R, S, 4) and arrive NHWC as every value with three axes per example does
+    ((N, S, 4, R)). Each of the S = oh * ow * sr * sr samples of a RoI is the bilinear mix of
+    four feature cells (indices into its example's H * W cells); each bin averages its
+    sr * sr samples. Returns (N, R, C, oh, ow)."""
+    indices = ops.transpose(indices, (0, 3, 1, 2))
+    weights = ops.transpose(weights, (0, 3, 1, 2))
+    h, w, c = features.shape[1], features.shape[2], features.shape[3]
+    rois = indices.shape[1]
+    (oh, ow), sr = output_size, sampling_ratio
+    offsets = ops.reshape(ops.arange(ops.shape(features)[0]) * (h * w), (-1, 1, 1, 1))
+    cells = ops.reshape(ops.cast(indices, "int32") + offsets, (-1,))
+    taps = ops.take(ops.reshape(features, (-1, c)), cells, axis=0)
+    taps = taps * ops.reshape(ops.cast(weights, features.dtype), (-1, 1))
+    out = ops.sum(ops.reshape(taps, (-1, rois, oh, ow, sr * sr * 4, c)), axis=4) / float(sr * sr)
+    return ops.transpose(out, (0, 1, 4, 2, 3))
 '''
 _HELPERS["positional_encoding"] = '''
 def positional_encoding(x):
@@ -548,6 +581,25 @@ class SequenceBatchNorm(layers.Layer):
         y = (x - mean) * (self.gamma * ops.rsqrt(variance + self.epsilon)) + self.beta
         return y * keep
 '''
+_LAYER_HELPERS["FrozenBatchNorm"] = '''
+class FrozenBatchNorm(layers.Layer):
+    """BatchNorm with fixed statistics and affine parameters (none trained), the same in
+    training and inference: x * scale + shift, scale = gamma / sqrt(moving_variance + eps)."""
+
+    def __init__(self, epsilon=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        for name, fill in (("gamma", "ones"), ("beta", "zeros"), ("moving_mean", "zeros"),
+                           ("moving_variance", "ones")):
+            setattr(self, name, self.add_weight(shape=(input_shape[-1],), initializer=fill,
+                                                name=name, trainable=False))
+
+    def call(self, x):
+        scale = self.gamma * ops.rsqrt(self.moving_variance + self.epsilon)
+        return x * scale + (self.beta - self.moving_mean * scale)
+'''
 _LAYER_HELPERS["LayerList"] = '''
 class LayerList(layers.Layer):
     """Layers numbered 0, 1, ... (tbdzoo's ``encoder.0``), reached as self[i]."""
@@ -741,18 +793,35 @@ def _nhwc(shape):
     return tuple(shape[1:]) + (shape[0],) if len(shape) == 3 else tuple(shape)
 
 
+def _is_image(graph, name):
+    """Whether an input with three axes per example is read by a convolution or pooling."""
+    return any(name in node.inputs[:1] and node.op in ("conv2d", "maxpool2d", "avgpool2d")
+               for node in graph.nodes.values())
+
+
 def _class_doc(cls, plan):
     if cls is plan.root:
         g = plan.graph
+        written = set(g.program.written_inputs()) if g.program is not None else set()
         out = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
                "Called with ({}):".format(", ".join(cls.inputs))]
         for name, node in zip(cls.inputs, cls.input_nodes):
             inp = g.inputs[node]
-            out.append("  {}: {} of shape (N, {}){}".format(
-                name, inp.dtype, ", ".join(str(d) for d in _nhwc(inp.shape)),
-                " (NHWC)" if len(inp.shape) == 3 else "").replace(", )", ")"))
+            notes = [] if len(inp.shape) != 3 else ["NHWC"] if _is_image(g, node) else \
+                ["the spec's ({}), channels last as an image's".format(
+                    ", ".join(str(d) for d in inp.shape))]
+            if node in written:
+                notes.append("from the targets step")
+            line = "  {}: {} of shape (N, {})".format(
+                name, inp.dtype, ", ".join(str(d) for d in _nhwc(inp.shape))).replace(", )", ")")
+            note = " ({})".format("; ".join(notes)) if notes else ""
+            out.extend([line + note] if len(line + note) <= 88 else [line, "   " + note])
         out.append("and returns {} of shape (N, {}).".format(
             g.output, ", ".join(str(d) for d in _nhwc(g.shape_of(g.output)))).replace(", )", ")"))
+        if any(node in written for node in cls.input_nodes):
+            out.append("The targets step is a function you supply between the parts (tbdzoo's "
+                       "is NumPy code in")
+            out.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
         for path, block in getattr(plan, "parts", ()):
             out.append("Also a part of the model, not called by call(): self.{}({}) -> {}."
                        .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
