@@ -200,7 +200,7 @@ KERAS_MODELS = tbdzoo.list_models()
 # BatchNorm sums them in its own order, and its predict is itself 4.7e-6 from the float64
 # reference, about where the written file's (float64 statistics) is. Faster R-CNN's
 # backbone convolutions whose pads are not 'same' run with the pads inside the kernel in the
-# backend, as tf.pad and a 'valid' Conv2D in the file (8.8e-7 apart after the first).
+# backend, as ops.pad and a 'valid' Conv2D in the file (8.8e-7 apart after the first).
 KERAS_TOLERANCE = {"wgan": 1e-5, "faster_rcnn": 2e-6}
 
 
@@ -298,6 +298,27 @@ def test_torch_source_defines_one_class_per_block_kind(torch_export):
         for body in re.split(r"^class ", source, flags=re.M)[1:]:
             init = body.split("def forward")[0]
             assert init.count("\n") < 100, (name, body.splitlines()[0])
+
+
+def test_keras_source_defines_one_class_per_block_kind(keras_export):
+    cases, _ = keras_export
+    text = {}
+    for case in cases:
+        with open(case["source"]) as f:
+            text[case["name"]] = f.read()
+    kinds = {"resnet50": ("Bottleneck",), "transformer": ("EncoderLayer", "DecoderLayer"),
+             "wgan": ("Generator", "Critic", "UpBlock", "DownBlock"),
+             "seq2seq": ("Encoder", "Decoder"), "deepspeech2": ("BatchRNNStack",),
+             "faster_rcnn": ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor")}
+    for name, names in kinds.items():
+        for kind in names:
+            assert re.search(r"^class {}\((layers\.Layer|LayerList)\):".format(kind),
+                             text[name], re.M), (name, kind)
+    assert "self.generator = TiedDense(self.embed)  # shared" in text["transformer"]
+    assert "layers.LSTM" in text["seq2seq"] and "layers.GRU" in text["deepspeech2"]
+    for name, source in text.items():
+        imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
+        assert imports <= {"keras", "numpy"}, (name, imports)
 
 
 def test_paper_resnet_unifies_its_bottlenecks_with_an_optional_downsample():
