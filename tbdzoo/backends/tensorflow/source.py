@@ -188,8 +188,8 @@ def _attribute_path(path):
 
 
 def _ref(cls, path):
-    """How a class's code reaches its member at ``path``: Sequential members through
-    ``.layers``."""
+    """How a class's code reaches its member at ``path`` (``self.output_``,
+    ``self[0].bn``)."""
     return member_ref(cls, _attribute_path(path))
 
 
@@ -843,7 +843,8 @@ def write(plan, model_name, config, version):
     lines.add("    out = model({})   # images NHWC".format(", ".join(root.inputs)))
     lines.add("")
     lines.add("Layers sit where tbdzoo's parameter names say (``layer1.0.conv1`` is")
-    lines.add("model.layer1.layers[0].conv1). Needs only Keras (with TensorFlow) and NumPy.")
+    lines.add("model.layer1.layers[0].conv1; a name Keras keeps for itself gets a trailing _,")
+    lines.add("see RENAMED). Needs only Keras (with TensorFlow) and NumPy.")
     lines.add('"""')
     lines.add("import keras")
     lines.add("import numpy as np")
