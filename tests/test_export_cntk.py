@@ -18,7 +18,8 @@ from tbdzoo.spec.tree import build_tree
 pytestmark = pytest.mark.backend
 
 TOLERANCE = 1e-6
-CNTK_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan"]
+CNTK_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan", "seq2seq",
+               "deepspeech2"]
 
 # python -I (no PYTHONPATH, no user site), tbdzoo blocked even where it is installed. Each call
 # builds the model's function (the root: function(model)) or a part's on input variables of
@@ -152,6 +153,10 @@ def test_cntk_source_defines_one_function_per_block_kind(cntk_export):
         assert re.search(r"^def {}\(".format(kind), text["transformer"], re.M), kind
     for kind in ("Generator", "Critic", "UpBlock", "DownBlock"):
         assert re.search(r"^def {}\(".format(kind), text["wgan"], re.M), kind
+    for kind in ("Encoder", "Decoder", "LSTM", "AdditiveAttention"):
+        assert re.search(r"^def {}\(".format(kind), text["seq2seq"], re.M), kind
+    for kind in ("GRU", "SequenceBatchNorm", "DeepSpeech2"):
+        assert re.search(r"^def {}\(".format(kind), text["deepspeech2"], re.M), kind
     for name, source in text.items():
         imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
         assert imports <= {"math", "collections", "numpy", "cntk"}, (name, imports)

@@ -9,8 +9,9 @@ a callable; calling it on CNTK variables adds its graph as one CNTK block functi
 the kind, name its path), as the backend's model is built (blocks.py). Parameters keep
 tbdzoo's names and layouts (``layer1.0.conv1.weight``, dense weights (out, in)), so the
 canonical ``.npz`` loads without conversion. The written file is valid Python 3.6 and imports
-only CNTK and NumPy. Recurrent layers, additive attention and the detection ops are not
-written yet: a model with them is refused, naming the op.
+only CNTK and NumPy. The recurrent layers are CNTK recurrences over each example's valid
+steps, as ops.py runs them. The detection ops are not written yet: a model with them is
+refused, naming the op.
 """
 from collections import OrderedDict
 
@@ -34,10 +35,12 @@ EXTENSION = ".py"
 
 _TYPES = {"conv2d": "Convolution2D", "dense": "Dense", "embedding": "Embedding",
           "layernorm": "LayerNormalization", "batchnorm": "BatchNormalization",
-          "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm"}
+          "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
+          "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention",
+          "sequence_batchnorm": "SequenceBatchNorm"}
 _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "concat",
         "dropout", "positional_encoding", "tanh", "upsample_nearest", "reshape", "scale",
-        "transpose", "stop_gradient", "ones_like")
+        "transpose", "stop_gradient", "ones_like", "clipped_relu", "lengths_after_conv")
 
 
 def _refuse(op, where):
@@ -91,6 +94,19 @@ def layer_slots(graph, node):
     elif op == "channel_layernorm":
         s["channels"] = Slot(shape[0], "channels")
         s["eps"] = Slot(a["eps"], "eps")
+    elif op in ("lstm", "gru"):
+        s["input_size"] = Slot(shape[-1], "channels")
+        s["hidden_size"] = Slot(a["units"], "channels")
+        s["num_layers"] = Slot(a["num_layers"], "num_layers")
+        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
+        s["merge"] = Slot(a["merge"], "merge")
+    elif op == "additive_attention":
+        s["query_size"] = Slot(shape[-1], "channels")
+        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
+        s["units"] = Slot(a["units"], "channels")
+    elif op == "sequence_batchnorm":
+        s["channels"] = Slot(shape[-1], "channels")
+        s["eps"] = Slot(a["eps"], "eps")
     else:
         layer_type(graph, node)
     return s
@@ -106,10 +122,12 @@ def op_slots(graph, node):
 # -- layers -----------------------------------------------------------------------------------
 _DEFAULTS = {"stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1), "groups": 1,
              "bias": True, "eps": 1e-5, "exact": False, "scale": 1.0, "dropout": 0.0,
-             "causal": False, "pad_id": 0}
+             "causal": False, "pad_id": 0, "num_layers": 1, "bidirectional": False,
+             "merge": "concat"}
 _POSITIONAL = {"Convolution2D": 3, "Dense": 2, "Embedding": 2, "BatchNormalization": 1,
                "BatchStatisticsNorm": 1, "LayerNormalization": 1, "MultiHeadAttention": 2,
-               "ChannelLayerNorm": 1}
+               "ChannelLayerNorm": 1, "LSTM": 2, "GRU": 2, "AdditiveAttention": 3,
+               "SequenceBatchNorm": 1}
 
 
 def _name_expr(path, index=None):
@@ -271,11 +289,20 @@ def _op(step, helpers):
     if op == "scale":
         return "{} * float({})".format(x, val("factor"))
     if op == "transpose":
+        if is_lit(v["perm"]):
+            return "C.transpose({}, perm={})".format(x, list(lit(v["perm"])))
         return "C.transpose({}, perm=list({}))".format(x, val("perm"))
     if op == "stop_gradient":
         return "C.stop_gradient({})".format(x)
     if op == "ones_like":
         return "C.ones_like({})".format(x)
+    if op == "clipped_relu":
+        helpers.add("clipped_relu")
+        return "clipped_relu({}, {})".format(x, val("ceiling"))
+    if op == "lengths_after_conv":
+        helpers.add("conv_lengths")
+        return "conv_lengths({}, {}, {}, {}, {})".format(x, val("kernel"), val("stride"),
+                                                        val("padding"), val("dilation"))
     _refuse(op, step.node.name if step.node is not None else step.path)
 
 
@@ -366,6 +393,20 @@ def upsample_nearest(x, factor):
     c, h, w = x.shape
     ones = C.constant(np.ones((1, 1, factor, 1, factor), np.float32))
     return C.reshape(C.reshape(x, (c, h, 1, w, 1)) * ones, (c, h * factor, w * factor))
+'''
+_HELPERS["clipped_relu"] = '''
+def clipped_relu(x, ceiling):
+    """min(max(x, 0), ceiling): relu, then the ceiling by selection."""
+    top = C.constant(ceiling, dtype=np.float32)
+    return C.element_select(C.greater_equal(x, top), top, C.relu(x))
+'''
+_HELPERS["conv_lengths"] = '''
+def conv_lengths(lengths, kernel, stride, padding, dilation):
+    """The valid steps left of each float32 length after a convolution along time; at least 1."""
+    before, after = padding
+    span = lengths + float(before + after - dilation * (kernel - 1) - 1)
+    out = C.floor(C.element_divide(span, float(stride))) + 1.0
+    return C.stop_gradient(C.element_max(out, 1.0))
 '''
 
 _LAYERS = OrderedDict()
@@ -545,6 +586,176 @@ def ChannelLayerNorm(name, channels, eps=1e-5):
     layer.forward = normalization
     return layer
 '''
+_LAYERS["Ragged"] = '''
+def valid_steps(lengths, steps):
+    """(steps,) 1.0 where t < length, 0.0 at padded steps, per example."""
+    return C.less(C.constant(np.arange(steps, dtype=np.float32)), lengths)
+
+
+class Ragged(object):
+    """A padded (T, D) example as a CNTK sequence of its valid steps (``sequence``), and the
+    way back to (T, H) with zeros at the padded steps (``padded``)."""
+
+    def __init__(self, x, lengths):
+        steps, features = x.shape
+        self.steps = steps
+        valid = C.reshape(valid_steps(lengths, steps), (steps, 1))
+        full = C.to_sequence(C.splice(x, valid, axis=1))
+        self.condition = C.slice(full, 0, features, features + 1)
+        self.sequence = C.sequence.gather(C.slice(full, 0, 0, features), self.condition)
+
+    def padded(self, y):
+        full = C.sequence.scatter(y, self.condition)
+        unpacked = C.sequence.unpack(full, padding_value=0.0, no_mask_output=True)
+        return C.reshape(unpacked, (self.steps, y.shape[0]))
+
+
+def recurrence(step, inputs, units, states, backwards):
+    """CNTK's recurrence over the sequence ``inputs``: ``step(previous states, input)`` gives
+    the new states, which start at zero; a backward direction runs from each sequence's last
+    valid step (future_value). Returns the states as sequences."""
+    placeholders = [C.placeholder(shape=(units,), dynamic_axes=inputs.dynamic_axes)
+                    for _ in range(states)]
+    delay = C.sequence.future_value if backwards else C.sequence.past_value
+    new = step([delay(p) for p in placeholders], inputs)
+    C.combine([n.output for n in new]).replace_placeholders(
+        dict((p, n.output) for p, n in zip(placeholders, new)))
+    return [n.output for n in new]
+
+
+def recurrent_layers(kind, name, input_size, hidden_size, num_layers, bidirectional, merge,
+                     weights, biases, direction):
+    """The block of a stack of recurrent layers: per layer and direction (``l0.fw.``) the
+    per-gate input weights ``w_`` (H, X) and recurrent weights ``u_`` (H, H) and ``biases``;
+    ``direction(sequence, parameters, prefix, backwards)`` runs one. Directions are
+    concatenated between layers, merged as ``merge`` says after the last."""
+    layer = Block(kind, name)
+    directions = ("fw", "bw") if bidirectional else ("fw",)
+    layer.weights = OrderedDict()
+    for index in range(num_layers):
+        width = input_size if index == 0 else hidden_size * len(directions)
+        for d in directions:
+            prefix = "l{}.{}.".format(index, d)
+            for gate in weights:
+                for kind_, shape in (("w_", (hidden_size, width)),
+                                     ("u_", (hidden_size, hidden_size))):
+                    layer.weights[prefix + kind_ + gate] = parameter(
+                        name + "." + prefix + kind_ + gate, shape)
+            for bias in biases:
+                layer.weights[prefix + bias] = parameter(name + "." + prefix + bias,
+                                                         (hidden_size,), 0.0)
+
+    def layers(x, lengths):
+        ragged = Ragged(x, lengths)
+        sequence = ragged.sequence
+        for index in range(num_layers):
+            outputs = [direction(sequence, layer.weights, "l{}.{}.".format(index, d), d == "bw")
+                       for d in directions]
+            if len(outputs) == 1:
+                sequence = outputs[0]
+            elif index == num_layers - 1 and merge == "sum":
+                sequence = outputs[0] + outputs[1]
+            else:
+                sequence = C.splice(outputs[0], outputs[1], axis=0)
+        return ragged.padded(sequence)
+    layer.forward = layers
+    return layer
+
+
+def fused(p, prefix, kind, gates):
+    """The per-gate (H, X) matrices of one layer and direction as one (gates * H, X)."""
+    return C.splice(*[p[prefix + kind + g] for g in gates], axis=0)
+
+
+def gate(v, index, units):
+    return C.slice(v, 0, index * units, (index + 1) * units)
+'''
+_LAYERS["LSTM"] = '''
+def LSTM(name, input_size, hidden_size, num_layers=1, bidirectional=False, merge="concat"):
+    """LSTM layers over padded (T, D) examples with their float32 lengths: gates i, f, g, o,
+    one bias per gate, c' = f c + i g, h' = o tanh(c'); outputs past a length are 0."""
+    def direction(x, p, prefix, backwards):
+        projected = C.times_transpose(x, fused(p, prefix, "w_", "ifgo")) + \\
+            C.splice(*[p[prefix + "b_" + g] for g in "ifgo"], axis=0)
+        recurrent = fused(p, prefix, "u_", "ifgo")
+
+        def step(previous, xw):
+            h, c = previous
+            gates = xw + C.times_transpose(h, recurrent)
+            i = C.sigmoid(gate(gates, 0, hidden_size))
+            f = C.sigmoid(gate(gates, 1, hidden_size))
+            g = C.tanh(gate(gates, 2, hidden_size))
+            o = C.sigmoid(gate(gates, 3, hidden_size))
+            cell = f * c + i * g
+            return [o * C.tanh(cell), cell]
+        return recurrence(step, projected, hidden_size, 2, backwards)[0]
+    return recurrent_layers("LSTM", name, input_size, hidden_size, num_layers, bidirectional,
+                            merge, "ifgo", ("b_i", "b_f", "b_g", "b_o"), direction)
+'''
+_LAYERS["GRU"] = '''
+def GRU(name, input_size, hidden_size, num_layers=1, bidirectional=False, merge="concat"):
+    """GRU layers over padded (T, D) examples with their float32 lengths: gates r, z, n, the
+    reset applied after the recurrent product (n = tanh(W_n x + b_in + r (U_n h + b_hn)));
+    outputs past a length are 0."""
+    def direction(x, p, prefix, backwards):
+        projected = C.times_transpose(x, fused(p, prefix, "w_", "rzn")) + \\
+            C.splice(p[prefix + "b_r"], p[prefix + "b_z"], p[prefix + "b_in"], axis=0)
+        recurrent = fused(p, prefix, "u_", "rzn")
+
+        def step(previous, xw):
+            h, = previous
+            hu = C.times_transpose(h, recurrent)
+            r = C.sigmoid(gate(xw, 0, hidden_size) + gate(hu, 0, hidden_size))
+            z = C.sigmoid(gate(xw, 1, hidden_size) + gate(hu, 1, hidden_size))
+            n = C.tanh(gate(xw, 2, hidden_size) +
+                       r * (gate(hu, 2, hidden_size) + p[prefix + "b_hn"]))
+            return [(1.0 - z) * n + z * h]
+        return recurrence(step, projected, hidden_size, 1, backwards)[0]
+    return recurrent_layers("GRU", name, input_size, hidden_size, num_layers, bidirectional,
+                            merge, "rzn", ("b_r", "b_z", "b_in", "b_hn"), direction)
+'''
+_LAYERS["AdditiveAttention"] = '''
+def AdditiveAttention(name, query_size, memory_size, units):
+    """Bahdanau attention without biases: e[t, s] = v . tanh(W_q q_t + W_m m_s), -1e9 past the
+    memory's length, softmax over s; returns sum_s alpha[t, s] m_s. Called (query, memory,
+    lengths)."""
+    layer = Block("AttentionModel", name)
+    layer.w_query = parameter(name + ".w_query", (units, query_size))
+    layer.w_memory = parameter(name + ".w_memory", (units, memory_size))
+    layer.v = parameter(name + ".v", (units,), 0.0)
+
+    def attention(query, memory, lengths):
+        t, s = query.shape[0], memory.shape[0]
+        q = C.times_transpose(query, layer.w_query)            # (T, A)
+        m = C.times_transpose(memory, layer.w_memory)          # (S, A)
+        hidden = C.tanh(C.reshape(q, (t, 1, units)) + C.reshape(m, (1, s, units)))
+        scores = C.reshape(C.times(C.reshape(hidden, (t * s, units)),
+                                   C.reshape(layer.v, (units, 1))), (t, s))
+        padded = C.reshape(1.0 - valid_steps(lengths, s), (1, s))
+        scores = C.element_select(padded, C.constant(-1e9), scores)
+        return C.times(C.softmax(scores, axis=-1), memory)
+    layer.forward = attention
+    return layer
+'''
+_LAYERS["SequenceBatchNorm"] = '''
+def SequenceBatchNorm(name, channels, eps=1e-5):
+    """Batch normalisation of the features of (T, D) examples, for inference: each valid step
+    normalised by the running statistics, scaled and shifted; padded steps give 0. Called
+    (x, lengths)."""
+    layer = Block("SequenceBatchNorm", name)
+    layer.gamma = parameter(name + ".gamma", (channels,), 1.0)
+    layer.beta = parameter(name + ".beta", (channels,), 0.0)
+    layer.running_mean = statistic(name + ".running_mean", (channels,), 0.0)
+    layer.running_var = statistic(name + ".running_var", (channels,), 1.0)
+
+    def normalization(x, lengths):
+        mask = C.reshape(valid_steps(lengths, x.shape[0]), (x.shape[0], 1))
+        y = (x - layer.running_mean) * C.reciprocal(C.sqrt(layer.running_var + eps)) * \\
+            layer.gamma + layer.beta
+        return y * mask
+    layer.forward = normalization
+    return layer
+'''
 
 _RUNTIME = '''
 def join(name, path):
@@ -605,7 +816,8 @@ class Block(object):
     def parameters(self):
         """{tbdzoo name: CNTK parameter or constant} of the block and all below it."""
         out = OrderedDict()
-        for v in list(vars(self).values()) + self.items:
+        values = list(vars(self).values()) + self.items
+        for v in values + [w for v in values if isinstance(v, dict) for w in v.values()]:
             if isinstance(v, Block):
                 out.update(v.parameters())
             elif isinstance(v, (C.Parameter, C.Constant)) and \\
@@ -718,8 +930,9 @@ def _class_doc(cls, plan):
         for name, node in zip(cls.inputs, cls.input_nodes):
             inp = g.inputs[node]
             note = " (from the training program's targets step)" if node in written else ""
-            out.append("  {}: float32 of shape ({}) per example{}".format(
-                name, ", ".join(str(d) for d in inp.shape), note).replace("()", "(1)"))
+            shape = "of shape ({})".format(", ".join(str(d) for d in inp.shape)) \
+                if inp.shape else "scalar"
+            out.append("  {}: float32 {} per example{}".format(name, shape, note))
         out.append("and returns {} of shape ({}) per example.".format(
             g.output, ", ".join(str(d) for d in g.shape_of(g.output))))
         for path, block in getattr(plan, "parts", ()):
@@ -762,9 +975,10 @@ def write(plan, model_name, config, version):
     for name, text in _HELPERS.items():
         if name in helpers:
             lines.add(text.strip("\n")).add().add()
-    needs_linear = used_types & {"Dense", "MultiHeadAttention"}
+    needs = {"linear": {"Dense", "MultiHeadAttention"},
+             "Ragged": {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}}
     for name, text in _LAYERS.items():
-        if name in used_types or (name == "linear" and needs_linear):
+        if name in used_types or used_types & needs.get(name, set()):
             lines.add(text.strip("\n")).add().add()
     for cls in plan.classes:
         _write_kind(cls, lines, plan)
