@@ -10,8 +10,9 @@ the kind, name its path), as the backend's model is built (blocks.py). Parameter
 tbdzoo's names and layouts (``layer1.0.conv1.weight``, dense weights (out, in)), so the
 canonical ``.npz`` loads without conversion. The written file is valid Python 3.6 and imports
 only CNTK and NumPy. The recurrent layers are CNTK recurrences over each example's valid
-steps, as ops.py runs them. The detection ops are not written yet: a model with them is
-refused, naming the op.
+steps, as ops.py runs them; RoIAlign gathers from the batch's feature rows, its indices
+offset per example by the file's ``prepare``, as this backend's model prepares a batch. An op
+or layer not written here is refused, naming it.
 """
 from collections import OrderedDict
 
@@ -37,10 +38,11 @@ _TYPES = {"conv2d": "Convolution2D", "dense": "Dense", "embedding": "Embedding",
           "layernorm": "LayerNormalization", "batchnorm": "BatchNormalization",
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
           "lstm": "LSTM", "gru": "GRU", "additive_attention": "AdditiveAttention",
-          "sequence_batchnorm": "SequenceBatchNorm"}
+          "sequence_batchnorm": "SequenceBatchNorm", "frozen_batchnorm": "FrozenBatchNorm"}
 _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "concat",
         "dropout", "positional_encoding", "tanh", "upsample_nearest", "reshape", "scale",
-        "transpose", "stop_gradient", "ones_like", "clipped_relu", "lengths_after_conv")
+        "transpose", "stop_gradient", "ones_like", "clipped_relu", "lengths_after_conv",
+        "roi_align", "to_batch")
 
 
 def _refuse(op, where):
@@ -107,6 +109,9 @@ def layer_slots(graph, node):
     elif op == "sequence_batchnorm":
         s["channels"] = Slot(shape[-1], "channels")
         s["eps"] = Slot(a["eps"], "eps")
+    elif op == "frozen_batchnorm":
+        s["channels"] = Slot(shape[0], "channels")
+        s["eps"] = Slot(a["eps"], "eps")
     else:
         layer_type(graph, node)
     return s
@@ -127,7 +132,7 @@ _DEFAULTS = {"stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1), 
 _POSITIONAL = {"Convolution2D": 3, "Dense": 2, "Embedding": 2, "BatchNormalization": 1,
                "BatchStatisticsNorm": 1, "LayerNormalization": 1, "MultiHeadAttention": 2,
                "ChannelLayerNorm": 1, "LSTM": 2, "GRU": 2, "AdditiveAttention": 3,
-               "SequenceBatchNorm": 1}
+               "SequenceBatchNorm": 1, "FrozenBatchNorm": 1}
 
 
 def _name_expr(path, index=None):
@@ -299,6 +304,12 @@ def _op(step, helpers):
     if op == "clipped_relu":
         helpers.add("clipped_relu")
         return "clipped_relu({}, {})".format(x, val("ceiling"))
+    if op == "roi_align":
+        helpers.add("roi_align")
+        return "roi_align({}, {}, {}, {}, {})".format(ins[0], ins[1], ins[2], val("output_size"),
+                                                     val("sampling_ratio"))
+    if op == "to_batch":
+        return "C.to_batch(C.reshape(C.unpack_batch({0}), (-1,) + tuple({0}.shape[1:])))".format(x)
     if op == "lengths_after_conv":
         helpers.add("conv_lengths")
         return "conv_lengths({}, {}, {}, {}, {})".format(x, val("kernel"), val("stride"),
@@ -407,6 +418,24 @@ def conv_lengths(lengths, kernel, stride, padding, dilation):
     span = lengths + float(before + after - dilation * (kernel - 1) - 1)
     out = C.floor(C.element_divide(span, float(stride))) + 1.0
     return C.stop_gradient(C.element_max(out, 1.0))
+'''
+_HELPERS["roi_align"] = '''
+def roi_align(features, indices, weights, output_size, sampling_ratio):
+    """RoIAlign from precomputed taps: ``indices`` and ``weights`` (R, S, 4), S = oh * ow * sr
+    * sr samples per RoI, each the bilinear mix of four feature cells; each bin averages its
+    sr * sr samples. Returns (R, C, oh, ow) per example. CNTK 2.7 gathers from no reference
+    with a batch axis, so the batch's (N H W, C) feature rows are one static table and the
+    indices must count from example n's first row, n H W (``indices`` an input variable fed
+    as prepare() gives it)."""
+    c, h, w = features.shape
+    rois, samples, _ = indices.shape
+    (oh, ow), sr = output_size, sampling_ratio
+    rows = C.reshape(C.unpack_batch(C.reshape(C.transpose(features, (1, 2, 0)), (h * w, c))),
+                     (-1, c))
+    taps = C.gather(rows, C.reshape(indices, (rois * samples * 4,)))
+    taps = taps * C.reshape(weights, (rois * samples * 4, 1))
+    out = C.reduce_sum(C.reshape(taps, (rois * oh * ow, sr * sr * 4, c)), axis=1)
+    return C.transpose(C.reshape(out, (rois, oh, ow, c)), (0, 3, 1, 2)) / float(sr * sr)
 '''
 
 _LAYERS = OrderedDict()
@@ -756,6 +785,22 @@ def SequenceBatchNorm(name, channels, eps=1e-5):
     layer.forward = normalization
     return layer
 '''
+_LAYERS["FrozenBatchNorm"] = '''
+def FrozenBatchNorm(name, channels, eps=1e-5):
+    """Batch normalisation with fixed statistics and affine parameters (constants, not
+    trained): x * scale + shift, scale = gamma / sqrt(running_var + eps)."""
+    layer = Block("FrozenBatchNorm", name)
+    for k, fill in (("gamma", 1.0), ("beta", 0.0), ("running_mean", 0.0), ("running_var", 1.0)):
+        setattr(layer, k, statistic(name + "." + k, (channels,), fill))
+
+    def normalization(x):
+        scale = layer.gamma * C.reciprocal(C.sqrt(layer.running_var + eps))
+        shift = layer.beta - layer.running_mean * scale
+        shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+        return x * C.reshape(scale, shape) + C.reshape(shift, shape)
+    layer.forward = normalization
+    return layer
+'''
 
 _RUNTIME = '''
 def join(name, path):
@@ -857,6 +902,20 @@ def load(model, path):
     return model
 
 
+def prepare(arrays):
+    """The arrays to feed, by input name, from tbdzoo's batch (also by input name): float32,
+    and each RoIAlign's indices offset by n H W for example n (ROI_INDICES: input -> H W),
+    so that one gather over the whole batch's feature rows reads each example's own map."""
+    out = {}
+    for name, array in arrays.items():
+        array = np.asarray(array, np.float32)
+        if name in ROI_INDICES:
+            offsets = np.arange(len(array), dtype=np.float32) * float(ROI_INDICES[name])
+            array = array + offsets.reshape((-1,) + (1,) * (array.ndim - 1))
+        out[name] = array
+    return out
+
+
 def function(model):
     """The model as one cntk.Function of input variables named INPUTS (token ids and lengths
     as float32), its blocks inside as CNTK block functions."""
@@ -929,15 +988,18 @@ def _class_doc(cls, plan):
         written = set(g.program.written_inputs()) if g.program is not None else set()
         for name, node in zip(cls.inputs, cls.input_nodes):
             inp = g.inputs[node]
-            note = " (from the training program's targets step)" if node in written else ""
+            note = ",\n      from the training program's targets step" if node in written else ""
             shape = "of shape ({})".format(", ".join(str(d) for d in inp.shape)) \
                 if inp.shape else "scalar"
             out.append("  {}: float32 {} per example{}".format(name, shape, note))
-        out.append("and returns {} of shape ({}) per example.".format(
-            g.output, ", ".join(str(d) for d in g.shape_of(g.output))))
+        rows = "\n    per RoI (its batch axis has N R rows)" \
+            if any(n.op == "to_batch" for n in g.nodes.values()) else " per example"
+        out.append("and returns {} of shape ({}){}.".format(
+            g.output, ", ".join(str(d) for d in g.shape_of(g.output)), rows))
         for path, block in getattr(plan, "parts", ()):
-            out.append("Also a part of the model, not called by forward: self.{}({}) -> {}."
-                       .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
+            out.append("Also a part of the model, not called by forward:")
+            out.append("  self.{}({}) -> {}".format(path, ", ".join(block.inputs),
+                                                 ", ".join(block.outputs)))
         return "\n".join(out) + "\n"
     text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
         "{}.".format(cls.kind)
@@ -955,8 +1017,9 @@ def write(plan, model_name, config, version):
     lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
         model_name, root.name))
     lines.add("    f = function(model)            # a cntk.Function of input variables INPUTS")
-    lines.add("    out = f.eval({{f.arguments[0]: {}, ...}})   # float32 NumPy arrays".format(
+    lines.add("    feed = prepare({{\"{}\": ..., ...}})   # NumPy arrays by input name".format(
         root.inputs[0]))
+    lines.add("    out = f.eval({a: feed[a.name] for a in f.arguments})")
     lines.add("")
     lines.add("Each block kind is a function that creates its parameters and returns the block;")
     lines.add("called on CNTK variables a block adds its graph as one CNTK block function. The")
@@ -967,10 +1030,20 @@ def write(plan, model_name, config, version):
     lines.add("from collections import OrderedDict").add()
     lines.add("import cntk as C")
     lines.add("import numpy as np").add()
-    shapes = ", ".join("({!r}, {})".format(name, literal(tuple(graph.inputs[node].shape)))
-                       for name, node in zip(root.inputs, root.input_nodes))
-    lines.add("INPUTS = OrderedDict([{}])".format(shapes))
-    lines.add("LOWEST_FLOAT32 = {!r}".format(-3.4028234663852886e+38)).add()
+    lines.add("# The model's inputs and each one's shape per example (the batch is CNTK's axis)")
+    lines.add("INPUTS = OrderedDict([")
+    for name, node in zip(root.inputs, root.input_nodes):
+        lines.add("    (\"{}\", {}),".format(name, literal(tuple(graph.inputs[node].shape))))
+    lines.add("])")
+    rois = OrderedDict()
+    for node in graph.nodes.values():
+        if node.op == "roi_align" and node.inputs[1] in graph.inputs:
+            _, h, w = graph.shape_of(node.inputs[0])
+            rois[node.inputs[1]] = h * w
+    lines.add("# RoIAlign's indices inputs and the cells (H W) of the feature map each indexes")
+    lines.add("ROI_INDICES = {{{}}}".format(", ".join("\"{}\": {}".format(k, v)
+                                                     for k, v in rois.items())))
+    lines.add("LOWEST_FLOAT32 = {!r}".format(-3.4028234663852886e+38)).add().add()
     lines.add(_RUNTIME.strip("\n")).add().add()
     for name, text in _HELPERS.items():
         if name in helpers:
