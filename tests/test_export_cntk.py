@@ -183,3 +183,20 @@ def test_cntk_source_refuses_an_op_it_does_not_write_naming_it(tmp_path):
     with pytest.raises(TbdError, match="CNTK source writer does not write op .lerp. .*export "
                                        "this model to PyTorch"):
         make_plan(graph, source)
+
+
+def test_paper_resnet_writes_its_bottlenecks_once_per_kind_of_instance():
+    """The paper ResNet's 16 Bottlenecks: one function, each stage's repeated instances one
+    comprehension, the downsample an optional argument."""
+    from tbdzoo.backends.cntk import source
+    from tbdzoo.export import make_plan
+    from tbdzoo.models import get_model
+
+    model_def = get_model(CNTK_MODELS[0])
+    plan = make_plan(model_def.build_graph(model_def.hparams("paper")), source)
+    text = source.write(plan, "resnet", "paper", "test")
+    assert re.search(r"^def Bottleneck\(name, in_channels, .*downsample\):", text, re.M)
+    assert "self.downsample = Sequential(" in text and "if downsample else None" in text
+    assert text.count(" for i in range(1, ") == 4   # a comprehension per stage
+    assert len(text.splitlines()) < 400
+    compile(text, "resnet_cntk.py", "exec")

@@ -176,6 +176,7 @@ def _member_expr(member, depth=0):
     index) written once, as a comprehension over the index."""
     if member.kind != "seq":
         return _item_text(member, None)
+    pad = "    " * (depth + 1)
     runs = []   # [template text, first index, count]
     seq_path = member.path
     for i, item in enumerate(member.items):
@@ -189,14 +190,22 @@ def _member_expr(member, depth=0):
         if count == 1:
             texts.append(_item_text(member.items[first], None))
         else:
-            texts.append("*[{} for i in range({}, {})]".format(template, first, first + count))
-    pad = "    " * (depth + 1)
+            texts.append(_comprehension(template, first, first + count, len(pad)))
     inline = "Sequential({}, [{}])".format(_name_expr(member.path), ", ".join(texts))
     if len(inline) <= 72:
         return inline
     return "Sequential({}, [\n{}{},\n{}])".format(
         _name_expr(member.path), pad, (",\n" + pad).join(_wrap(t, len(pad)) for t in texts),
         "    " * depth)
+
+
+def _comprehension(template, start, stop, column):
+    """``*[template for i in range(start, stop)]`` at ``column``, wrapped past 92 characters."""
+    loop = " for i in range({}, {})]".format(start, stop)
+    text = "*[" + _wrap(template, column + 2)
+    if column + len(text.split("\n")[-1]) + len(loop) > 92:
+        return text + "\n" + " " * (column + 1) + loop
+    return text + loop
 
 
 def _split_arguments(text):
