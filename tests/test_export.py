@@ -188,8 +188,7 @@ def torch_export(tmp_path_factory):
     return _run_exported("torch", tmp_path_factory.mktemp("export_torch"), tbdzoo.list_models())
 
 
-# MXNet's writer has no recurrent layers yet (test_mxnet_source_refuses_recurrent_models).
-MXNET_MODELS = [n for n in tbdzoo.list_models() if n not in ("seq2seq", "deepspeech2")]
+MXNET_MODELS = tbdzoo.list_models()
 
 
 # Keras's writer has the image layers only (test_keras_source_refuses_other_models).
@@ -251,13 +250,6 @@ def test_keras_source_refuses_other_models_naming_the_op(tmp_path, name):
     with pytest.raises(TbdError, match="does not write op .*export this model to PyTorch"):
         export(name, "tensorflow", str(tmp_path), config="tiny")
     assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("name", ["seq2seq", "deepspeech2"])
-def test_mxnet_source_refuses_recurrent_models_naming_the_op(tmp_path, name):
-    with pytest.raises(TbdError, match="does not write op .*export this model to PyTorch"):
-        export(name, "mxnet", str(tmp_path), config="tiny")
-    assert not list(tmp_path.iterdir())   # nothing half-written
 
 
 def test_torch_source_defines_one_class_per_block_kind(torch_export):
