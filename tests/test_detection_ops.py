@@ -69,6 +69,39 @@ def _roi_align_case():
             x.grad.numpy())
 
 
+@pytest.mark.parametrize("form", ["sparse", "gather", "compiled"])
+def test_torch_roi_align_forms_match_torchvision_forward_and_backward(form):
+    """The sparse product (eager), the gather form, and what torch.compile traces (the gather
+    form: Dynamo cannot trace sparse tensors)."""
+    import torch
+
+    from tbdzoo.backends.torch import ops as torch_ops
+    features, indices, weights, upstream, a, expected, expected_grad = _roi_align_case()
+    fn = {"sparse": torch_ops.roi_align, "gather": torch_ops.roi_align_gather,
+          "compiled": torch.compile(torch_ops.roi_align, backend="aot_eager",
+                                    fullgraph=True)}[form]
+    x = torch.from_numpy(features).requires_grad_()
+    out = fn([x, torch.from_numpy(indices), torch.from_numpy(weights)], {}, a, True)
+    (out * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), expected_grad, atol=1e-5)
+
+
+def test_torch_roi_align_gather_form_runs_under_bf16_autocast():
+    """bf16 features in, bf16 out, the sum in float32, the backward pass through the gather."""
+    import torch
+
+    from tbdzoo.backends.torch import ops as torch_ops
+    features, indices, weights, upstream, a, expected, _ = _roi_align_case()
+    x = torch.from_numpy(features).bfloat16().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = torch_ops.roi_align_gather([x, torch.from_numpy(indices),
+                                          torch.from_numpy(weights)], {}, a, True)
+    (out.float() * torch.from_numpy(upstream)).sum().backward()
+    assert out.dtype == torch.bfloat16 and x.grad.dtype == torch.bfloat16
+    np.testing.assert_allclose(out.float().detach().numpy(), expected, atol=0.05)
+
+
 @pytest.mark.parametrize("mode", ["eager", "function", "xla"])
 def test_tensorflow_roi_align_matches_torchvision_forward_and_backward(mode):
     """The sparse product (eager, tf.function) and the gather form XLA compiles (jit_compile)."""

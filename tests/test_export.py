@@ -188,8 +188,7 @@ def torch_export(tmp_path_factory):
     return _run_exported("torch", tmp_path_factory.mktemp("export_torch"), tbdzoo.list_models())
 
 
-# MXNet's writer has no recurrent layers yet (test_mxnet_source_refuses_recurrent_models).
-MXNET_MODELS = [n for n in tbdzoo.list_models() if n not in ("seq2seq", "deepspeech2")]
+MXNET_MODELS = tbdzoo.list_models()
 
 
 KERAS_MODELS = tbdzoo.list_models()
@@ -265,13 +264,6 @@ def test_keras_source_refuses_an_op_it_has_no_layer_for_naming_it():
     with pytest.raises(TbdError, match=r"does not write op 'conv2d' \(grouped\) yet; export "
                                        "this model to PyTorch or MXNet"):
         make_plan(g, keras_source)
-
-
-@pytest.mark.parametrize("name", ["seq2seq", "deepspeech2"])
-def test_mxnet_source_refuses_recurrent_models_naming_the_op(tmp_path, name):
-    with pytest.raises(TbdError, match="does not write op .*export this model to PyTorch"):
-        export(name, "mxnet", str(tmp_path), config="tiny")
-    assert not list(tmp_path.iterdir())   # nothing half-written
 
 
 def test_torch_source_defines_one_class_per_block_kind(torch_export):

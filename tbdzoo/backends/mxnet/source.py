@@ -4,8 +4,9 @@ Writes text only (MXNet is not imported here): tbdzoo/export/ plans the classes,
 says what each layer and op is in Gluon, with the formulas of this backend's ops.py (NCHW
 activations, max-pool padding filled with float32's lowest value, masked attention logits set
 to -1e9, BatchNorm's momentum as Gluon counts it: the weight of the old statistics).
-Recurrent layers and their sequence ops are not written yet: a model with them is refused,
-naming the op.
+LSTM and GRU are HybridBlocks on MXNet's fused ``RNN`` operator, as recurrent.py runs them:
+``gluon.rnn.LSTM``/``GRU`` name their parameters otherwise and, on the CPU, neither reverse a
+backward direction within each length nor zero the padded steps.
 """
 from collections import OrderedDict
 
@@ -32,8 +33,8 @@ LOWEST_FLOAT32 = -3.4028234663852886e+38
 _TYPES = {"conv2d": "nn.Conv2D", "dense": "nn.Dense", "embedding": "nn.Embedding",
           "layernorm": "nn.LayerNorm", "batchnorm": "nn.BatchNorm",
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
-          "frozen_batchnorm": "FrozenBatchNorm"}
-_UNWRITTEN = ("lstm", "gru", "additive_attention", "sequence_batchnorm")
+          "frozen_batchnorm": "FrozenBatchNorm", "lstm": "LSTM", "gru": "GRU",
+          "additive_attention": "AdditiveAttention", "sequence_batchnorm": "SequenceBatchNorm"}
 
 
 def _pair(v):
@@ -107,14 +108,25 @@ def layer_slots(graph, node):
     elif op == "channel_layernorm":
         s["num_channels"] = Slot(shape[0], "channels")
         s["eps"] = Slot(a["eps"], "eps")
+    elif op in ("lstm", "gru"):
+        s["input_size"] = Slot(shape[-1], "channels")
+        s["hidden_size"] = Slot(a["units"], "channels")
+        s["num_layers"] = Slot(a["num_layers"], "num_layers")
+        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
+        s["merge"] = Slot(a["merge"], "merge")
+    elif op == "additive_attention":
+        s["query_size"] = Slot(shape[-1], "channels")
+        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
+        s["units"] = Slot(a["units"], "channels")
+    elif op == "sequence_batchnorm":
+        s["in_channels"] = Slot(shape[-1], "channels")
+        s["epsilon"] = Slot(a["eps"], "eps")
     else:
         layer_type(graph, node)
     return s
 
 
 def op_slots(graph, node):
-    if node.op in _UNWRITTEN or node.op in ("lengths_after_conv", "clipped_relu"):
-        _refuse(node)
     out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
                       if k != "shared")
     if node.op in ("positional_encoding", "roi_align"):
@@ -125,9 +137,10 @@ def op_slots(graph, node):
 # -- layers -----------------------------------------------------------------------------------
 _DEFAULTS = {"strides": 1, "padding": 0, "dilation": 1, "groups": 1, "use_bias": True,
              "epsilon": 1e-5, "momentum": 0.9, "dropout": 0.0, "causal": False, "pad_id": 0,
-             "eps": 1e-5}
+             "eps": 1e-5, "num_layers": 1, "bidirectional": False, "merge": "concat"}
 _POSITIONAL = {"conv2d": 2, "dense": 1, "embedding": 2, "batchnorm": 0, "frozen_batchnorm": 1,
-               "layernorm": 0, "multi_head_attention": 2, "channel_layernorm": 1}
+               "layernorm": 0, "multi_head_attention": 2, "channel_layernorm": 1, "lstm": 2,
+               "gru": 2, "additive_attention": 3, "sequence_batchnorm": 1}
 
 
 def _constructor(member, shares=None):
@@ -253,6 +266,14 @@ def _op(step, helpers, constants):
             ins[0], ins[1], ins[2], literal(tuple(shape)), literal(tuple(size)), sr)
     if op == "to_batch":
         return "F.reshape({}, shape=(-3, -2))".format(x)
+    if op == "clipped_relu":
+        c = val("ceiling")
+        return "F.Activation({0}, act_type=\"relu\") * ({0} < {1}) + {1} * ({0} >= {1})".format(
+            x, c)
+    if op == "lengths_after_conv":
+        helpers.add("conv_lengths")
+        return "conv_lengths(F, {}, {}, {}, {}, {})".format(x, val("kernel"), val("stride"),
+                                                           val("padding"), val("dilation"))
     raise UnsupportedOpError("the MXNet source writer does not write op {!r} ({}) yet; export "
                              "this model to PyTorch".format(
                                  op, step.node.name if step.node is not None else step.path))
@@ -301,6 +322,13 @@ def roi_align(F, features, indices, weights, shape, output_size, sampling_ratio)
     taps = F.broadcast_mul(taps, F.reshape(weights, shape=(0, -1, 1)))
     out = F.sum(F.reshape(taps, shape=(0, -1, oh, ow, sr * sr * 4, c)), axis=4)
     return F.transpose(out / float(sr * sr), axes=(0, 1, 4, 2, 3))
+'''
+_HELPERS["conv_lengths"] = '''
+def conv_lengths(F, lengths, kernel, stride, padding, dilation):
+    """The valid steps left of each float32 length after a convolution along time; at least 1."""
+    before, after = padding
+    out = F.floor((lengths + (before + after - dilation * (kernel - 1) - 1)) / stride) + 1
+    return F.BlockGrad(F.maximum(out, 1.0))
 '''
 _LAYER_HELPERS = OrderedDict()
 _LAYER_HELPERS["MultiHeadAttention"] = '''
@@ -397,6 +425,125 @@ class FrozenBatchNorm(gluon.HybridBlock):
         shift = beta - running_mean * scale
         return F.broadcast_add(F.broadcast_mul(x, F.reshape(scale, shape=(1, -1, 1, 1))),
                                F.reshape(shift, shape=(1, -1, 1, 1)))
+'''
+_RECURRENT = '''
+class {name}(gluon.HybridBlock):
+    """{what} over a padded batch-first (N, T, D) batch with each example's float32 length, on
+    MXNet's fused RNN operator. Parameters are per gate ({gates}), per layer and direction
+    (``l0.fw.w_{first}``: input weight, ``u_``: recurrent weight, ``b_``: bias). A backward
+    direction runs on each example reversed within its length; outputs past a length are 0;
+    merge="sum" adds the last layer's two directions, "concat" concatenates them."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bidirectional=False,
+                 merge="concat"):
+        super().__init__()
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.bidirectional, self.merge = bidirectional, merge
+        directions = ("fw", "bw") if bidirectional else ("fw",)
+        self.cells = []
+        for layer in range(num_layers):
+            width = input_size if layer == 0 else hidden_size * len(directions)
+            for d in directions:
+                cell = "l{{}}.{{}}.".format(layer, d)
+                self.cells.append(cell)
+                for gate in {gate_names}:
+                    self._add(cell + "w_" + gate, (hidden_size, width))
+                    self._add(cell + "u_" + gate, (hidden_size, hidden_size))
+                for bias in {bias_names}:
+                    self._add(cell + bias, (hidden_size,))
+
+    def _add(self, name, shape):
+        setattr(self, name, self.params.get(name, shape=shape, init="zeros"))
+
+    def _fused(self, F, x, cells, p):
+        """One fused call over ``cells`` (stacked layers of one direction), time-major."""
+        weights, biases = [], []
+        for c in cells:
+            weights += [F.reshape(p[c + "w_" + g], shape=(-1,)) for g in {gate_names}]
+            weights += [F.reshape(p[c + "u_" + g], shape=(-1,)) for g in {gate_names}]
+            biases += {biases}
+        flat = F._internal._rnn_param_concat(*(weights + biases), dim=0)
+        first = F.slice_axis(F.slice_axis(x, axis=0, begin=0, end=1), axis=2, begin=0, end=1)
+        state = F.broadcast_axis(F.zeros_like(first), axis=(0, 2),
+                                 size=(len(cells), self.hidden_size))
+        return F.RNN(x, flat, *[state] * {states}, state_size=self.hidden_size,
+                     num_layers=len(cells), mode="{mode}", state_outputs=False)
+
+    def hybrid_forward(self, F, x, lengths, **p):
+        x = F.swapaxes(x, dim1=0, dim2=1)   # (T, N, D): the operator's layout
+        if not self.bidirectional:
+            out = self._fused(F, x, self.cells, p)
+        else:
+            for layer in range(self.num_layers):
+                fw = self._fused(F, x, ["l{{}}.fw.".format(layer)], p)
+                back = F.SequenceReverse(x, lengths, use_sequence_length=True)
+                bw = F.SequenceReverse(self._fused(F, back, ["l{{}}.bw.".format(layer)], p),
+                                       lengths, use_sequence_length=True)
+                last = layer == self.num_layers - 1
+                x = fw + bw if last and self.merge == "sum" else F.concat(fw, bw, dim=2)
+            out = x
+        out = F.SequenceMask(out, lengths, use_sequence_length=True, value=0.0, axis=0)
+        return F.swapaxes(out, dim1=0, dim2=1)
+'''
+_LAYER_HELPERS["LSTM"] = _RECURRENT.format(
+    name="LSTM", what="A stack of LSTM layers", gates="i, f, g, o", first="i",
+    gate_names='("i", "f", "g", "o")', bias_names='("b_i", "b_f", "b_g", "b_o")',
+    biases='[p[c + b] for b in ("b_i", "b_f", "b_g", "b_o")] + '
+           '[F.zeros(shape=(4 * self.hidden_size,))]', states=2, mode="lstm")
+_LAYER_HELPERS["GRU"] = _RECURRENT.format(
+    name="GRU", what="A stack of GRU layers (the reset applied after the recurrent product)",
+    gates="r, z, n", first="r", gate_names='("r", "z", "n")',
+    bias_names='("b_r", "b_z", "b_in", "b_hn")',
+    biases='[p[c + "b_r"], p[c + "b_z"], p[c + "b_in"], '
+           'F.zeros(shape=(2 * self.hidden_size,)), p[c + "b_hn"]]', states=1, mode="gru")
+_LAYER_HELPERS["AdditiveAttention"] = '''
+class AdditiveAttention(gluon.HybridBlock):
+    """Bahdanau attention without biases: e[t, s] = v . tanh(W_q q_t + W_m m_s), set to -1e9
+    past each memory's length, softmax over s; returns sum_s alpha[t, s] m_s."""
+
+    def __init__(self, query_size, memory_size, units):
+        super().__init__()
+        self.units = units
+        self.w_query = self.params.get("w_query", shape=(units, query_size))
+        self.w_memory = self.params.get("w_memory", shape=(units, memory_size))
+        self.v = self.params.get("v", shape=(units,))
+
+    def hybrid_forward(self, F, query, memory, lengths, w_query, w_memory, v):
+        queries = F.FullyConnected(query, w_query, num_hidden=self.units, no_bias=True,
+                                   flatten=False)
+        keys = F.FullyConnected(memory, w_memory, num_hidden=self.units, no_bias=True,
+                                flatten=False)
+        hidden = F.tanh(F.broadcast_add(F.expand_dims(queries, axis=2),
+                                        F.expand_dims(keys, axis=1)))        # (N, T, S, A)
+        scores = F.reshape(F.dot(hidden, v), shape=(0, 0, 0))                 # (N, T, S)
+        steps = F.contrib.arange_like(memory, axis=1)
+        valid = F.expand_dims(F.broadcast_lesser(F.reshape(steps, shape=(1, -1)),
+                                                 F.reshape(lengths, shape=(-1, 1))), axis=1)
+        scores = F.broadcast_add(F.broadcast_mul(scores, valid), (1.0 - valid) * -1e9)
+        return F.batch_dot(F.softmax(scores, axis=-1), memory)
+'''
+_LAYER_HELPERS["SequenceBatchNorm"] = '''
+class SequenceBatchNorm(gluon.HybridBlock):
+    """BatchNorm of the features of (N, T, D) for inference: each valid step normalised by
+    the running statistics, scaled and shifted; the steps past each length are 0."""
+
+    def __init__(self, in_channels, epsilon=1e-5):
+        super().__init__()
+        self.eps = epsilon
+        for name, init in (("gamma", "ones"), ("beta", "zeros"), ("running_mean", "zeros"),
+                           ("running_var", "ones")):
+            setattr(self, name, self.params.get(name, shape=(in_channels,), init=init,
+                                                grad_req="null" if "running" in name
+                                                else "write"))
+
+    def hybrid_forward(self, F, x, lengths, gamma, beta, running_mean, running_var):
+        scale = F.reshape(gamma * F.rsqrt(running_var + self.eps), shape=(1, 1, -1))
+        centred = F.broadcast_sub(x, F.reshape(running_mean, shape=(1, 1, -1)))
+        y = F.broadcast_add(F.broadcast_mul(centred, scale), F.reshape(beta, shape=(1, 1, -1)))
+        steps = F.contrib.arange_like(x, axis=1)
+        valid = F.broadcast_lesser(F.reshape(steps, shape=(1, -1)),
+                                   F.reshape(lengths, shape=(-1, 1)))
+        return F.broadcast_mul(y, F.expand_dims(valid, axis=2))
 '''
 
 _LOAD = '''

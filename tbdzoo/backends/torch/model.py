@@ -110,13 +110,28 @@ class Model(BackendModel):
         # as a hand-written loop's ``.detach()`` does).
         self._frozen = [[p for g, params in self._group_params.items() if g != phase["update"]
                          for p in params] for phase in program.phases]
-        self._objectives = []
-        for phase in program.phases:
-            fn = self._objective_function(phase["objective"])
-            if self.hparams["execution"] == "compiled":
-                fn = torch.compile(fn)
-            self._objectives.append(fn)
+        self._objectives = [self._compiled(self._objective_function(phase["objective"]))
+                            for phase in program.phases]
         self._frontier = self._targets_frontier()
+        self._forward_half = None if self._frontier is None else self._compiled(
+            _Values(self.native, self._frontier))
+
+    def _compiled(self, fn):
+        """``fn`` (a function of one dict of named inputs, a ``_Values``) as the step calls it:
+        itself, or with ``execution="compiled"`` its ``torch.compile``d form behind a wrapper
+        that makes the graph's plan for those inputs first (``NativeModel.plan``). Dynamo guards
+        on the plans it reads; a plan first made while tracing would add a key to the plans it
+        guarded on, and the next call would compile the whole graph again."""
+        if self.hparams["execution"] != "compiled":
+            return fn
+        compiled = torch.compile(fn)
+        graph_nodes = self.spec.nodes
+
+        def run(inputs):
+            self.native.plan(fn.outputs, tuple(k for k in inputs if k in graph_nodes))
+            return compiled(inputs)
+        run.compiled = compiled
+        return run
 
     def _objective_function(self, objective):
         program = self.program
@@ -132,6 +147,7 @@ class Model(BackendModel):
                                  loss["attrs"])
                 total = weight * value if total is None else total + weight * value
             return total
+        evaluate.outputs = outputs
         return evaluate
 
     # Ops that compute differently in training: a forward half with one of them gives the
@@ -141,10 +157,11 @@ class Model(BackendModel):
     def _targets_frontier(self):
         """The values the targets step reads and every value the rest of the graph takes from
         the forward half that computes them, in graph order; None where the step keeps its own
-        inference pass first: no targets step, a compiled objective, or an op in the half
-        that computes differently in training (``_TRAINING_DEPENDENT_OPS``)."""
+        inference pass first: no targets step, or an op in the half that computes differently
+        in training (``_TRAINING_DEPENDENT_OPS``). Compiled, the half and the objective are
+        two graphs, the targets step on the host between them."""
         step = self.program.targets_step
-        if step is None or self.hparams["execution"] == "compiled":
+        if step is None:
             return None
         nodes = self.spec.nodes
         half, needed = set(), set(step["reads"])
@@ -179,7 +196,7 @@ class Model(BackendModel):
         values handed on, so the objective continues from them."""
         part = pending.part
         native = self._uploaded(part)
-        half = self.native.values(native, self._frontier)
+        half = self._forward_half(native)
         reads = self.program.targets_step["reads"]
         # each read value is copied to the host when the step first reads it: work the step
         # does on its inputs alone runs while the device computes the half
@@ -770,6 +787,17 @@ def _is_weight_copy(tensor, parameters):
         return False
     return any(id(getattr(nxt, "variable", None)) in parameters
                for nxt, _ in fn.next_functions if nxt is not None)
+
+
+class _Values:
+    """``native.values(inputs, outputs)`` as a function of the inputs alone (what
+    ``torch.compile`` compiles: the forward half a targets step reads)."""
+
+    def __init__(self, native, outputs):
+        self.native, self.outputs = native, tuple(outputs)
+
+    def __call__(self, inputs):
+        return self.native.values(inputs, self.outputs)
 
 
 class _TargetsInForward:

@@ -580,14 +580,20 @@ def roi_align(inputs, p, a, training):
     every tap first (index_select) moves 16 times the output's memory and took 13.8 s for a
     forward and backward pass at Faster R-CNN's size on the CPU, against 2.8 s for this and
     4.0 s for torchvision's RoIAlign (benchmarks/roi_align_torch.py). Computed in float32, autocast
-    off (sparse kernels lack bf16; under autocast the product's backward fails)."""
+    off (sparse kernels lack bf16; under autocast the product's backward fails).
+
+    Under ``torch.compile`` the gather form (``roi_align_gather``) runs instead: Dynamo cannot
+    trace sparse tensors and would break the graph here, and Inductor fuses the gather into
+    the weighted sum, so the 16-fold copy is never made."""
+    if torch.compiler.is_compiling():
+        return roi_align_gather(inputs, p, a, training)
     features, indices, weights = inputs
     n, c, h, w = features.shape
     rois = indices.shape[1]
     (oh, ow), sr = a["output_size"], a["sampling_ratio"]
     rows = features.float().permute(0, 2, 3, 1).reshape(n * h * w, c)
     device, bins = features.device, n * rois * oh * ow
-    columns = indices.long() + torch.arange(n, device=device).view(n, 1, 1, 1) * (h * w)
+    columns = _tap_rows(indices, h * w)
     targets = torch.arange(bins, device=device).view(bins, 1).expand(bins, sr * sr * 4)
     mixing = torch.sparse_coo_tensor(
         torch.stack([targets.reshape(-1), columns.reshape(-1)]),
@@ -596,6 +602,31 @@ def roi_align(inputs, p, a, training):
         out = torch.sparse.mm(mixing, rows)  # the rows to bf16, whose backward then fails
     out = out.view(n, rois, oh, ow, c)
     return out.permute(0, 1, 4, 2, 3).to(features.dtype)
+
+
+def roi_align_gather(inputs, p, a, training):
+    """RoIAlign as a gather and a weighted sum: each bin's sr^2 x 4 feature rows (index_select)
+    times weights / sr^2, summed, in float32 as the sparse form; autograd's backward is an
+    index_add of the weighted output gradient into the taps' rows (the spec's scatter-add).
+    Plain dense ops, so ``torch.compile`` traces it whole and under autocast it needs no
+    exception (gathers and sums are not autocast ops; the float32 rows stay float32)."""
+    features, indices, weights = inputs
+    n, c, h, w = features.shape
+    rois = indices.shape[1]
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rows = features.float().permute(0, 2, 3, 1).reshape(n * h * w, c)
+    taps = sr * sr * 4
+    columns = _tap_rows(indices, h * w).reshape(-1)
+    scale = weights.float().reshape(-1, taps, 1) / float(sr * sr)
+    out = (rows.index_select(0, columns).view(-1, taps, c) * scale).sum(dim=1)
+    out = out.view(n, rois, oh, ow, c)
+    return out.permute(0, 1, 4, 2, 3).to(features.dtype)
+
+
+def _tap_rows(indices, hw):
+    """RoIAlign's tap indices (N, R, S, 4) as rows of the batch's (N H W, C) feature rows."""
+    n = indices.shape[0]
+    return indices.long() + torch.arange(n, device=indices.device).view(n, 1, 1, 1) * hw
 
 
 def to_batch(inputs, p, a, training):
