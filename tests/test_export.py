@@ -191,8 +191,16 @@ def torch_export(tmp_path_factory):
 MXNET_MODELS = tbdzoo.list_models()
 
 
-# Keras's writer has the image layers only (test_keras_source_refuses_other_models).
-KERAS_MODELS = ["resnet50", "inception_v3", "a3c"]
+KERAS_MODELS = tbdzoo.list_models()
+
+
+# Where the backend runs a TensorFlow kernel Keras does not reach, the written file rounds
+# otherwise. WGAN's generator normalises by batch statistics five times; the backend's fused
+# BatchNorm sums them in its own order, and its predict is itself 4.7e-6 from the float64
+# reference, about where the written file's (float64 statistics) is. Faster R-CNN's
+# backbone convolutions whose pads are not 'same' run with the pads inside the kernel in the
+# backend, as ops.pad and a 'valid' Conv2D in the file (8.8e-7 apart after the first).
+KERAS_TOLERANCE = {"wgan": 1e-5, "faster_rcnn": 2e-6}
 
 
 @pytest.fixture(scope="module")
@@ -205,13 +213,13 @@ def mxnet_export(tmp_path_factory):
     return _run_exported("mxnet", tmp_path_factory.mktemp("export_mxnet"), MXNET_MODELS)
 
 
-def _check(report, cases, name, layers):
+def _check(report, cases, name, layers, tolerance=TOLERANCE):
     results = [r for r in report[name]["results"] if r[0] != "train"]
     case = next(c for c in cases if c["name"] == name)
     assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
     for member, output, got, want, error in results:
         assert got == want, "{} {}: shape {} != {}".format(member, output, got, want)
-        assert error <= TOLERANCE, "{} {}: relative error {}".format(member, output, error)
+        assert error <= tolerance, "{} {}: relative error {}".format(member, output, error)
     # the framework's own layers, not an interpreter of the graph
     assert set(layers) & set(report[name]["modules"]), report[name]["modules"]
 
@@ -242,14 +250,20 @@ def test_mxnet_source_reproduces_the_backend_without_tbdzoo(mxnet_export, name):
 @pytest.mark.parametrize("name", KERAS_MODELS)
 def test_keras_source_reproduces_the_backend_without_tbdzoo(keras_export, name):
     cases, report = keras_export
-    _check(report, cases, name, ("Conv2D", "Dense"))
+    _check(report, cases, name, ("Conv2D", "Dense"), KERAS_TOLERANCE.get(name, TOLERANCE))
 
 
-@pytest.mark.parametrize("name", [n for n in tbdzoo.list_models() if n not in KERAS_MODELS])
-def test_keras_source_refuses_other_models_naming_the_op(tmp_path, name):
-    with pytest.raises(TbdError, match="does not write op .*export this model to PyTorch"):
-        export(name, "tensorflow", str(tmp_path), config="tiny")
-    assert not list(tmp_path.iterdir())
+def test_keras_source_refuses_an_op_it_has_no_layer_for_naming_it():
+    from tbdzoo.backends.tensorflow import source as keras_source
+    from tbdzoo.export import make_plan
+    from tbdzoo.spec import Graph
+
+    g = Graph("hand/grouped")
+    x = g.input("x", (4, 8, 8))
+    g.set_output(g.add("grouped", "conv2d", x, filters=4, kernel=3, padding=1, groups=2))
+    with pytest.raises(TbdError, match=r"does not write op 'conv2d' \(grouped\) yet; export "
+                                       "this model to PyTorch or MXNet"):
+        make_plan(g, keras_source)
 
 
 def test_torch_source_defines_one_class_per_block_kind(torch_export):
@@ -276,6 +290,27 @@ def test_torch_source_defines_one_class_per_block_kind(torch_export):
         for body in re.split(r"^class ", source, flags=re.M)[1:]:
             init = body.split("def forward")[0]
             assert init.count("\n") < 100, (name, body.splitlines()[0])
+
+
+def test_keras_source_defines_one_class_per_block_kind(keras_export):
+    cases, _ = keras_export
+    text = {}
+    for case in cases:
+        with open(case["source"]) as f:
+            text[case["name"]] = f.read()
+    kinds = {"resnet50": ("Bottleneck",), "transformer": ("EncoderLayer", "DecoderLayer"),
+             "wgan": ("Generator", "Critic", "UpBlock", "DownBlock"),
+             "seq2seq": ("Encoder", "Decoder"), "deepspeech2": ("BatchRNNStack",),
+             "faster_rcnn": ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor")}
+    for name, names in kinds.items():
+        for kind in names:
+            assert re.search(r"^class {}\((layers\.Layer|LayerList)\):".format(kind),
+                             text[name], re.M), (name, kind)
+    assert "self.generator = TiedDense(self.embed)  # shared" in text["transformer"]
+    assert "layers.LSTM" in text["seq2seq"] and "layers.GRU" in text["deepspeech2"]
+    for name, source in text.items():
+        imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
+        assert imports <= {"keras", "numpy"}, (name, imports)
 
 
 def test_paper_resnet_unifies_its_bottlenecks_with_an_optional_downsample():
