@@ -153,6 +153,8 @@ def make(graph, node, rngs):
     """The Flax layer of ``node`` (its values are set afterwards, from canonical weights)."""
     a, op = node.attrs, node.op
     own = own_params(graph, node)
+    if op == "dense" and "weight" not in own:
+        return TiedLinear(a["units"], "bias" in own)
     if not own:
         return Shared()
     shape = graph.shape_of(node.inputs[0]) if node.inputs else None
@@ -165,8 +167,6 @@ def make(graph, node, rngs):
         return BatchNorm(shape[0], momentum=a["momentum"], epsilon=a["eps"],
                          tracks=a["track_running_stats"], rngs=rngs)
     if op == "dense":
-        if "weight" not in own:
-            return TiedLinear(a["units"], a["use_bias"])
         return nnx.Linear(shape[-1], a["units"], use_bias=a["use_bias"], rngs=rngs)
     if op == "embedding":
         return nnx.Embed(a["vocab"], a["dim"], rngs=rngs)

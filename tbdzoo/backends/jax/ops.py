@@ -92,7 +92,10 @@ def dense(inputs, layer, a, ctx):
 
 
 def embedding(inputs, layer, a, ctx):
-    out = layer(inputs[0])
+    if "weight" in ctx.shared:  # the table of another embedding (a shared vocabulary)
+        out = jnp.take(ctx.shared["weight"], inputs[0], axis=0)
+    else:
+        out = layer(inputs[0])
     return out * a["scale"] if a["scale"] != 1.0 else out
 
 
