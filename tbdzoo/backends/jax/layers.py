@@ -6,6 +6,7 @@
                        layer's (the Transformer's output projection reads the embedding table)
   embedding            nnx.Embed
   layernorm            nnx.LayerNorm (exact variance, not the fast E[x^2] - E[x]^2 form)
+  channel_layernorm    nnx.LayerNorm over (C, H, W) with a scale and bias per channel
   multi_head_attention MultiHeadAttention: four nnx.Linear projections
 
 ``CANONICAL[op]`` maps a parameter's suffix to (attribute path in the layer, the canonical
@@ -134,6 +135,7 @@ CANONICAL = {
     "embedding": {"weight": ("embedding", _same, _same)},
     "layernorm": {"gamma": ("scale", _same, _same), "beta": ("bias", _same, _same)},
     "multi_head_attention": _ATTENTION,
+    "channel_layernorm": {"gamma": ("scale", _same, _same), "beta": ("bias", _same, _same)},
 }
 
 
@@ -143,10 +145,11 @@ def own_params(graph, node):
             if full == node.name + "." + s}
 
 
-def shared_params(graph, node):
-    """{suffix: canonical name} of the parameters ``node`` reads from another layer."""
-    return {s: full for s, full in graph.param_names(node).items()
-            if full != node.name + "." + s}
+def shared_params(graph, node, path=None):
+    """{suffix: canonical name} of the parameters ``node`` reads from a layer other than its
+    own (at ``path``: default its name; an application's node uses the applied block's)."""
+    path = node.name if path is None else path
+    return {s: full for s, full in graph.param_names(node).items() if full != path + "." + s}
 
 
 def make(graph, node, rngs):
@@ -172,6 +175,9 @@ def make(graph, node, rngs):
         return nnx.Embed(a["vocab"], a["dim"], rngs=rngs)
     if op == "layernorm":
         return nnx.LayerNorm(shape[-1], epsilon=a["eps"], use_fast_variance=False, rngs=rngs)
+    if op == "channel_layernorm":  # one mean and variance per example over (C, H, W)
+        return nnx.LayerNorm(shape[0], epsilon=a["eps"], reduction_axes=(1, 2, 3),
+                             feature_axes=1, use_fast_variance=False, rngs=rngs)
     if op == "multi_head_attention":
         return MultiHeadAttention(shape[-1], a["num_heads"], a["causal"], a["pad_id"], rngs)
     raise UnsupportedOptionError(

@@ -42,15 +42,17 @@ def lookup(module, path):
     return module
 
 
-def _run_node(module, graph, node, inputs, ctx, path):
-    """One node: its op's function, with its layer (at ``path`` below ``module``) and the
-    canonical values of the parameters it shares with other layers (read from the root of
-    the pass, ``ctx.root``)."""
+def _run_node(module, graph, node, inputs, ctx, path, owner=None):
+    """One node: its op's function, with its layer (at ``path`` below ``module``; None for a
+    node with no layer of its own, such as WGAN-GP's derivative nodes) and the canonical values
+    of the parameters it reads from other layers (from the root of the pass, ``ctx.root``).
+    ``owner``: the full name of the layer at ``path`` (default ``path``)."""
     layer = None
     ctx.shared = {}
     if spec_tree.is_layer(graph, node):
-        layer = lookup(module, path)
-        shared = layers.shared_params(graph, node)
+        if path is not None:
+            layer = lookup(module, path)
+        shared = layers.shared_params(graph, node, path if owner is None else owner)
         if shared:
             if ctx.root is None:
                 raise ValueError("node {!r} reads parameters of other layers ({}): call the "
@@ -90,7 +92,7 @@ class Block(nnx.Module):
                 out = getattr(self, step.path)(*args)
             else:
                 node = spec.graph.nodes[step.node]
-                out = _run_node(self, spec.graph, node, args, ctx, step.path)
+                out = _run_node(self, spec.graph, node, args, ctx, step.path, node.name)
             if len(step.outputs) == 1:
                 values[step.outputs[0]] = out
             else:
@@ -195,12 +197,12 @@ class NativeModel(Block):
                 called.update(app.nodes)
         for node in graph.nodes.values():
             if spec_tree.in_application(node.name) and node.name not in called:
-                units.append((order[node.name], ("node", (node, _applied_path(node.name)),
+                units.append((order[node.name], ("node", (node, _layer_path(graph, node.name)),
                                                  node.inputs, [node.name])))
                 visible.add(node.name)
         if not set(outputs) | set(given) <= visible | set(graph.inputs):
-            units = [(order[n.name], ("node", (n, _applied_path(n.name)), n.inputs, [n.name]))
-                     for n in graph.nodes.values()]
+            units = [(order[n.name], ("node", (n, _layer_path(graph, n.name)), n.inputs,
+                                      [n.name])) for n in graph.nodes.values()]
         units.sort(key=lambda u: u[0])
         needed, kept = set(outputs), []
         for _, unit in reversed(units):
@@ -225,13 +227,18 @@ def _rooted(model):
     yield ctx
 
 
-def _applied_path(name):
-    """The layer path of a node: an application's node (``critic@fake.conv1``) uses the layer
-    of the block it applies (``critic.conv1``)."""
+def _layer_path(graph, name):
+    """The path of a node's layer: its name; for an application's node (``critic@fake.conv1``)
+    the layer of the block it applies (``critic.conv1``); None for a node inside an
+    application that is no node of the block (a derivative node), which has no layer."""
+    if not spec_tree.in_application(name):
+        return name
     first, dot, rest = name.partition(".")
     if "@" in first:
-        return first.split("@")[0] + dot + rest
-    return name
+        applied = first.split("@")[0] + dot + rest
+        if applied in graph.nodes:
+            return applied
+    return None
 
 
 def _module_for(graph, block, made):

@@ -108,6 +108,51 @@ def multi_head_attention(inputs, layer, a, ctx):
     return layer(inputs[0], inputs[1], inputs[2], rate, ctx.rng() if rate else None)
 
 
+def channel_layernorm(inputs, layer, a, ctx):
+    return layer(inputs[0])
+
+
+# -- derivative nodes (WGAN-GP's gradient penalty, tbdzoo/spec/derivative.py) -------------------
+# Each is JAX's own derivative of the forward op (jax.vjp), which the step's backward pass then
+# differentiates again.
+def _conv(x, weight, a):
+    return jax.lax.conv_general_dilated(
+        x, weight, tuple(a["stride"]), [tuple(p) for p in a["padding"]],
+        rhs_dilation=tuple(a["dilation"]), feature_group_count=a["groups"],
+        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def conv2d_input_grad(inputs, layer, a, ctx):
+    dy, = inputs
+    weight = ctx.shared["weight"]
+    x = jnp.zeros((dy.shape[0],) + tuple(a["input_shape"]), dy.dtype)
+    _, pull = jax.vjp(lambda v: _conv(v, weight, a), x)  # linear in x: exact at any point
+    return pull(dy)[0]
+
+
+def dense_input_grad(inputs, layer, a, ctx):
+    return inputs[0] @ ctx.shared["weight"]
+
+
+def relu_grad(inputs, layer, a, ctx):
+    dy, x = inputs
+    return jnp.where(x > 0, dy, 0.0)
+
+
+def _channel_layernorm(x, gamma, eps):
+    axes = tuple(range(1, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * gamma[:, None, None]
+
+
+def channel_layernorm_input_grad(inputs, layer, a, ctx):
+    dy, x = inputs
+    gamma = ctx.shared["gamma"]
+    _, pull = jax.vjp(lambda v: _channel_layernorm(v, gamma, a["eps"]), x)
+    return pull(dy)[0]
+
+
 # -- functions ----------------------------------------------------------------------------------
 def relu(inputs, layer, a, ctx):
     return jax.nn.relu(inputs[0])
@@ -195,6 +240,12 @@ def reshape(inputs, layer, a, ctx):
 
 def scale(inputs, layer, a, ctx):
     return inputs[0] * a["factor"]
+
+
+def lerp(inputs, layer, a, ctx):
+    x, y, t = inputs
+    t = t.reshape((t.shape[0],) + (1,) * (x.ndim - 1))
+    return t * x + (1.0 - t) * y
 
 
 def stop_gradient(inputs, layer, a, ctx):
