@@ -8,6 +8,9 @@
   layernorm            nnx.LayerNorm (exact variance, not the fast E[x^2] - E[x]^2 form)
   channel_layernorm    nnx.LayerNorm over (C, H, W) with a scale and bias per channel
   multi_head_attention MultiHeadAttention: four nnx.Linear projections
+  lstm, gru            recurrent.Recurrent: per layer and direction nnx.LSTMCell / GRUCell
+  additive_attention   recurrent.AdditiveAttention (two nnx.Linear and v)
+  sequence_batchnorm   recurrent.SequenceBatchNorm (statistics over the valid steps)
 
 ``CANONICAL[op]`` maps a parameter's suffix to (attribute path in the layer, the canonical
 array's transform to the layer's layout, the inverse); NumPy and jax.numpy arrays both go
@@ -22,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 from ...errors import UnsupportedOptionError
-from . import ops
+from . import ops, recurrent
 
 
 def _same(x):
@@ -136,7 +139,12 @@ CANONICAL = {
     "layernorm": {"gamma": ("scale", _same, _same), "beta": ("bias", _same, _same)},
     "multi_head_attention": _ATTENTION,
     "channel_layernorm": {"gamma": ("scale", _same, _same), "beta": ("bias", _same, _same)},
+    "additive_attention": {"w_query": ("query.kernel", _transposed, _transposed),
+                           "w_memory": ("memory.kernel", _transposed, _transposed),
+                           "v": ("v", _same, _same)},
 }
+CANONICAL["sequence_batchnorm"] = CANONICAL["batchnorm"]
+RECURRENT = ("lstm", "gru")
 
 
 def own_params(graph, node):
@@ -178,6 +186,14 @@ def make(graph, node, rngs):
     if op == "channel_layernorm":  # one mean and variance per example over (C, H, W)
         return nnx.LayerNorm(shape[0], epsilon=a["eps"], reduction_axes=(1, 2, 3),
                              feature_axes=1, use_fast_variance=False, rngs=rngs)
+    if op in RECURRENT:
+        return recurrent.Recurrent(op, shape[-1], a, rngs)
+    if op == "additive_attention":
+        return recurrent.AdditiveAttention(shape[-1], graph.shape_of(node.inputs[1])[-1],
+                                           a["units"], rngs)
+    if op == "sequence_batchnorm":
+        return recurrent.SequenceBatchNorm(shape[-1], momentum=a["momentum"], epsilon=a["eps"],
+                                           tracks=a["track_running_stats"], rngs=rngs)
     if op == "multi_head_attention":
         return MultiHeadAttention(shape[-1], a["num_heads"], a["causal"], a["pad_id"], rngs)
     raise UnsupportedOptionError(
@@ -190,5 +206,7 @@ def location(graph, name):
     canonical parameter ``name``."""
     spec = graph.params()[name]
     node = graph.nodes[spec.owner]
-    attr, to_native, to_canonical = CANONICAL[node.op][name[len(spec.owner) + 1:]]
+    table = recurrent.canonical_map(node.op, node.attrs) if node.op in RECURRENT \
+        else CANONICAL[node.op]
+    attr, to_native, to_canonical = table[name[len(spec.owner) + 1:]]
     return spec.owner, attr, to_native, to_canonical

@@ -112,6 +112,22 @@ def channel_layernorm(inputs, layer, a, ctx):
     return layer(inputs[0])
 
 
+def lstm(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1])
+
+
+def gru(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1])
+
+
+def additive_attention(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1], inputs[2])
+
+
+def sequence_batchnorm(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1], use_running_average=not ctx.training)
+
+
 # -- derivative nodes (WGAN-GP's gradient penalty, tbdzoo/spec/derivative.py) -------------------
 # Each is JAX's own derivative of the forward op (jax.vjp), which the step's backward pass then
 # differentiates again.
@@ -246,6 +262,22 @@ def lerp(inputs, layer, a, ctx):
     x, y, t = inputs
     t = t.reshape((t.shape[0],) + (1,) * (x.ndim - 1))
     return t * x + (1.0 - t) * y
+
+
+def clipped_relu(inputs, layer, a, ctx):
+    """min(max(x, 0), ceiling), with gradient 1 strictly inside (0, ceiling) and 0 elsewhere."""
+    x = inputs[0]
+    return jnp.where(x <= 0.0, 0.0, jnp.where(x >= a["ceiling"], a["ceiling"], x))
+
+
+def transpose(inputs, layer, a, ctx):
+    return jnp.transpose(inputs[0], (0,) + tuple(i + 1 for i in a["perm"]))
+
+
+def lengths_after_conv(inputs, layer, a, ctx):
+    (before, after), k = a["padding"], a["kernel"]
+    out = (inputs[0] + (before + after - a["dilation"] * (k - 1) - 1)) // a["stride"] + 1
+    return jnp.maximum(out, 1)
 
 
 def stop_gradient(inputs, layer, a, ctx):
