@@ -11,6 +11,7 @@
   lstm, gru            recurrent.Recurrent: per layer and direction nnx.LSTMCell / GRUCell
   additive_attention   recurrent.AdditiveAttention (two nnx.Linear and v)
   sequence_batchnorm   recurrent.SequenceBatchNorm (statistics over the valid steps)
+  frozen_batchnorm     FrozenBatchNorm (fixed statistics; Param or BatchStat as trained)
 
 ``CANONICAL[op]`` maps a parameter's suffix to (attribute path in the layer, the canonical
 array's transform to the layer's layout, the inverse); NumPy and jax.numpy arrays both go
@@ -119,6 +120,24 @@ class MultiHeadAttention(nnx.Module):
         return self.out(context)
 
 
+class FrozenBatchNorm(nnx.Module):
+    """y = (x - running_mean) gamma / sqrt(running_var + eps) + beta over axis 1, statistics
+    fixed (torchvision's FrozenBatchNorm2d); each tensor an ``nnx.Param`` if the spec trains
+    it, else an ``nnx.BatchStat``."""
+
+    def __init__(self, num_features, epsilon, trainable):
+        for name in ("scale", "bias", "mean", "var"):
+            kind = nnx.Param if trainable[name] else nnx.BatchStat
+            setattr(self, name, kind(jnp.zeros((num_features,), jnp.float32)))
+        self.epsilon = epsilon
+
+    def __call__(self, x):
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        scale = self.scale.value * jax.lax.rsqrt(self.var.value + self.epsilon)
+        shift = self.bias.value - self.mean.value * scale
+        return x * scale.reshape(shape) + shift.reshape(shape)
+
+
 class Shared(nnx.Module):
     """The layer of a node whose parameters all belong to other layers (WGAN-GP's derivative
     nodes read the critic's): nothing of its own; its op gets them through the context."""
@@ -143,7 +162,7 @@ CANONICAL = {
                            "w_memory": ("memory.kernel", _transposed, _transposed),
                            "v": ("v", _same, _same)},
 }
-CANONICAL["sequence_batchnorm"] = CANONICAL["batchnorm"]
+CANONICAL["sequence_batchnorm"] = CANONICAL["frozen_batchnorm"] = CANONICAL["batchnorm"]
 RECURRENT = ("lstm", "gru")
 
 
@@ -194,6 +213,11 @@ def make(graph, node, rngs):
     if op == "sequence_batchnorm":
         return recurrent.SequenceBatchNorm(shape[-1], momentum=a["momentum"], epsilon=a["eps"],
                                            tracks=a["track_running_stats"], rngs=rngs)
+    if op == "frozen_batchnorm":
+        params = graph.params()
+        trainable = {attr: params[own[suffix]].trainable
+                     for suffix, (attr, _, _) in CANONICAL[op].items()}
+        return FrozenBatchNorm(shape[0], a["eps"], trainable)
     if op == "multi_head_attention":
         return MultiHeadAttention(shape[-1], a["num_heads"], a["causal"], a["pad_id"], rngs)
     raise UnsupportedOptionError(

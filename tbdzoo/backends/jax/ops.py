@@ -280,6 +280,31 @@ def lengths_after_conv(inputs, layer, a, ctx):
     return jnp.maximum(out, 1)
 
 
+def frozen_batchnorm(inputs, layer, a, ctx):
+    return layer(inputs[0])
+
+
+def roi_align(inputs, layer, a, ctx):
+    """out[n, r, c, i, j] = mean over bin (i, j)'s sr^2 samples of sum_k w * features[n, c].flat
+    [idx], the taps (indices, weights) from the targets step; gathered per image (jax.vmap),
+    so the backward pass is JAX's scatter-add of the same taps."""
+    features, indices, weights = inputs
+    n, c = features.shape[:2]
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rois = indices.shape[1]
+
+    def one(flat, idx, w):   # (C, HW), (R, S, 4), (R, S, 4) -> (R, C, S)
+        taps = flat[:, idx] * w[None]
+        return jnp.transpose(taps.sum(axis=-1), (1, 0, 2))
+    out = jax.vmap(one)(features.reshape(n, c, -1), indices, weights.astype(features.dtype))
+    return out.reshape(n, rois, c, oh, ow, sr * sr).mean(axis=-1)
+
+
+def to_batch(inputs, layer, a, ctx):
+    x = inputs[0]
+    return x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
+
+
 def stop_gradient(inputs, layer, a, ctx):
     return jax.lax.stop_gradient(inputs[0])
 
