@@ -84,8 +84,12 @@ class Model(BackendModel):
         will be (else the second step would compile the program again, for other inputs)."""
         nnx.update(held, jax.device_put(nnx.as_pure(nnx.state(held)), self.jax_device))
 
-    def _step_key(self, index=0):
-        return jax.random.fold_in(jax.random.fold_in(self._key, self.step_count), index)
+    def _step_key(self, *indices):
+        """The dropout key of this step (and of the update ``indices`` name within it)."""
+        key = jax.random.fold_in(self._key, self.step_count)
+        for index in indices:
+            key = jax.random.fold_in(key, index)
+        return key
 
     # -- the objectives --------------------------------------------------------------------------
     def _loss(self, model, batch):
@@ -163,7 +167,7 @@ class Model(BackendModel):
         fn = self._update_function(phase_index)
         index = self.group_steps[phase["update"]]
         loss, bad = fn(self.native, self._optimizers[phase["update"]], native, jnp.float32(lr),
-                       self._step_key(phase_index * 100003 + index))
+                       self._step_key(phase_index, index))
         if bool(bad):
             raise self._nonfinite_error([phase["objective"]])
         return loss
@@ -202,9 +206,7 @@ class Model(BackendModel):
         return self._jitted[key]
 
     def _canonical_gradients(self, grads, names):
-        flat = {tuple(str(k) for k in path): value for path, value in
-                nnx.to_flat_state(nnx.State(grads) if not isinstance(grads, nnx.State)
-                                  else grads)}
+        flat = {tuple(str(k) for k in path): value for path, value in nnx.to_flat_state(grads)}
         out = OrderedDict()
         for n in names:
             _, _, to_canonical = self.native.variable(n)
