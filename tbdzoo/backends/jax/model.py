@@ -85,7 +85,8 @@ class Model(BackendModel):
         nnx.update(held, jax.device_put(nnx.as_pure(nnx.state(held)), self.jax_device))
 
     def _step_key(self, *indices):
-        """The dropout key of this step (and of the update ``indices`` name within it)."""
+        """The dropout key of this step (and of the update ``indices`` name within it): a
+        refused step leaves step_count, so its retry draws the same masks."""
         key = jax.random.fold_in(self._key, self.step_count)
         for index in indices:
             key = jax.random.fold_in(key, index)
@@ -205,6 +206,11 @@ class Model(BackendModel):
         self._jitted[key] = nnx.jit(gradients)
         return self._jitted[key]
 
+    def _gradient_key(self, *indices):
+        """A fresh dropout key for each loss_and_gradients call (it takes no step)."""
+        self._gradient_calls = getattr(self, "_gradient_calls", 0) + 1
+        return self._step_key(_GRADIENT_DRAWS, self._gradient_calls, *indices)
+
     def _canonical_gradients(self, grads, names):
         flat = {tuple(str(k) for k in path): value for path, value in nnx.to_flat_state(grads)}
         out = OrderedDict()
@@ -217,7 +223,7 @@ class Model(BackendModel):
 
     def _loss_and_gradients(self, prepared):
         loss, grads = self._gradient_function(None)(self.native, prepared.native,
-                                                     self._step_key())
+                                                     self._gradient_key())
         return float(loss), self._canonical_gradients(grads, self.trainable_names())
 
     def _program_gradients(self, prepared):
@@ -229,7 +235,7 @@ class Model(BackendModel):
             seen.add(phase_index)
             phase = self.program.phases[phase_index]
             loss, g = self._gradient_function(phase_index)(self.native, native,
-                                                            self._step_key(phase_index))
+                                                            self._gradient_key(phase_index))
             names = [n for n in self.trainable_names() if owner[n] == phase["update"]]
             grads.update(self._canonical_gradients(g, names))
             losses[phase["objective"]] = float(loss)
@@ -277,6 +283,10 @@ class Model(BackendModel):
 
     def framework_version(self):
         return jax.__version__
+
+
+# The tag of loss_and_gradients' keys, apart from every step's updates.
+_GRADIENT_DRAWS = 2 ** 31 - 1
 
 
 class _PathIn:
