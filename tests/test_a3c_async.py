@@ -14,17 +14,12 @@ from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
 
 # CartPole's network narrowed, so each learner's step costs little on a loaded machine.
 SMALL = {"hidden": (8, 8)}
-FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60}
+FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60, "jax": 60}
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk", "jax"])
 def test_two_learners_update_the_shared_parameters(backend):
     require_backend(backend)
-    if backend == "jax":
-        with pytest.raises(UnsupportedOptionError, match="asynchronous A3C learners on the jax "
-                                                         "backend are not built yet"):
-            train_a3c(backend, "cartpole", learners=2, frames=60, seed=0, **SMALL)
-        pytest.skip("asynchronous A3C learners on the jax backend are not built yet")
     result = train_a3c(backend, "cartpole", learners=2, frames=FRAMES[backend], seed=0, **SMALL)
     assert isinstance(result, RunResult) and result.backend == backend
     t_max = 5   # CartPole: one frame per agent step

@@ -3,7 +3,7 @@
 Cross-framework agreement of all eight models lives in the consistency tests; here: the remote
 handle, the Flax NNX tree (printable, callable piecewise, replaceable, saved by Flax's own
 serialisation), the Optax optimizers against the reference formulas, the non-finite guard
-inside the jitted step, and the features not built yet refusing by name."""
+inside the jitted step, and data-parallel training (not built yet) refusing by name."""
 import numpy as np
 import pytest
 
@@ -173,10 +173,6 @@ def test_the_optax_optimizers_compute_the_reference_formulas():
 
 def test_what_is_not_built_yet_refuses_by_name():
     from tbdzoo.backends.jax import distributed
-    from tbdzoo.rl import train_a3c
     with pytest.raises(UnsupportedOptionError, match="data-parallel training on the jax "
                                                      "backend is not built yet"):
         distributed.check(None)
-    with pytest.raises(UnsupportedOptionError, match="asynchronous A3C learners on the jax "
-                                                     "backend are not built yet"):
-        train_a3c(backend="jax", frames=10)
