@@ -1,5 +1,5 @@
 # The README's two commands: `make bench` and `make test`. Each creates what it needs.
-.PHONY: bench test env env-main env-cntk chromium debian-packages clean-env
+.PHONY: bench test env env-main env-cntk env-jax chromium debian-packages clean-env
 
 VENV_PY := .venv/bin/python
 RESULTS ?= results/bench.jsonl
@@ -14,13 +14,17 @@ test: env chromium debian-packages
 	$(VENV_PY) -m ruff check .
 	$(VENV_PY) -m pytest -q tests
 
-env: env-main env-cntk
+env: env-main env-cntk env-jax
 
 env-main:
 	@scripts/make_env_main.sh
 
 env-cntk:
 	@scripts/make_env_cntk.sh
+
+# JAX, Flax and Optax need NumPy 2, which MXNet's NumPy 1 pin rules out of .venv.
+env-jax:
+	@scripts/make_env_jax.sh
 
 chromium:
 	@scripts/ensure_chromium.sh
@@ -30,4 +34,4 @@ debian-packages:
 	@scripts/ensure_debian_packages.sh
 
 clean-env:
-	rm -rf .venv .venv-cntk
+	rm -rf .venv .venv-cntk .venv-jax

@@ -21,7 +21,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # unit: everything else: no framework model, no GPU, seconds.
 BACKEND_CALLS = {"require_backend", "require_framework", "build", "build_native", "run_in_env",
                  "random_weights"}
-FRAMEWORK_NAMES = {"torch", "tensorflow", "tf", "keras", "mxnet", "mx", "cntk"}
+FRAMEWORK_NAMES = {"torch", "tensorflow", "tf", "keras", "mxnet", "mx", "cntk", "jax", "flax",
+                   "optax", "nnx"}
 FRAMEWORK_FIXTURES = {"one_torch_thread"}
 SLOW_MODULES = {"test_a3c", "test_a3c_async", "test_atomic_steps", "test_bad_batches",
                 "test_consistency", "test_distributed", "test_distributed_cntk", "test_distributed_data",

@@ -69,7 +69,7 @@ def test_the_loss_is_its_three_terms(recorded):
         0.5 * np.mean((values[:, 0] - batch["returns"][:, 0]) ** 2))
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk", "jax"])
 def test_a_recorded_rollout_trains_alike_on_every_backend(backend, recorded):
     """Forward, loss, every gradient and a three-step trajectory at docs/consistency.md's
     tolerances; the weights survive a round trip; the Atari network (tiny) predicts alike."""

@@ -14,10 +14,10 @@ from tbdzoo.rl.async_learners.common import NumpyRMSProp, Settings
 
 # CartPole's network narrowed, so each learner's step costs little on a loaded machine.
 SMALL = {"hidden": (8, 8)}
-FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60}
+FRAMES = {"torch": 300, "tensorflow": 300, "mxnet": 300, "cntk": 60, "jax": 60}
 
 
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk", "jax"])
 def test_two_learners_update_the_shared_parameters(backend):
     require_backend(backend)
     result = train_a3c(backend, "cartpole", learners=2, frames=FRAMES[backend], seed=0, **SMALL)

@@ -13,7 +13,7 @@ import pytest
 import tbdzoo
 from tbdzoo.errors import NonFiniteStepError
 
-BACKENDS = ["torch", "tensorflow", "mxnet", "cntk"]
+BACKENDS = ["torch", "tensorflow", "mxnet", "cntk", "jax"]
 # BatchNorm statistics (SGD with momentum); Adam with global-norm clipping; a program of a
 # generator update and n_critic critic updates a step (Adam per group)
 MODELS = ["resnet50", "seq2seq", "wgan"]

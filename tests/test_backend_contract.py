@@ -21,7 +21,7 @@ from tbdzoo.models import get_model
 from tbdzoo.spec import Graph
 from tbdzoo.spec import ops as spec_ops
 
-BACKENDS = ["torch", "tensorflow", "mxnet", "cntk"]
+BACKENDS = ["torch", "tensorflow", "mxnet", "cntk", "jax"]
 
 
 @pytest.mark.parametrize("name", ["resnet50", "probe/tied_dense"])

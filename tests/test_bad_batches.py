@@ -16,7 +16,7 @@ from tbdzoo.backends.common import batches, sequences
 from tbdzoo.errors import BatchError, HyperparameterError, WeightsError
 from tbdzoo.models import list_models
 
-BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
+BACKENDS = ("torch", "tensorflow", "mxnet", "cntk", "jax")
 # ResNet-50 last: the tests after the matrix use it, and one CNTK worker is alive at a time
 MODELS = [m for m in list_models() if m != "resnet50"] + ["resnet50"]
 _BUILT = OrderedDict()
@@ -37,8 +37,8 @@ def _model(name, backend):
     key = (name, backend)
     if key not in _BUILT:
         require_backend(backend)
-        if backend == "cntk":
-            for other in [k for k in _BUILT if k[1] == "cntk"]:
+        if backend in ("cntk", "jax"):
+            for other in [k for k in _BUILT if k[1] == backend]:
                 _BUILT.pop(other).close()
         _BUILT[key] = tbdzoo.build(name, backend=backend, config="tiny", seed=0)
     return _BUILT[key]

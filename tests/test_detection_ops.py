@@ -296,7 +296,7 @@ def test_the_loss_kinds_reduce_as_the_spec_says():
     assert ref.sigmoid_cross_entropy(z, y, np.zeros(3)) == 0.0  # no sampled anchor: no NaN
 
 
-@pytest.mark.parametrize("backend", ["torch", "cntk"])
+@pytest.mark.parametrize("backend", ["torch", "cntk", "jax"])
 def test_a_tap_outside_the_feature_map_is_refused_naming_the_example(backend):
     require_backend(backend)
     model = tbdzoo.build("probe/roi_align", backend=backend, config="tiny",
@@ -311,7 +311,7 @@ def test_a_tap_outside_the_feature_map_is_refused_naming_the_example(backend):
         model.close()
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk", "jax"])
 def test_sigmoid_cross_entropy_at_a_logit_of_exactly_zero_has_the_gradient_sigmoid_0_minus_y(backend):
     """A zero-initialised objectness layer over ReLU outputs gives logits of exactly 0, where a
     relu/abs form of the loss would give -y instead of 0.5 - y."""

@@ -85,7 +85,7 @@ def dropout_output(model, batch):
     return loss, gw[k].astype(np.float64) / float(gb[k])
 
 
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk", "jax"])
 def test_dropout_drops_the_rate_and_scales_the_rest(backend, inputs):
     require_backend(backend)
     model = tbdzoo.build("probe/dropout", backend=backend, config="tiny", batch_size=1,

@@ -333,13 +333,13 @@ def test_paper_resnet_unifies_its_bottlenecks_with_an_optional_downsample():
 
 def test_export_names_the_backends_it_writes(tmp_path):
     assert "torch" in writers()
-    for backend in ("tensorflow", "mxnet", "cntk"):
+    for backend in ("tensorflow", "mxnet", "cntk", "jax"):
         if backend in writers():
             continue
         with pytest.raises(ExportError, match="writes source for: .*torch"):
             export("a3c", backend, str(tmp_path), config="tiny")
     with pytest.raises(UnknownNameError, match="backend"):
-        export("a3c", "jax", str(tmp_path), config="tiny")
+        export("a3c", "theano", str(tmp_path), config="tiny")
     with pytest.raises(UnknownNameError, match="model"):
         export("alexnet", "torch", str(tmp_path), config="tiny")
 

@@ -452,12 +452,12 @@ def reference():
     return weights, batch, made, record
 
 
-@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["torch", "tensorflow", "mxnet", "cntk", "jax"])
 def test_every_backend_matches_the_reference(reference, backend, tmp_path):
     require_backend(backend)
     weights, batch, made, record = reference
-    if backend == "cntk":  # through its worker
-        model = build(NAME, backend="cntk", config="tiny", seed=0, isolate=True)
+    if backend in ("cntk", "jax"):  # through its worker
+        model = build(NAME, backend=backend, config="tiny", seed=0, isolate=True)
     else:
         model = build_native(NAME, backend, config="tiny", seed=0)
     try:

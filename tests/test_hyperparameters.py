@@ -69,7 +69,7 @@ def test_values_are_stored_in_the_type_the_rule_holds():
     assert hp["blocks"] == (2, 1, 1, 1)
 
 
-@pytest.mark.parametrize("backend", ["torch", "cntk"])
+@pytest.mark.parametrize("backend", ["torch", "cntk", "jax"])
 def test_a_worker_refuses_a_bad_value_with_the_same_error(backend):
     """The worker checks again (it builds from overrides): the error class crosses the pipe."""
     require_backend(backend)

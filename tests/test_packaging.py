@@ -24,7 +24,8 @@ def extras():
 def test_the_extras_pin_what_the_requirements_pin():
     groups = extras()
     assert groups["cntk"] == requirements("cntk.txt")
-    main = sorted(p for name, pins in groups.items() if name != "cntk" for p in pins)
+    assert groups["jax"] == requirements("jax.txt")
+    main = sorted(p for name, pins in groups.items() if name not in ("cntk", "jax") for p in pins)
     assert main == requirements("main.txt"), "setup.cfg's extras and requirements/main.txt differ"
 
 

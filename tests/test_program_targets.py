@@ -268,8 +268,8 @@ def test_a_program_with_several_writes_takes_all_or_none():
 def _protocol(backend, weights, batch, seed):
     """(the targets it makes for ``batch`` at step 0, or None when the batch replays them; the
     consistency protocol's record)."""
-    if backend == "cntk":
-        model = build(PROBE, backend="cntk", config="tiny", seed=seed, isolate=True)
+    if backend in ("cntk", "jax"):  # through its worker
+        model = build(PROBE, backend=backend, config="tiny", seed=seed, isolate=True)
     else:
         model = build_native(PROBE, backend, config="tiny", seed=seed)
     try:
@@ -280,7 +280,7 @@ def _protocol(backend, weights, batch, seed):
         model.close()
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk", "jax"])
 def test_three_steps_agree_with_the_reference(backend):
     """Each backend computes its own targets from its own forward values and the same seeded
     draws (same model seed); given the reference's targets (``step_targets``), a backend built

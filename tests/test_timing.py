@@ -34,7 +34,7 @@ def _probe(backend):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "torch", "cntk"])
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "torch", "cntk", "jax"])
 def test_a_step_and_every_timed_window_end_with_the_work_done(backend):
     fractions = _probe(backend)
     for moment in ("steps", "first_step", "last_window"):

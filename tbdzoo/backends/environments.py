@@ -1,8 +1,9 @@
 """Where each backend's interpreter lives and how to tell whether it is ready; which
 environment a backend needs is declared with it (its BackendInfo).
 
-CNTK 2.7 exists only for CPython 3.6, so it gets an environment of its own; the other three
-share the main one. ``make env`` creates both (see the README).
+CNTK 2.7 exists only for CPython 3.6, and JAX's wheels need NumPy 2 while MXNet pins NumPy 1, so
+each gets an environment of its own; the other three share the main one. ``make env`` creates
+all three (see the README).
 """
 import functools
 import glob
@@ -16,9 +17,11 @@ from .info import backend_info
 
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ENV_COMMANDS = {"main": "make env-main", "cntk": "make env-cntk"}
-ENV_VARIABLES = {"main": "TBDZOO_MAIN_PYTHON", "cntk": "TBDZOO_CNTK_PYTHON"}
-_DEFAULT_PYTHON = {"main": ".venv/bin/python", "cntk": ".venv-cntk/bin/python"}
+ENV_COMMANDS = {"main": "make env-main", "cntk": "make env-cntk", "jax": "make env-jax"}
+ENV_VARIABLES = {"main": "TBDZOO_MAIN_PYTHON", "cntk": "TBDZOO_CNTK_PYTHON",
+                 "jax": "TBDZOO_JAX_PYTHON"}
+_DEFAULT_PYTHON = {"main": ".venv/bin/python", "cntk": ".venv-cntk/bin/python",
+                   "jax": ".venv-jax/bin/python"}
 
 
 def framework_of(backend):
@@ -50,7 +53,8 @@ def python_for(backend):
 
 # The interpreter each environment needs, for an installed tbdzoo (no Makefile to run).
 ENV_INSTALLS = {"main": "CPython 3.11 with `pip install 'tbdzoo[torch,tensorflow,mxnet]'`",
-                "cntk": "CPython 3.6 with `pip install 'tbdzoo[cntk]'`"}
+                "cntk": "CPython 3.6 with `pip install 'tbdzoo[cntk]'`",
+                "jax": "CPython 3.11 with `pip install 'tbdzoo[jax]'`"}
 
 
 def is_checkout():

@@ -8,7 +8,7 @@ from ..errors import UnknownNameError
 
 # The backend folders, in the order tables list them; each declares its BackendInfo as
 # ``BACKEND`` in its __init__.py (named as its folder), which imports no framework.
-BACKEND_NAMES = ["torch", "tensorflow", "mxnet", "cntk"]
+BACKEND_NAMES = ["torch", "tensorflow", "mxnet", "cntk", "jax"]
 
 
 class BackendInfo:

@@ -1,0 +1,412 @@
+"""The spec's node types in JAX: one function per op, ``fn(inputs, layer, attrs, ctx)``.
+
+``layer`` is the node's Flax NNX module (tbdzoo/backends/jax/layers.py) for a node with
+parameters, else None; ``ctx`` (:class:`Context`) says whether the pass trains, hands out the
+dropout keys and the canonical values of parameters a node shares with another layer (the
+Transformer's output projection reads the embedding table). Values are in the canonical
+layouts (images (N, C, H, W)); a layer that computes channels-last (``nnx.Conv``) transposes
+at its own boundary and XLA folds the transposes between neighbours.
+"""
+from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
+
+# isort: split
+import contextlib
+import threading
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..common import attention
+
+_CURRENT = threading.local()
+
+
+class Context:
+    """How a pass runs: ``training`` (batch statistics, dropout), ``key`` (a PRNG key of the
+    step, or None: dropout then refuses to train) and, per node, ``shared``: {suffix:
+    canonical value} of the parameters it reads from another layer."""
+
+    def __init__(self, training=False, key=None):
+        self.training, self.key = training, key
+        self.shared, self.node, self.root = {}, None, None
+
+    def rng(self):
+        """The dropout key of the node being run: the step's key folded with its name."""
+        if self.key is None:
+            raise ValueError("node {!r} drops out in training, and this pass was given no "
+                             "random key".format(self.node))
+        return jax.random.fold_in(self.key, zlib.crc32(self.node.encode("utf-8")))
+
+
+def opened():
+    """The context of the pass being run, or None."""
+    return getattr(_CURRENT, "ctx", None)
+
+
+def current():
+    """The context of the pass being run (an inference pass when none was opened)."""
+    return opened() or Context()
+
+
+@contextlib.contextmanager
+def running(ctx):
+    saved = getattr(_CURRENT, "ctx", None)
+    _CURRENT.ctx = ctx
+    try:
+        yield ctx
+    finally:
+        _CURRENT.ctx = saved
+
+
+def _pad(x, pads, value=0.0):
+    (t, b), (l, r) = pads
+    if not (t or b or l or r):
+        return x
+    return jnp.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+
+
+def nhwc(x):
+    return jnp.transpose(x, (0, 2, 3, 1))
+
+
+def nchw(x):
+    return jnp.transpose(x, (0, 3, 1, 2))
+
+
+# -- layers -------------------------------------------------------------------------------------
+def conv2d(inputs, layer, a, ctx):
+    return nchw(layer(nhwc(inputs[0])))
+
+
+def batchnorm(inputs, layer, a, ctx):
+    return layer(inputs[0], use_running_average=not ctx.training)
+
+
+def dense(inputs, layer, a, ctx):
+    if "weight" in ctx.shared:
+        return layer(inputs[0], ctx.shared["weight"])
+    return layer(inputs[0])
+
+
+def embedding(inputs, layer, a, ctx):
+    if "weight" in ctx.shared:  # the table of another embedding (a shared vocabulary)
+        out = jnp.take(ctx.shared["weight"], inputs[0], axis=0)
+    else:
+        out = layer(inputs[0])
+    return out * a["scale"] if a["scale"] != 1.0 else out
+
+
+def layernorm(inputs, layer, a, ctx):
+    return layer(inputs[0])
+
+
+def multi_head_attention(inputs, layer, a, ctx):
+    rate = a["dropout"] if ctx.training else 0.0
+    return layer(inputs[0], inputs[1], inputs[2], rate, ctx.rng() if rate else None)
+
+
+def channel_layernorm(inputs, layer, a, ctx):
+    return layer(inputs[0])
+
+
+def lstm(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1])
+
+
+def gru(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1])
+
+
+def additive_attention(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1], inputs[2])
+
+
+def sequence_batchnorm(inputs, layer, a, ctx):
+    return layer(inputs[0], inputs[1], use_running_average=not ctx.training)
+
+
+# -- derivative nodes (WGAN-GP's gradient penalty, tbdzoo/spec/derivative.py) -------------------
+# Each is JAX's own derivative of the forward op (jax.vjp), which the step's backward pass then
+# differentiates again.
+def _conv(x, weight, a):
+    return jax.lax.conv_general_dilated(
+        x, weight, tuple(a["stride"]), [tuple(p) for p in a["padding"]],
+        rhs_dilation=tuple(a["dilation"]), feature_group_count=a["groups"],
+        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def conv2d_input_grad(inputs, layer, a, ctx):
+    dy, = inputs
+    weight = ctx.shared["weight"]
+    x = jnp.zeros((dy.shape[0],) + tuple(a["input_shape"]), dy.dtype)
+    _, pull = jax.vjp(lambda v: _conv(v, weight, a), x)  # linear in x: exact at any point
+    return pull(dy)[0]
+
+
+def dense_input_grad(inputs, layer, a, ctx):
+    return inputs[0] @ ctx.shared["weight"]
+
+
+def relu_grad(inputs, layer, a, ctx):
+    dy, x = inputs
+    return jnp.where(x > 0, dy, 0.0)
+
+
+def _channel_layernorm(x, gamma, eps):
+    axes = tuple(range(1, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * gamma[:, None, None]
+
+
+def channel_layernorm_input_grad(inputs, layer, a, ctx):
+    dy, x = inputs
+    gamma = ctx.shared["gamma"]
+    _, pull = jax.vjp(lambda v: _channel_layernorm(v, gamma, a["eps"]), x)
+    return pull(dy)[0]
+
+
+# -- functions ----------------------------------------------------------------------------------
+def relu(inputs, layer, a, ctx):
+    return jax.nn.relu(inputs[0])
+
+
+def add(inputs, layer, a, ctx):
+    out = inputs[0]
+    for x in inputs[1:]:
+        out = out + x
+    return out
+
+
+def _window(a):
+    return (1, 1) + tuple(a["kernel"]), (1, 1) + tuple(a["stride"])
+
+
+def maxpool2d(inputs, layer, a, ctx):
+    window, strides = _window(a)
+    padding = ((0, 0), (0, 0)) + tuple(tuple(p) for p in a["padding"])
+    return jax.lax.reduce_window(inputs[0], -jnp.inf, jax.lax.max, window, strides, padding)
+
+
+def avgpool2d(inputs, layer, a, ctx):
+    x = inputs[0]
+    window, strides = _window(a)
+    padding = ((0, 0), (0, 0)) + tuple(tuple(p) for p in a["padding"])
+    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, padding)
+    if a["count_include_pad"]:
+        return total / float(a["kernel"][0] * a["kernel"][1])
+    ones = jnp.ones((1, 1) + x.shape[2:], x.dtype)
+    count = jax.lax.reduce_window(ones, 0.0, jax.lax.add, window, strides, padding)
+    return total / count
+
+
+def global_avgpool(inputs, layer, a, ctx):
+    return inputs[0].mean(axis=(2, 3))
+
+
+def flatten(inputs, layer, a, ctx):
+    x = inputs[0]
+    return x.reshape(x.shape[0], -1)
+
+
+def sinusoid_table(length, dim):
+    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), computed in
+    float64 on the host once per shape and rounded to float32."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
+    table = np.zeros((length, dim))
+    table[:, 0::2] = np.sin(position * rate)
+    table[:, 1::2] = np.cos(position * rate[: dim // 2])
+    return table.astype(np.float32)
+
+
+def positional_encoding(inputs, layer, a, ctx):
+    x = inputs[0]
+    return x + jnp.asarray(sinusoid_table(x.shape[1], x.shape[2]), x.dtype)
+
+
+def dropout(inputs, layer, a, ctx):
+    x = inputs[0]
+    if not ctx.training or not a["rate"]:
+        return x
+    keep = jax.random.bernoulli(ctx.rng(), 1.0 - a["rate"], x.shape)
+    return jnp.where(keep, x / (1.0 - a["rate"]), 0.0)
+
+
+def concat(inputs, layer, a, ctx):
+    return jnp.concatenate(inputs, axis=a["axis"] + 1)
+
+
+def tanh(inputs, layer, a, ctx):
+    return jnp.tanh(inputs[0])
+
+
+def upsample_nearest(inputs, layer, a, ctx):
+    f = a["factor"]
+    return jnp.repeat(jnp.repeat(inputs[0], f, axis=2), f, axis=3)
+
+
+def reshape(inputs, layer, a, ctx):
+    x = inputs[0]
+    return x.reshape((x.shape[0],) + tuple(a["shape"]))
+
+
+def scale(inputs, layer, a, ctx):
+    return inputs[0] * a["factor"]
+
+
+def lerp(inputs, layer, a, ctx):
+    x, y, t = inputs
+    t = t.reshape((t.shape[0],) + (1,) * (x.ndim - 1))
+    return t * x + (1.0 - t) * y
+
+
+def clipped_relu(inputs, layer, a, ctx):
+    """min(max(x, 0), ceiling), with gradient 1 strictly inside (0, ceiling) and 0 elsewhere."""
+    x = inputs[0]
+    return jnp.where(x <= 0.0, 0.0, jnp.where(x >= a["ceiling"], a["ceiling"], x))
+
+
+def transpose(inputs, layer, a, ctx):
+    return jnp.transpose(inputs[0], (0,) + tuple(i + 1 for i in a["perm"]))
+
+
+def lengths_after_conv(inputs, layer, a, ctx):
+    (before, after), k = a["padding"], a["kernel"]
+    out = (inputs[0] + (before + after - a["dilation"] * (k - 1) - 1)) // a["stride"] + 1
+    return jnp.maximum(out, 1)
+
+
+def frozen_batchnorm(inputs, layer, a, ctx):
+    return layer(inputs[0])
+
+
+def roi_align(inputs, layer, a, ctx):
+    """out[n, r, c, i, j] = mean over bin (i, j)'s sr^2 samples of sum_k w * features[n, c].flat
+    [idx], the taps (indices, weights) from the targets step; gathered per image (jax.vmap),
+    so the backward pass is JAX's scatter-add of the same taps."""
+    features, indices, weights = inputs
+    n, c = features.shape[:2]
+    (oh, ow), sr = a["output_size"], a["sampling_ratio"]
+    rois = indices.shape[1]
+
+    def one(flat, idx, w):   # (C, HW), (R, S, 4), (R, S, 4) -> (R, C, S)
+        taps = flat[:, idx] * w[None]
+        return jnp.transpose(taps.sum(axis=-1), (1, 0, 2))
+    out = jax.vmap(one)(features.reshape(n, c, -1), indices, weights.astype(features.dtype))
+    return out.reshape(n, rois, c, oh, ow, sr * sr).mean(axis=-1)
+
+
+def to_batch(inputs, layer, a, ctx):
+    x = inputs[0]
+    return x.reshape((x.shape[0] * x.shape[1],) + tuple(x.shape[2:]))
+
+
+def stop_gradient(inputs, layer, a, ctx):
+    return jax.lax.stop_gradient(inputs[0])
+
+
+def ones_like(inputs, layer, a, ctx):
+    return jnp.ones_like(inputs[0])
+
+
+def attention_bias(keys, pad_id, causal, t):
+    """Additive mask (N, 1, T|1, S): -1e9 on padded keys and, if causal, on later keys."""
+    bias = jnp.where(keys == pad_id, attention.MASKED_LOGIT, 0.0)[:, None, None, :]
+    if causal:
+        later = np.triu(np.ones((t, keys.shape[1]), bool), 1)
+        bias = jnp.where(later[None, None], attention.MASKED_LOGIT, bias)
+    return bias
+
+
+# -- losses (tbdzoo/spec/losses.py) ------------------------------------------------------------
+def softmax_cross_entropy(logits, labels, loss):
+    """Mean over counted positions of -sum_k q_k log p_k, q = (1 - eps) onehot + eps / K;
+    positions labelled ``ignore_index`` count neither in the sum nor in the mean."""
+    k = logits.shape[-1]
+    z = logits.reshape(-1, k).astype(jnp.float32)
+    y = labels.reshape(-1)
+    smoothing = loss.get("label_smoothing") or 0.0
+    ignore = loss.get("ignore_index")
+    log_p = jax.nn.log_softmax(z, axis=-1)
+    picked = jnp.take_along_axis(log_p, jnp.clip(y, 0, k - 1)[:, None], axis=-1)[:, 0]
+    per = -(1.0 - smoothing) * picked
+    if smoothing:
+        per = per - smoothing / k * log_p.sum(axis=-1)
+    if ignore is None:
+        return per.mean()
+    keep = (y != ignore).astype(per.dtype)
+    return (per * keep).sum() / keep.sum()
+
+
+def loss(kind, inputs, attrs):
+    if kind not in _LOSSES:
+        raise NotImplementedError("loss kind {!r} is not built yet on the jax backend".format(kind))
+    return _LOSSES[kind](inputs, attrs)
+
+
+def _softmax_cross_entropy_loss(inputs, attrs):
+    return softmax_cross_entropy(inputs["logits"], inputs["labels"], attrs)
+
+
+def _mean_loss(inputs, attrs):
+    return inputs["x"].astype(jnp.float32).mean()
+
+
+def _norm_penalty_loss(inputs, attrs):
+    x = inputs["x"].astype(jnp.float32)
+    norm = jnp.sqrt((x.reshape(x.shape[0], -1) ** 2).sum(axis=1))
+    return ((norm - attrs["target"]) ** 2).mean()
+
+
+def _ctc_loss(inputs, attrs):
+    """Each example's summed cost, averaged over the batch (optax.ctc_loss's per-sequence
+    cost, from the padding masks of the lengths)."""
+    logits = inputs["logits"].astype(jnp.float32)
+    t = logits.shape[1]
+    labels = inputs["labels"]
+    logit_pad = (jnp.arange(t)[None, :] >= inputs["input_lengths"][:, None]).astype(jnp.float32)
+    label_pad = (jnp.arange(labels.shape[1])[None, :] >= inputs["label_lengths"][:, None]) \
+        .astype(jnp.float32)
+    costs = optax.ctc_loss(logits, logit_pad, labels, label_pad, blank_id=attrs["blank"])
+    return costs.mean()
+
+
+def _smooth_l1_loss(inputs, attrs):
+    d = jnp.abs(inputs["prediction"].astype(jnp.float32) - inputs["target"])
+    s2 = float(attrs["sigma"]) ** 2
+    per = jnp.where(d < 1.0 / s2, 0.5 * s2 * d * d, d - 0.5 / s2)
+    return (inputs["weight"] * per).sum() / (attrs["normalizer"] * d.shape[0])
+
+
+def _sigmoid_cross_entropy_loss(inputs, attrs):
+    weight = inputs["weight"].astype(jnp.float32)
+    per = optax.sigmoid_binary_cross_entropy(inputs["logits"].astype(jnp.float32),
+                                             inputs["labels"].astype(jnp.float32))
+    return (weight * per).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def _policy_gradient_loss(inputs, attrs):
+    log_p = jax.nn.log_softmax(inputs["logits"].astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(log_p, inputs["actions"][:, None], axis=-1)[:, 0]
+    return -(picked * inputs["advantages"]).mean()
+
+
+def _entropy_loss(inputs, attrs):
+    log_p = jax.nn.log_softmax(inputs["logits"].astype(jnp.float32), axis=-1)
+    return -(jnp.exp(log_p) * log_p).sum(axis=-1).mean()
+
+
+def _squared_error_loss(inputs, attrs):
+    diff = inputs["prediction"].astype(jnp.float32) - inputs["target"]
+    return 0.5 * (diff * diff).mean()
+
+
+_LOSSES = {"softmax_cross_entropy": _softmax_cross_entropy_loss, "mean": _mean_loss,
+           "norm_penalty": _norm_penalty_loss, "ctc": _ctc_loss,
+           "policy_gradient": _policy_gradient_loss, "entropy": _entropy_loss,
+           "squared_error": _squared_error_loss, "smooth_l1": _smooth_l1_loss,
+           "sigmoid_cross_entropy": _sigmoid_cross_entropy_loss}

@@ -1,0 +1,192 @@
+"""The recurrent layers: LSTM and GRU over padded batches with per-example lengths, additive
+attention and the sequence BatchNorm, as Flax NNX modules.
+
+A recurrent node is a ``Recurrent`` module holding, per layer and direction, a cell at the
+path of its canonical parameters (``l0.fw``: Flax's own ``nnx.LSTMCell``, whose per-gate
+``ii``/``hi`` linears are the spec's ``w_i``/``u_i``/``b_i``; ``GRUCell``, the spec's GRU with
+the reset gate applied after the recurrent product and its bias ``b_hn``, which Flax's
+``nnx.GRUCell`` does not have). Each direction is one ``jax.lax.scan`` over time; the backward
+direction runs each example's valid steps reversed within its length, and outputs past an
+example's length are zero, as the spec defines.
+"""
+from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
+
+# isort: split
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ..common import attention
+
+
+def _same(x):
+    return x
+
+
+def _transposed(x):
+    return x.T
+
+
+def valid(lengths, t):
+    """(N, T) True where t < length."""
+    return jnp.arange(t)[None, :] < lengths[:, None]
+
+
+def _reverse_within(x, lengths):
+    """Each example's first ``length`` steps reversed, the padding where it is."""
+    t = x.shape[1]
+    steps = jnp.arange(t)[None, :]
+    index = jnp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
+    return jnp.take_along_axis(x, index[:, :, None], axis=1)
+
+
+class GRUCell(nnx.Module):
+    """r = s(W_r x + U_r h + b_r), z = s(W_z x + U_z h + b_z),
+    n = tanh(W_n x + b_in + r (U_n h + b_hn)), h' = (1 - z) n + z h: one ``nnx.Linear`` per
+    gate and side (the input side's carry the biases b_r, b_z, b_in; ``hn`` carries b_hn)."""
+
+    def __init__(self, in_features, hidden_features, rngs):
+        self.ir = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.iz = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.in_ = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.hr = nnx.Linear(hidden_features, hidden_features, use_bias=False, rngs=rngs)
+        self.hz = nnx.Linear(hidden_features, hidden_features, use_bias=False, rngs=rngs)
+        self.hn = nnx.Linear(hidden_features, hidden_features, rngs=rngs)
+        self.hidden_features = hidden_features
+
+    def __call__(self, carry, x):
+        r = jax.nn.sigmoid(self.ir(x) + self.hr(carry))
+        z = jax.nn.sigmoid(self.iz(x) + self.hz(carry))
+        n = jnp.tanh(self.in_(x) + r * self.hn(carry))
+        h = (1.0 - z) * n + z * carry
+        return h, h
+
+    def zero_carry(self, n, dtype):
+        return jnp.zeros((n, self.hidden_features), dtype)
+
+
+class LSTMCell(nnx.LSTMCell):
+    """Flax's ``nnx.LSTMCell`` (gates i, f, g, o; c' = f c + i g, h' = o tanh(c'))."""
+
+    def zero_carry(self, n, dtype):
+        zeros = jnp.zeros((n, self.hidden_features), dtype)
+        return zeros, zeros
+
+
+class Direction(nnx.Module):
+    """The cells of one layer, by direction (``fw``, ``bw``)."""
+
+
+class Recurrent(nnx.Module):
+    """A stack of ``num_layers`` recurrent layers (``l0``, ``l1``, ...), each with a cell per
+    direction; the last layer's directions concatenated or summed (``merge``)."""
+
+    def __init__(self, op, d_in, a, rngs):
+        cell = LSTMCell if op == "lstm" else GRUCell
+        self.layers = a["num_layers"]
+        self.directions = ("fw", "bw") if a["bidirectional"] else ("fw",)
+        self.merge = a["merge"]
+        h = a["units"]
+        for layer in range(a["num_layers"]):
+            holder = Direction()
+            for d in self.directions:
+                setattr(holder, d, cell(d_in if layer == 0 else h * len(self.directions), h,
+                                        rngs=rngs))
+            setattr(self, "l{}".format(layer), holder)
+
+    def __call__(self, x, lengths):
+        mask = valid(lengths, x.shape[1])[:, :, None]
+        for layer in range(self.layers):
+            holder = getattr(self, "l{}".format(layer))
+            outs = [_run(getattr(holder, d), x, lengths, d == "bw") * mask
+                    for d in self.directions]
+            last = layer == self.layers - 1
+            x = sum(outs[1:], outs[0]) if last and self.merge == "sum" else \
+                jnp.concatenate(outs, axis=-1)
+        return x
+
+
+def _run(cell, x, lengths, reverse):
+    """(N, T, H): the cell over each example's steps (reversed within its length)."""
+    if reverse:
+        x = _reverse_within(x, lengths)
+
+    def step(carry, xt):
+        return cell(carry, xt)
+    _, ys = jax.lax.scan(step, cell.zero_carry(x.shape[0], x.dtype), jnp.swapaxes(x, 0, 1))
+    ys = jnp.swapaxes(ys, 0, 1)
+    return _reverse_within(ys, lengths) if reverse else ys
+
+
+class AdditiveAttention(nnx.Module):
+    """e[t, s] = v . tanh(W_q q_t + W_m m_s), -1e9 past the memory's length; c_t = softmax(e) m.
+    ``query`` and ``memory`` are bias-free ``nnx.Linear`` layers, ``v`` a parameter."""
+
+    def __init__(self, d_query, d_memory, units, rngs):
+        self.query = nnx.Linear(d_query, units, use_bias=False, rngs=rngs)
+        self.memory = nnx.Linear(d_memory, units, use_bias=False, rngs=rngs)
+        self.v = nnx.Param(jnp.zeros((units,), jnp.float32))
+
+    def __call__(self, query, memory, lengths):
+        keys, queries = self.memory(memory), self.query(query)
+        scores = jnp.tanh(queries[:, :, None, :] + keys[:, None, :, :]) @ self.v.value
+        scores = jnp.where(valid(lengths, memory.shape[1])[:, None, :], scores,
+                           attention.MASKED_LOGIT)
+        return jax.nn.softmax(scores, axis=-1) @ memory
+
+
+class SequenceBatchNorm(nnx.BatchNorm):
+    """``nnx.BatchNorm`` over the features of (N, T, D) with statistics over the batch's valid
+    steps only, and the spec's running update (new-batch weight, variance unbiased over the
+    valid steps); padding comes out zero."""
+
+    def __init__(self, num_features, *, momentum, epsilon, tracks=True, rngs):
+        super().__init__(num_features, momentum=1.0 - momentum, epsilon=epsilon,
+                         use_fast_variance=False, rngs=rngs)
+        self.tracks = tracks
+        if not tracks:
+            del self.mean, self.var
+
+    def __call__(self, x, lengths, use_running_average=None):
+        running = self.use_running_average if use_running_average is None else use_running_average
+        keep = valid(lengths, x.shape[1])[:, :, None].astype(x.dtype)
+        if running and self.tracks:
+            mean, var = self.mean.value, self.var.value
+        else:
+            count = keep.sum()
+            mean = (x * keep).sum(axis=(0, 1)) / count
+            var = (((x - mean) ** 2) * keep).sum(axis=(0, 1)) / count
+            if self.tracks and not running:
+                m = self.momentum
+                self.mean.value = m * self.mean.value + (1.0 - m) * jax.lax.stop_gradient(mean)
+                unbiased = var * count / jnp.maximum(count - 1.0, 1.0)
+                self.var.value = m * self.var.value + (1.0 - m) * jax.lax.stop_gradient(unbiased)
+        y = (x - mean) * (self.scale.value * jax.lax.rsqrt(var + self.epsilon)) + self.bias.value
+        return y * keep
+
+
+def canonical_map(op, a):
+    """{suffix: (attribute path, to_native, to_canonical)} of a recurrent node's parameters."""
+    out = {}
+    dirs = ("fw", "bw") if a["bidirectional"] else ("fw",)
+    for layer in range(a["num_layers"]):
+        for d in dirs:
+            prefix = "l{}.{}.".format(layer, d)
+            if op == "lstm":
+                for g, name in (("i", "i"), ("f", "f"), ("g", "g"), ("o", "o")):
+                    flax_in = "if_" if g == "f" else "i" + name
+                    out[prefix + "w_" + g] = (prefix + flax_in + ".kernel", _transposed, _transposed)
+                    out[prefix + "u_" + g] = (prefix + "h" + name + ".kernel", _transposed,
+                                              _transposed)
+                    out[prefix + "b_" + g] = (prefix + "h" + name + ".bias", _same, _same)
+            else:
+                for g, side in (("r", "r"), ("z", "z"), ("n", "n_")):
+                    out[prefix + "w_" + g] = (prefix + "i" + side + ".kernel", _transposed,
+                                              _transposed)
+                    out[prefix + "u_" + g] = (prefix + "h" + g + ".kernel", _transposed,
+                                              _transposed)
+                out[prefix + "b_r"] = (prefix + "ir.bias", _same, _same)
+                out[prefix + "b_z"] = (prefix + "iz.bias", _same, _same)
+                out[prefix + "b_in"] = (prefix + "in_.bias", _same, _same)
+                out[prefix + "b_hn"] = (prefix + "hn.bias", _same, _same)
+    return out
