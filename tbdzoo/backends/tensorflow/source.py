@@ -8,8 +8,13 @@ masked attention logits that never win; BatchNorm momentum as Keras counts it: t
 the old statistics). Keras' own layers where they compute the spec's op (Conv2D, Dense,
 BatchNormalization, Embedding, LayerNormalization, MultiHeadAttention, LSTM, GRU,
 AdditiveAttention), a small ``layers.Layer`` written into the file where Keras has none
-(ChannelLayerNorm, SequenceBatchNorm, FrozenBatchNorm, ...). A layer or op the writer has no
-Keras code for (a grouped convolution) is refused, naming the op.
+(ChannelLayerNorm, SequenceBatchNorm, FrozenBatchNorm, ...), each computing with the ops the
+backend's own kernel does, so that the file reproduces the backend's values bit for bit:
+BatchStatisticsNorm sums its statistics in two stages as ops.py's two-pass BatchNorm of
+training programs does, and a convolution whose pads neither 'same' nor 'valid' gives is a
+PaddedConv2D (Keras' Conv2D handing the pads to TensorFlow's kernel, as ops.conv2d does; the
+one place the file imports TensorFlow itself). A layer or op the writer has no Keras code for
+(a grouped convolution) is refused, naming the op.
 """
 from collections import OrderedDict
 
@@ -28,6 +33,7 @@ from ...export.code import (
     value,
 )
 from ...export.plan import Slot
+from ...spec.tree import SEQUENTIAL, build_tree
 
 FRAMEWORK = "Keras"
 EXTENSION = ".py"
@@ -66,7 +72,52 @@ def _same_pads(size, kernel, stride, dilation):
     return (total // 2, total - total // 2)
 
 
+def _padding_mode(graph, node):
+    """'valid' or 'same' where TensorFlow's padding of that name gives the convolution's pads
+    (as the backend's ops.padding_mode decides), else None."""
+    a = node.attrs
+    if a["padding"] == ((0, 0), (0, 0)):
+        return "valid"
+    _, h, w = graph.shape_of(node.inputs[0])
+    same = tuple(_same_pads(size, k, st, d) for size, k, st, d in zip(
+        (h, w), a["kernel"], a["stride"], a["dilation"]))
+    return "same" if same == tuple(tuple(p) for p in a["padding"]) else None
+
+
+_EXPLICIT = [None, frozenset()]   # the last graph asked about and its PaddedConv2D layers
+
+
+def _explicitly_padded(graph):
+    """The convolutions written as PaddedConv2D: those at a place (a block kind and the path
+    below it) where some instance's pads are neither 'same' nor 'valid', so that one class
+    holds every instance of the kind (ResNet's Bottleneck.conv2, 'same' at stride 1 and
+    PyTorch's symmetric pads at stride 2)."""
+    if _EXPLICIT[0] is graph:
+        return _EXPLICIT[1]
+    places = OrderedDict()   # (kind, path below it) -> convolution nodes
+
+    def walk(block, kind, prefix):
+        for path, name in block.layers.items():
+            if graph.nodes[name].op == "conv2d":
+                places.setdefault((kind, prefix + path), []).append(name)
+        for local, child in block.children.items():   # a Sequential is its holder's members
+            if child.kind == SEQUENTIAL:
+                walk(child, kind, prefix + local + ".")
+            else:
+                walk(child, child.kind, "")
+    root = build_tree(graph)
+    walk(root, root.kind, "")
+    out = frozenset(n for names in places.values()
+                    if any(_padding_mode(graph, graph.nodes[m]) is None for m in names)
+                    for n in names)
+    _EXPLICIT[:] = [graph, out]
+    return out
+
+
 def layer_type(graph, node):
+    if node.op == "conv2d" and node.attrs["groups"] == 1 and \
+            node.name in _explicitly_padded(graph):
+        return "PaddedConv2D"
     if node.op == "batchnorm":
         if len(graph.shape_of(node.inputs[0])) != 3:
             _refuse(node)
@@ -85,20 +136,15 @@ def layer_slots(graph, node):
     a, s = node.attrs, OrderedDict()
     shape = graph.shape_of(node.inputs[0]) if node.inputs else ()
     if node.op == "conv2d":
-        (t, b), (left, r) = a["padding"]
-        _, h, w = shape
-        same = tuple(_same_pads(size, k, st, d) for size, k, st, d in zip(
-            (h, w), a["kernel"], a["stride"], a["dilation"]))
-        zero = a["padding"] == ((0, 0), (0, 0))
         s["filters"] = Slot(a["filters"], "channels")
         s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
         s["strides"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot("same" if not zero and same == tuple(a["padding"]) else "valid",
-                            "padding_mode")
+        mode = _padding_mode(graph, node)
+        if kind == "PaddedConv2D" and mode is None:
+            mode = tuple(tuple(p) for p in a["padding"])
+        s["padding"] = Slot(mode, "padding")
         s["dilation_rate"] = Slot(_pair(a["dilation"]), "dilation")
         s["use_bias"] = Slot(a["use_bias"], "bias")
-        s["pad"] = Slot(((0, 0), (0, 0)) if s["padding"].value == "same" else
-                        ((t, b), (left, r)), "padding", call=True)
     elif node.op == "dense":
         s["units"] = Slot(a["units"], "channels")
         s["use_bias"] = Slot(a["use_bias"], "bias")
@@ -195,11 +241,6 @@ def _ref(cls, path):
 
 def _layer_call(cls, member, ins):
     ref = _ref(cls, member.path)
-    if member.op == "conv2d":
-        pad = member.values["pad"]
-        if is_lit(pad) and lit(pad) == ((0, 0), (0, 0)):
-            return "{}({})".format(ref, ins[0])
-        return "{}(pad({}, {}))".format(ref, ins[0], value(pad, True))
     if member.type in ("layers.BatchNormalization", "MultiHeadAttention", "SequenceBatchNorm"):
         return "{}({}, training=training)".format(ref, ", ".join(ins))
     if member.op == "embedding":
@@ -436,7 +477,8 @@ class ChannelLayerNorm(layers.Layer):
 _LAYER_HELPERS["BatchStatisticsNorm"] = '''
 class BatchStatisticsNorm(layers.Layer):
     """BatchNorm that keeps no running statistics: the batch's own mean and (biased) variance
-    normalise it in training and in inference alike."""
+    normalise it in training and in inference alike. Each statistic is a mean over W, then
+    over the batch and H: two short float32 sums instead of one long one."""
 
     def __init__(self, epsilon=1e-5, **kwargs):
         super().__init__(**kwargs)
@@ -447,11 +489,45 @@ class BatchStatisticsNorm(layers.Layer):
         self.beta = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="beta")
 
     def call(self, x):
-        wide = ops.cast(x, "float64")   # statistics summed in float64, as a fused kernel would
-        centred = wide - ops.mean(wide, axis=(0, 1, 2), keepdims=True)
-        variance = ops.mean(ops.square(centred), axis=(0, 1, 2), keepdims=True)
-        y = ops.cast(centred * ops.rsqrt(variance + self.epsilon), x.dtype)
-        return y * self.gamma + self.beta
+        mean = ops.mean(ops.mean(x, axis=2), axis=(0, 1))
+        variance = ops.mean(ops.mean(ops.square(x - mean), axis=2), axis=(0, 1))
+        return (x - mean) * (self.gamma * ops.rsqrt(variance + self.epsilon)) + self.beta
+'''
+_LAYER_HELPERS["PaddedConv2D"] = '''
+class PaddedConv2D(layers.Conv2D):
+    """keras.layers.Conv2D whose padding may also be the pads ((top, bottom), (left, right))
+    that neither 'same' nor 'valid' gives (PyTorch's symmetric pads on a stride-2
+    convolution): those are handed to TensorFlow's convolution kernel as explicit paddings."""
+
+    def __init__(self, filters, kernel_size, padding="valid", **kwargs):
+        pads = None if isinstance(padding, str) else tuple(tuple(p) for p in padding)
+        super().__init__(filters, kernel_size, padding="valid" if pads else padding, **kwargs)
+        self.pads = pads
+
+    def call(self, x):
+        if self.pads is None:
+            return super().call(x)
+        (top, bottom), (left, right) = self.pads
+        y = tf.nn.conv2d(x, self.kernel, (1,) + tuple(self.strides) + (1,),
+                         [[0, 0], [top, bottom], [left, right], [0, 0]],
+                         dilations=(1,) + tuple(self.dilation_rate) + (1,))
+        return tf.nn.bias_add(y, self.bias) if self.use_bias else y
+
+    def compute_output_shape(self, input_shape):
+        if self.pads is None:
+            return super().compute_output_shape(input_shape)
+        sizes = [None if size is None else
+                 (size + sum(pads) - rate * (kernel - 1) - 1) // stride + 1
+                 for size, pads, kernel, stride, rate in zip(
+                     input_shape[1:3], self.pads, self.kernel_size, self.strides,
+                     self.dilation_rate)]
+        return (input_shape[0], sizes[0], sizes[1], self.filters)
+
+    def get_config(self):
+        config = super().get_config()
+        if self.pads is not None:
+            config["padding"] = self.pads
+        return config
 '''
 _RECURRENT = '''
 class Recurrent(layers.Layer):
@@ -846,8 +922,11 @@ def write(plan, model_name, config, version):
     lines.add("model.layer1.layers[0].conv1; a name Keras keeps for itself gets a trailing _,")
     lines.add("see RENAMED). Needs only Keras (with TensorFlow) and NumPy.")
     lines.add('"""')
+    types, helpers = _used(plan)
     lines.add("import keras")
     lines.add("import numpy as np")
+    if "PaddedConv2D" in types:   # TensorFlow's kernel for pads Keras' padding cannot give
+        lines.add("import tensorflow as tf")
     lines.add("from keras import layers, ops").add()
     shapes = tuple((_nhwc(g.inputs[n].shape), g.inputs[n].dtype) for n in root.input_nodes)
     lines.add("INPUTS = {}".format(literal(tuple(root.inputs))))
@@ -866,7 +945,6 @@ def write(plan, model_name, config, version):
     (top, bottom), (left, right) = padding
     return ops.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=value)''')
     lines.add().add()
-    types, helpers = _used(plan)
     for name, text in _HELPERS.items():
         if name in helpers:
             lines.add(text.strip("\n")).add().add()
