@@ -2,7 +2,8 @@
 docs/distributed.md), two ranks on this host's CPU over Gloo: they train like one process at
 the same global batch, BatchNorm normalises each shard and averages the running statistics
 over the replicas, rank 0's stop decision reaches every rank, and a killed rank ends the run
-naming it. The one-process references run in the JAX environment's worker."""
+naming it; the record of `tbd run --nproc` names the engine. The one-process references run
+in the JAX environment's worker."""
 import json
 import os
 import signal
@@ -133,3 +134,14 @@ def test_a_killed_rank_ends_the_run_naming_it():
     assert message.startswith("rank 1 (pid {}) was killed by signal SIGKILL".format(pids[1]))
     assert time.time() - start < 30
     assert_nothing_left(run, everything)
+
+
+def test_the_record_names_the_engine_and_its_exposed_communication():
+    """``tbd run --nproc 2``: every rank runs the protocol, then the same steps compiled
+    without the collectives; rank 0's record names the engine and the exposed share."""
+    record = distributed.run("a3c", "jax", nproc=2, config="tiny", steps=3, warmup=1,
+                             repeats=1, **FAST)
+    d = record["distributed"]
+    assert (d["engine"], d["communication"], d["world_size"]) == ("jax.distributed", "gloo", 2)
+    assert record["batch_size"] == d["global_batch"] == 2 * d["per_replica_batch"]
+    assert d["step_time_local"] > 0 and 0.0 <= d["communication_share"] < 1.0
