@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import require_framework
+from conftest import require_backend, require_framework
 from tbdzoo import distributed
 from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
@@ -26,9 +26,9 @@ SYNC_BN = ("torch", "tensorflow")  # the engines that all-reduce BatchNorm's mom
 
 def require(backend):
     """Skip, naming the fix, when this host lacks the backend's engine."""
-    if backend == "jax":  # its engine refuses by name (tests/test_jax_backend.py)
-        pytest.skip("data-parallel training on the jax backend is not built yet")
-    if backend == "cntk":
+    if backend == "jax":  # its environment, reached through the worker
+        require_backend("jax")
+    elif backend == "cntk":
         if not os.path.exists(environments.python_of("cntk")):
             pytest.skip("the CNTK environment is missing; " + environments.how_to_create("cntk"))
         if shutil.which("mpiexec") is None:

@@ -3,7 +3,7 @@
 Cross-framework agreement of all eight models lives in the consistency tests; here: the remote
 handle, the Flax NNX tree (printable, callable piecewise, replaceable, saved by Flax's own
 serialisation), the Optax optimizers against the reference formulas, the non-finite guard
-inside the jitted step, and data-parallel training (not built yet) refusing by name."""
+inside the jitted step. Data-parallel training: tests/test_distributed_jax.py."""
 import numpy as np
 import pytest
 
@@ -11,7 +11,7 @@ import tbdzoo
 from conftest import random_weights, require_backend, run_in_env
 from tbdzoo.backends import environments
 from tbdzoo.backends.remote import RemoteModel, WorkerHandle
-from tbdzoo.errors import NonFiniteStepError, UnsupportedOptionError
+from tbdzoo.errors import NonFiniteStepError
 
 pytestmark = pytest.mark.backend
 
@@ -169,10 +169,3 @@ def test_the_optax_optimizers_compute_the_reference_formulas():
     require_backend("jax")
     proc = run_in_env(environments.python_of("jax"), ["-c", _OPTIMIZER_CHECK], timeout=300)
     assert proc.returncode == 0 and "optimizers ok" in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_what_is_not_built_yet_refuses_by_name():
-    from tbdzoo.backends.jax import distributed
-    with pytest.raises(UnsupportedOptionError, match="data-parallel training on the jax "
-                                                     "backend is not built yet"):
-        distributed.check(None)

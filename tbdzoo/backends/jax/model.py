@@ -139,6 +139,7 @@ class Model(BackendModel):
                     ctx.root = m
                     return objective(m, batch)
             loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt))(model)
+            grads = self._reduce_gradients(grads)
             optimizer.update(model, grads, learning_rate=lr)
             for where, value in hook_filters:   # the original WGAN's weight clipping
                 clipped = jax.tree.map(lambda w, c=value: jnp.clip(w, -c, c),
@@ -146,14 +147,25 @@ class Model(BackendModel):
                 nnx.update(model, clipped)
             if not guard:
                 return loss, jnp.zeros((), bool)
-            bad = ~jnp.isfinite(loss + optax.global_norm(grads))
+            bad = self._any_replica(~jnp.isfinite(loss + optax.global_norm(grads)))
             after = nnx.as_pure(nnx.state((model, optimizer)))
             nnx.update((model, optimizer), jax.tree.map(
                 lambda old, new: jnp.where(bad, old, new), before, after))
             return loss, bad
 
-        self._jitted[phase_index] = nnx.jit(update, donate_argnums=(0, 1))
+        self._jitted[phase_index] = self._compile_update(update)
         return self._jitted[phase_index]
+
+    # The data-parallel engine's hooks (distributed.py): inside the traced update, the
+    # gradients and the non-finite flag as every replica's; and the compiled update itself.
+    def _reduce_gradients(self, grads):
+        return grads
+
+    def _any_replica(self, flag):
+        return flag
+
+    def _compile_update(self, update):
+        return nnx.jit(update, donate_argnums=(0, 1))
 
     def _train_step(self, prepared, lr):
         fn = self._update_function(None)
