@@ -382,7 +382,8 @@ class Model(BackendModel):
         """FLOPs XLA's cost analysis counts (``Compiled.cost_analysis()['flops']``), per step:
         ``forward``, the model's forward pass in training mode up to its loss (the graph's
         loss; every update's objective, in a training program) on ``prepared``, and ``step``,
-        the whole compiled training step (forward, backward, optimizer update)."""
+        the whole compiled training step (forward, backward, optimizer update). XLA counts a
+        while loop's body once: a recurrent layer's ``jax.lax.scan`` counts as one step."""
         compiled, batches = self._compiled_updates(prepared)
         step, forward = 0.0, 0.0
         with self._matmul_precision():
