@@ -75,7 +75,7 @@ def test_a_missing_gpu_is_refused_clearly():
         tbdzoo.build("resnet50", backend="torch", config="tiny", device="cuda:0")
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk", "jax"])
+@pytest.mark.parametrize("backend", ["tensorflow", "mxnet", "cntk"])
 def test_other_backends_refuse_what_they_do_not_run(backend):
     from conftest import require_backend
     require_backend(backend)

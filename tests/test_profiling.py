@@ -215,6 +215,17 @@ def test_breakdown_derives_runtime_and_workspace_and_never_goes_negative():
     assert no_peak["peak"]["bytes"] is None and no_peak["framework_runtime"]["bytes"] is None
 
 
+def test_a_compiled_programs_peak_leaves_the_host_runtime_out_of_the_workspace():
+    """JAX's peak is the XLA program's device buffers: the host's runtime is no part of it."""
+    analytic = {"weights": 10, "gradients": 10, "optimizer_state": 10, "feature_maps": 50, "input_batch": 5}
+    b = memory.breakdown(analytic, {"weights": 12, "xla_temporaries": 90, "device_peak": None},
+                         peak=200, steady=85, peak_scope=memory.XLA_PROGRAM)
+    assert b["framework_runtime"] == {"bytes": 48, "source": "derived"}  # 85 - 12 - 10 - 10 - 5
+    assert b["workspace"] == {"bytes": 113, "source": "derived"}  # 200 - 12 - 10 - 10 - 50 - 5
+    assert b["peak"]["scope"] == "xla_program"
+    assert b["xla_temporaries"] == {"bytes": 90, "source": "measured"} and "device_peak" not in b
+
+
 def _trace(live_before, events, allocator_peak):
     return {"live_before": live_before, "max_memory_allocated": allocator_peak,
             "events": [{"action": a, "addr": addr, "size": size} for a, addr, size in events]}

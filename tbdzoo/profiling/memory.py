@@ -17,6 +17,8 @@ from ..spec.reads import values_read
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2}
 CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "input_batch",
               "framework_runtime", "workspace")
+# The scope of a peak that is a compiled XLA program's footprint (the JAX backend).
+XLA_PROGRAM = "xla_program"
 # The tensors that stay resident from one step to the next.
 RESIDENT_TENSORS = ("weights", "gradients", "optimizer_state", "input_batch")
 
@@ -241,7 +243,11 @@ def breakdown(analytic_bytes, measured=None, peak=None, steady=None, peak_scope=
         else:
             out["framework_runtime"] = _entry(None, None)
         if peak is not None:
-            attributed = sum(out[k]["bytes"] or 0 for k in CATEGORIES if k != "workspace")
+            # a compiled program's peak (scope 'xla_program') holds device buffers only: the
+            # host's framework runtime is no part of it
+            skip = ("workspace", "framework_runtime") if peak_scope == XLA_PROGRAM \
+                else ("workspace",)
+            attributed = sum(out[k]["bytes"] or 0 for k in CATEGORIES if k not in skip)
             out["workspace"] = _entry(max(int(peak) - attributed, 0), "derived")
             out["peak"] = dict(_entry(peak, "measured"), scope=peak_scope)
         else:

@@ -73,7 +73,8 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
     measured = dict(model.measure_memory(prepared) or {})
     peak = measured.pop("peak", None)  # at_peak, when present, stays for breakdown()
     measured_groups = measured.pop("by_group", None)
-    peak_scope = "step" if peak is not None else None
+    scope = measured.pop("peak_scope", None)  # where the backend says what its peak covers
+    peak_scope = (scope or "step") if peak is not None else None
     if peak is None and before_build is not None:
         peak, peak_scope = _growth(window.peak(), before_build), window.scope
     precision = model.hparams.get("precision", "fp32")
@@ -81,6 +82,10 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
     batch_bytes = sum(int(getattr(v, "nbytes", 0)) for v in batch.values())
     analytic = memory_mod.analytic(model.spec, model.hparams, batch_size, batch_bytes, precision)
     gpu_info = device_info(gpu_index) if cuda else None
+    flops = flops_mod.summary(model.spec, batch_size, timing["step_time"]["median"],
+                              (gpu_info or {}).get("name"), precision, peak_flops)
+    if hasattr(model, "measure_flops"):  # the compiler's own count, beside the spec's
+        flops["measured"] = model.measure_flops(prepared)
 
     record = run_record(model.name, model.backend, model.hparams["config"], "ok", None, batch_size, [
         ("precision", precision), ("device", device),
@@ -89,8 +94,7 @@ def profile(model: Any, steps: int = 20, warmup: int = 5, repeats: int = 3,
         ("step_time", timing["step_time"]), ("first_step_s", timing["first_step_s"]),
         ("build_s", getattr(model, "build_seconds", None)), ("protocol", timing["protocol"]),
         ("cpu", readings.get("CpuMeter")), ("gpu", gpu_reading),
-        ("flops", flops_mod.summary(model.spec, batch_size, timing["step_time"]["median"],
-                                    (gpu_info or {}).get("name"), precision, peak_flops)),
+        ("flops", flops),
         ("memory", memory_mod.breakdown(analytic, measured, peak, steady, peak_scope)),
         ("memory_by_network", memory_mod.merge_by_group(
             memory_mod.by_group(model.spec, batch_size, precision), measured_groups)),

@@ -17,6 +17,7 @@ on the host, as on every backend.
 from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
 
 # isort: split
+import contextlib
 from collections import OrderedDict
 
 import jax
@@ -35,6 +36,8 @@ from . import ops, optimizers
 class Model(BackendModel):
     backend = "jax"
     RUNS_PROGRAMS = True
+    OPTIONS = {"precision": ("fp32", "tf32", "bf16"), "execution": ("default",),
+               "memory_format": ("auto", "channels_first")}
 
     # -- options ---------------------------------------------------------------------------------
     def _resolve_device(self, device):
@@ -58,9 +61,29 @@ class Model(BackendModel):
             return jax.devices("cpu")[0]
         return _gpus()[int(self.device.split(":")[1])]
 
+    def _matmul_precision(self):
+        """The matrix-product precision a step runs under: full float32 for fp32 (the backend's
+        default, framework.py), TF32 for tf32 (a GPU's tensor cores; XLA on the CPU computes
+        float32 either way) and for bf16's products of float32 values."""
+        if self.hparams["precision"] == "fp32":
+            return contextlib.nullcontext()
+        return jax.default_matmul_precision("tensorfloat32")
+
+    def _bf16_layers(self):
+        """bf16: the convolutions and dense layers (the Flax layers' ``dtype``) cast their inputs
+        and float32 weights to bfloat16 and compute and return bfloat16 (the recurrent cells'
+        gate products too); the rest of the graph (normalisation, the cells' gate arithmetic and
+        state, the losses) computes in float32, and the weights, their
+        gradients and the optimizer's state stay float32 (master weights)."""
+        for _, module in self.native.iter_modules():
+            if isinstance(module, (nnx.Conv, nnx.Linear)):
+                module.dtype = jnp.bfloat16
+
     # -- building --------------------------------------------------------------------------------
     def _build(self, weights):
         self.native = jax_native.build(self.spec, weights, self.seed, self.jax_device)
+        if self.hparams["precision"] == "bf16":
+            self._bf16_layers()
         self._key = jax.device_put(jax.random.PRNGKey(self.seed), self.jax_device)
         self._jitted = {}
         if self.program is None:
@@ -97,7 +120,7 @@ class Model(BackendModel):
         """The graph's loss on ``batch`` (a pass's context is open)."""
         spec = self.spec.loss
         logits = model.values(batch, [spec["logits"]])[spec["logits"]]
-        return ops.softmax_cross_entropy(logits, batch[spec["labels"]], spec)
+        return ops.softmax_cross_entropy(_float32(logits), batch[spec["labels"]], spec)
 
     def _objective(self, phase_index, model, batch):
         """The weighted sum of the loss terms of phase ``phase_index``'s objective."""
@@ -108,7 +131,8 @@ class Model(BackendModel):
         total = None
         for term, weight in program.objectives[name]:
             loss = program.losses[term]
-            inputs = {r: values[v] if v in values else batch[v] for r, v in loss["inputs"].items()}
+            inputs = {r: _float32(values[v] if v in values else batch[v])
+                      for r, v in loss["inputs"].items()}
             value = weight * ops.loss(loss["kind"], inputs, loss["attrs"])
             total = value if total is None else total + value
         return total
@@ -169,8 +193,9 @@ class Model(BackendModel):
 
     def _train_step(self, prepared, lr):
         fn = self._update_function(None)
-        loss, bad = fn(self.native, self.optimizer, prepared.native, jnp.float32(lr),
-                       self._step_key())
+        with self._matmul_precision():
+            loss, bad = fn(self.native, self.optimizer, prepared.native, jnp.float32(lr),
+                           self._step_key())
         if bool(bad):
             raise self._nonfinite_error(["loss"])
         return float(loss)
@@ -179,8 +204,9 @@ class Model(BackendModel):
         phase = self.program.phases[phase_index]
         fn = self._update_function(phase_index)
         index = self.group_steps[phase["update"]]
-        loss, bad = fn(self.native, self._optimizers[phase["update"]], native, jnp.float32(lr),
-                       self._step_key(phase_index, index))
+        with self._matmul_precision():
+            loss, bad = fn(self.native, self._optimizers[phase["update"]], native,
+                           jnp.float32(lr), self._step_key(phase_index, index))
         if bool(bad):
             raise self._nonfinite_error([phase["objective"]])
         return loss
@@ -234,8 +260,9 @@ class Model(BackendModel):
         return out
 
     def _loss_and_gradients(self, prepared):
-        loss, grads = self._gradient_function(None)(self.native, prepared.native,
-                                                     self._gradient_key())
+        with self._matmul_precision():
+            loss, grads = self._gradient_function(None)(self.native, prepared.native,
+                                                         self._gradient_key())
         return float(loss), self._canonical_gradients(grads, self.trainable_names())
 
     def _program_gradients(self, prepared):
@@ -246,8 +273,9 @@ class Model(BackendModel):
                 continue
             seen.add(phase_index)
             phase = self.program.phases[phase_index]
-            loss, g = self._gradient_function(phase_index)(self.native, native,
-                                                            self._gradient_key(phase_index))
+            with self._matmul_precision():
+                loss, g = self._gradient_function(phase_index)(
+                    self.native, native, self._gradient_key(phase_index))
             names = [n for n in self.trainable_names() if owner[n] == phase["update"]]
             grads.update(self._canonical_gradients(g, names))
             losses[phase["objective"]] = float(loss)
@@ -265,11 +293,13 @@ class Model(BackendModel):
 
     def _predict(self, prepared):
         output = self.spec.output
-        return np.asarray(self._inference_function((output,))(self.native,
-                                                              prepared.native)[output])
+        with self._matmul_precision():
+            out = self._inference_function((output,))(self.native, prepared.native)
+        return np.asarray(out[output], np.float32)
 
     def _values(self, prepared, names):
-        out = self._inference_function(tuple(names))(self.native, prepared.native)
+        with self._matmul_precision():
+            out = self._inference_function(tuple(names))(self.native, prepared.native)
         return OrderedDict((n, np.asarray(out[n]).astype(
             np.int32 if self.spec.dtype_of(n) == "int32" else np.float32)) for n in names)
 
@@ -295,6 +325,115 @@ class Model(BackendModel):
 
     def framework_version(self):
         return jax.__version__
+
+    # -- measuring -------------------------------------------------------------------------------
+    def _compiled_updates(self, prepared):
+        """[(phase index, the compiled XLA program of that update)] for one step on ``prepared``:
+        the training step, or each distinct update of a training program's step (lowered for
+        its arguments; compiling again hits JAX's cache after the first step)."""
+        prepared = self._with_targets(prepared)
+        out, seen = [], set()
+        with self._matmul_precision():
+            if self.program is None:
+                fn = self._update_function(None)
+                lowered = fn.lower(self.native, self.optimizer, prepared.native,
+                                   jnp.float32(0.0), self._step_key())
+                return [(None, lowered.compile())], [prepared.native]
+            batches = []
+            for phase_index, native in prepared.native:
+                if phase_index in seen:
+                    continue
+                seen.add(phase_index)
+                optimizer = self._optimizers[self.program.phases[phase_index]["update"]]
+                lowered = self._update_function(phase_index).lower(
+                    self.native, optimizer, native, jnp.float32(0.0), self._step_key(phase_index))
+                out.append((phase_index, lowered.compile()))
+                batches.append(native)
+        return out, batches
+
+    def measure_memory(self, prepared):
+        """Memory by category from what XLA reports for the compiled training step
+        (``Compiled.memory_analysis()``) and from the arrays themselves.
+
+        Weights (every variable of the model: parameters and running statistics), optimizer
+        state (every array of the optimizers' states, the step counters included) and the batch
+        are exact, read off the arrays. The step's program holds them as its arguments and
+        writes the new weights and state over them (donated: XLA's aliased bytes); everything
+        else it needs is XLA's temporaries: the gradients (as large as the trainable
+        parameters, a figure the gradient tree's arrays give exactly), the activations kept for
+        the backward pass, and the scratch of the ops. Feature maps stay the spec's figure
+        (XLA does not tell its temporaries apart), and the workspace is what the temporaries
+        hold beyond gradients and feature maps. ``peak`` is the program's own footprint:
+        arguments + outputs - aliased + temporaries + generated code, the most the step holds
+        on the device at once by XLA's buffer assignment; the largest update's, in a training
+        program. ``device_peak`` is the device's peak as its allocator reports it
+        (``memory_stats()['peak_bytes_in_use']``, the process's peak so far, on a GPU); a CPU
+        reports none."""
+        compiled, batches = self._compiled_updates(prepared)
+        held = (self.native,) + tuple(self._optimizers.values()) if self.program is not None \
+            else (self.native, self.optimizer)
+        weights = _bytes(nnx.state(self.native))
+        optimizer_state = _bytes(nnx.state(held[1:]))
+        trainable = _bytes(nnx.state(self.native, nnx.Param))
+        batch = sum(_bytes(b) for b in batches)
+        stats = [c.memory_analysis() for _, c in compiled]
+        footprints = [m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+                      + m.temp_size_in_bytes + m.generated_code_size_in_bytes for m in stats]
+        largest = stats[int(np.argmax(footprints))]
+        device_stats = self.jax_device.memory_stats() or {}
+        return {"weights": weights, "gradients": trainable, "optimizer_state": optimizer_state,
+                "input_batch": batch, "peak": int(max(footprints)),
+                "peak_scope": "xla_program",
+                "xla_arguments": int(largest.argument_size_in_bytes),
+                "xla_outputs": int(largest.output_size_in_bytes),
+                "xla_aliased": int(largest.alias_size_in_bytes),
+                "xla_temporaries": int(largest.temp_size_in_bytes),
+                "xla_generated_code": int(largest.generated_code_size_in_bytes),
+                "device_peak": device_stats.get("peak_bytes_in_use")}
+
+    def measure_flops(self, prepared):
+        """FLOPs XLA's cost analysis counts (``Compiled.cost_analysis()['flops']``), per step:
+        ``forward``, the model's forward pass in training mode up to its loss (the graph's
+        loss; every update's objective, in a training program) on ``prepared``, and ``step``,
+        the whole compiled training step (forward, backward, optimizer update). XLA counts a
+        while loop's body once: a recurrent layer's ``jax.lax.scan`` counts as one step."""
+        compiled, batches = self._compiled_updates(prepared)
+        step, forward = 0.0, 0.0
+        with self._matmul_precision():
+            for (phase_index, compiled_update), batch in zip(compiled, batches):
+                objective = self._objective_of(phase_index)
+
+                def loss(model, batch, key, objective=objective):
+                    with ops.running(ops.Context(True, key)) as ctx:
+                        ctx.root = model
+                        return objective(model, batch)
+                lowered = nnx.jit(loss).lower(self.native, batch, self._step_key())
+                repeat = 1 if phase_index is None else \
+                    self.program.phases[phase_index]["repeat"]
+                forward += repeat * _flops(lowered.compile())
+                step += repeat * _flops(compiled_update)
+        return {"forward": forward, "step": step, "source": "xla_cost_analysis"}
+
+
+def _bytes(tree):
+    """Bytes of every array of ``tree`` (an NNX state or a dict of arrays) but scalars (step
+    counters) and PRNG keys."""
+    return int(sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(nnx.as_pure(tree))
+                   if a.ndim and jnp.issubdtype(a.dtype, jnp.number)))
+
+
+def _flops(compiled):
+    """The FLOPs XLA's cost analysis gives a compiled program (a dict, or a list of one per
+    computation in some jaxlib versions)."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, (list, tuple)):
+        return float(sum(a.get("flops", 0.0) for a in analysis))
+    return float(analysis.get("flops", 0.0))
+
+
+def _float32(value):
+    """A loss's input in float32 (a bf16 layer's output), other dtypes as they are."""
+    return value.astype(jnp.float32) if value.dtype == jnp.bfloat16 else value
 
 
 # The tag of loss_and_gradients' keys, apart from every step's updates.

@@ -141,9 +141,9 @@ def _conv(x, weight, a):
 def conv2d_input_grad(inputs, layer, a, ctx):
     dy, = inputs
     weight = ctx.shared["weight"]
-    x = jnp.zeros((dy.shape[0],) + tuple(a["input_shape"]), dy.dtype)
+    x = jnp.zeros((dy.shape[0],) + tuple(a["input_shape"]), weight.dtype)
     _, pull = jax.vjp(lambda v: _conv(v, weight, a), x)  # linear in x: exact at any point
-    return pull(dy)[0]
+    return pull(dy.astype(weight.dtype))[0]  # in the weight's float32 (under bf16 too)
 
 
 def dense_input_grad(inputs, layer, a, ctx):
