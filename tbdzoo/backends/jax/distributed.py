@@ -172,14 +172,21 @@ class DistributedModel(Model):
 
         compiled = nnx.jit(program, donate_argnums=(0, 1), static_argnums=(6,))
 
+        def arguments(batch, lr, key):
+            """The program's arguments after the model and optimizer: the shards as one global
+            batch, this rank's gradient weight, and the replicated rate and key."""
+            weight = np.array([self.world.gradient_weight], np.float32)
+            return ({k: self._to_global(v) for k, v in batch.items()}, self._to_global(weight),
+                    self._replicate(lr), self._replicate(key), bool(self.communicate))
+
         def step(model, optimizer, batch, lr, key):
             """The update on this rank's prepared shard; (its own loss, the flag)."""
-            weight = np.array([self.world.gradient_weight], np.float32)
-            loss, bad = compiled(model, optimizer,
-                                 {k: self._to_global(v) for k, v in batch.items()},
-                                 self._to_global(weight), self._replicate(lr),
-                                 self._replicate(key), bool(self.communicate))
+            loss, bad = compiled(model, optimizer, *arguments(batch, lr, key))
             return loss.addressable_data(0)[0], bad.addressable_data(0)
+
+        # measure_memory and measure_flops lower the update as they would a jitted one
+        step.lower = lambda model, optimizer, batch, lr, key: compiled.lower(
+            model, optimizer, *arguments(batch, lr, key))
         return step
 
     # -- this rank's own copy, for what takes no step --------------------------------------------
@@ -192,6 +199,9 @@ class DistributedModel(Model):
             yield
         finally:
             self.native = shared
+
+    def _replica_view(self):
+        return self._local_copy()
 
     def _predict(self, prepared):
         with self._local_copy():

@@ -191,6 +191,11 @@ class Model(BackendModel):
     def _compile_update(self, update):
         return nnx.jit(update, donate_argnums=(0, 1))
 
+    def _replica_view(self):
+        """A context in which ``self.native`` is the model as one replica holds it, for what
+        runs on this process's device alone (the whole model here)."""
+        return contextlib.nullcontext()
+
     def _train_step(self, prepared, lr):
         fn = self._update_function(None)
         with self._matmul_precision():
@@ -407,7 +412,8 @@ class Model(BackendModel):
                     with ops.running(ops.Context(True, key)) as ctx:
                         ctx.root = model
                         return objective(model, batch)
-                lowered = nnx.jit(loss).lower(self.native, batch, self._step_key())
+                with self._replica_view():
+                    lowered = nnx.jit(loss).lower(self.native, batch, self._step_key())
                 repeat = 1 if phase_index is None else \
                     self.program.phases[phase_index]["repeat"]
                 forward += repeat * _flops(lowered.compile())
