@@ -20,11 +20,12 @@ pytestmark = pytest.mark.backend
 
 TOLERANCE = 1e-6
 # The models the Flax writer writes; the recurrent ones (LSTM, GRU) it refuses, naming the op.
-JAX_MODELS = ["a3c", "resnet50"]
+JAX_MODELS = ["resnet50", "inception_v3", "a3c", "transformer", "wgan", "faster_rcnn"]
 REFUSED = {"seq2seq": "lstm", "deepspeech2": "gru"}
 
 # python -I (no PYTHONPATH, no user site), tbdzoo blocked even where it is installed. Each call
-# runs the model (or one of its top-level parts) in eval mode on the saved arrays and reports
+# runs the model (or one of its top-level parts) in eval mode, jitted as the backend's predict
+# is, on the saved arrays and reports
 # the largest relative error per output and the class names of the NNX modules it holds.
 RUNNER = r'''
 import importlib.abc, importlib.util, json, sys
@@ -57,7 +58,8 @@ for case in json.load(open(sys.argv[1])):
         target = model
         for part in (call["member"] or "").split(".") if call["member"] else ():
             target = module._child(target, part)
-        out = target(*[jnp.asarray(data[n]) for n in call["inputs"]])
+        out = nnx.jit(lambda m, *xs: m(*xs))(target, *[jnp.asarray(data[n])
+                                                       for n in call["inputs"]])
         outs = out if isinstance(out, tuple) else (out,)
         for name, value in zip(call["outputs"], outs):
             got, want = np.asarray(value), data[name]
