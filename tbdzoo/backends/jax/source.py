@@ -6,8 +6,8 @@ the written model computes what the backend computes: values in the spec's layou
 (N, C, H, W)), ``nnx.Conv`` channels-last between two transposes, pooling by
 ``jax.lax.reduce_window``, the BatchNorm whose running variance moves towards the unbiased
 batch variance (a small subclass of ``nnx.BatchNorm`` written into the file), -1e9 on masked
-attention logits. The recurrent layers (LSTM, GRU, additive attention, the sequence BatchNorm)
-are not written yet: Seq2Seq and Deep Speech 2 are refused, naming the op.
+attention logits, LSTM and GRU as one ``jax.lax.scan`` per layer and direction (Flax's
+``nnx.LSTMCell``; a GRU cell with the spec's reset gate, which ``nnx.GRUCell`` does not have).
 """
 from collections import OrderedDict
 
@@ -34,7 +34,8 @@ EXTENSION = ".py"
 _TYPES = {"conv2d": "Conv2d", "dense": "nnx.Linear", "embedding": "nnx.Embed",
           "layernorm": "nnx.LayerNorm", "channel_layernorm": "nnx.LayerNorm",
           "batchnorm": "BatchNorm", "multi_head_attention": "MultiHeadAttention",
-          "frozen_batchnorm": "FrozenBatchNorm"}
+          "frozen_batchnorm": "FrozenBatchNorm", "lstm": "LSTM", "gru": "GRU",
+          "additive_attention": "AdditiveAttention", "sequence_batchnorm": "SequenceBatchNorm"}
 _OTHERS = "PyTorch, TensorFlow, MXNet or CNTK"
 
 # Where a tied layer keeps the parameter another layer owns, by the spec's suffix.
@@ -85,6 +86,21 @@ def layer_slots(graph, node):
         s["momentum"] = Slot(a["momentum"], "momentum")
         s["epsilon"] = Slot(a["eps"], "eps")
         s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
+    elif op == "sequence_batchnorm":
+        s["num_features"] = Slot(shape[-1], "channels")
+        s["momentum"] = Slot(a["momentum"], "momentum")
+        s["epsilon"] = Slot(a["eps"], "eps")
+        s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
+    elif op in ("lstm", "gru"):
+        s["input_size"] = Slot(shape[-1], "channels")
+        s["hidden_size"] = Slot(a["units"], "channels")
+        s["num_layers"] = Slot(a["num_layers"], "num_layers")
+        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
+        s["merge"] = Slot(a["merge"], "merge")
+    elif op == "additive_attention":
+        s["query_size"] = Slot(shape[-1], "channels")
+        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
+        s["units"] = Slot(a["units"], "channels")
     elif op == "frozen_batchnorm":
         s["num_features"] = Slot(shape[0], "channels")
         s["epsilon"] = Slot(a["eps"], "eps")
@@ -123,9 +139,11 @@ def op_slots(graph, node):
 
 # -- layers -----------------------------------------------------------------------------------
 _DEFAULTS = {"strides": 1, "kernel_dilation": 1, "feature_group_count": 1,
-             "use_bias": True, "tracks": True, "dropout": 0.0, "causal": False, "pad_id": 0}
+             "use_bias": True, "tracks": True, "dropout": 0.0, "causal": False, "pad_id": 0,
+             "num_layers": 1, "bidirectional": False, "merge": "concat"}
 _POSITIONAL = {"conv2d": 3, "dense": 2, "embedding": 2, "batchnorm": 1, "frozen_batchnorm": 1,
-               "layernorm": 1, "channel_layernorm": 1, "multi_head_attention": 2}
+               "layernorm": 1, "channel_layernorm": 1, "multi_head_attention": 2,
+               "sequence_batchnorm": 1, "lstm": 2, "gru": 2, "additive_attention": 3}
 _EXTRA = {"layernorm": "use_fast_variance=False",
           "channel_layernorm": "reduction_axes=(1, 2, 3), feature_axes=1, "
                                "use_fast_variance=False"}
@@ -231,7 +249,8 @@ def _op(step, helpers):
     if op == "lerp":
         return "{2}.reshape(({2}.shape[0],) + (1,) * ({0}.ndim - 1)) * {0} + (1.0 - {2}.reshape(({2}.shape[0],) + (1,) * ({0}.ndim - 1))) * {1}".format(*ins)  # noqa: E501
     if op == "clipped_relu":
-        return "jnp.clip({}, 0.0, {})".format(x, val("ceiling"))
+        return "jnp.where({0} <= 0.0, 0.0, jnp.where({0} >= {1}, {1}, {0}))".format(
+            x, val("ceiling"))
     if op == "transpose":
         if is_lit(v["perm"]):
             return "jnp.transpose({}, (0, {}))".format(
@@ -241,6 +260,10 @@ def _op(step, helpers):
         helpers.add("roi_align")
         return "roi_align({}, {}, {}, {}, {})".format(ins[0], ins[1], ins[2],
                                                      val("output_size"), val("sampling_ratio"))
+    if op == "lengths_after_conv":
+        helpers.add("conv_lengths")
+        return "conv_lengths({}, {}, {}, {}, {})".format(x, val("kernel"), val("stride"),
+                                                        val("padding"), val("dilation"))
     if op == "to_batch":
         return "{0}.reshape(({0}.shape[0] * {0}.shape[1],) + {0}.shape[2:])".format(x)
     raise _unsupported("code", op, step.node.name if step.node is not None else step.path)
@@ -249,7 +272,7 @@ def _op(step, helpers):
 _OPS = {"relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten",
         "positional_encoding", "dropout", "concat", "tanh", "upsample_nearest", "reshape",
         "scale", "stop_gradient", "ones_like", "lerp", "clipped_relu", "transpose", "roi_align",
-        "to_batch"}
+        "to_batch", "lengths_after_conv"}
 
 
 # -- helpers written into the file, as needed ----------------------------------------------------
@@ -284,6 +307,12 @@ def positional_encoding(x):
     table[:, 0::2] = np.sin(position * rate)
     table[:, 1::2] = np.cos(position * rate[: dim // 2])
     return x + jnp.asarray(table.astype(np.float32), x.dtype)
+'''
+_HELPERS["conv_lengths"] = '''
+def conv_lengths(lengths, kernel, stride, padding, dilation):
+    """Valid lengths after a convolution along time, at least 1."""
+    before, after = padding
+    return jnp.maximum((lengths + (before + after - dilation * (kernel - 1) - 1)) // stride + 1, 1)
 '''
 _HELPERS["roi_align"] = '''
 def roi_align(features, indices, weights, output_size, sampling_ratio):
@@ -472,7 +501,169 @@ def load(model, path):
                          "model: {}".format(path, missing or "-", unused or "-"))
     return model
 '''
+_SEQUENCES = '''
+def valid(lengths, t):
+    """(N, T) True where the step is inside the example's length."""
+    return jnp.arange(t)[None, :] < lengths[:, None]
+'''
+_RECURRENT = '''
+def _reverse_within(x, lengths):
+    """Each example's first ``length`` steps reversed, the padding where it is."""
+    steps = jnp.arange(x.shape[1])[None, :]
+    index = jnp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
+    return jnp.take_along_axis(x, index[:, :, None], axis=1)
+
+
+def _scan(cell, x, lengths, reverse):
+    """(N, T, H): ``cell`` over each example's steps (reversed within its length)."""
+    if reverse:
+        x = _reverse_within(x, lengths)
+    _, ys = jax.lax.scan(cell, cell.zero_carry(x.shape[0], x.dtype), jnp.swapaxes(x, 0, 1))
+    ys = jnp.swapaxes(ys, 0, 1)
+    return _reverse_within(ys, lengths) if reverse else ys
+
+
+class Direction(nnx.Module):
+    """The cells of one layer, by direction (fw, and bw when bidirectional)."""
+
+    def __init__(self, cells):
+        for name, cell in cells.items():
+            setattr(self, name, cell)
+
+
+class Recurrent(nnx.Module):
+    """A stack of num_layers recurrent layers (l0, l1, ...) over a padded batch-first (N, T, D)
+    batch with each example's length, a cell per direction, one jax.lax.scan each; the
+    backward direction runs each example's valid steps reversed, outputs past a length are 0;
+    the last layer's directions concatenated, or added (merge='sum')."""
+
+    CELL = None
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bidirectional=False,
+                 merge="concat", *, rngs):
+        self.num_layers, self.merge = num_layers, merge
+        self.directions = ("fw", "bw") if bidirectional else ("fw",)
+        for layer in range(num_layers):
+            size = input_size if layer == 0 else hidden_size * len(self.directions)
+            setattr(self, "l{}".format(layer), Direction(
+                {d: self.CELL(size, hidden_size, rngs=rngs) for d in self.directions}))
+
+    def __call__(self, x, lengths):
+        mask = valid(lengths, x.shape[1])[:, :, None]
+        for layer in range(self.num_layers):
+            cells = getattr(self, "l{}".format(layer))
+            outs = [_scan(getattr(cells, d), x, lengths, d == "bw") * mask
+                    for d in self.directions]
+            if layer == self.num_layers - 1 and self.merge == "sum":
+                x = sum(outs[1:], outs[0])
+            else:
+                x = jnp.concatenate(outs, axis=-1)
+        return x
+'''
+_CELLS = {"LSTM": '''
+class LSTMCell(nnx.LSTMCell):
+    """Flax's nnx.LSTMCell (gates i, f, g, o; c' = f c + i g, h' = o tanh(c')) from a zero
+    carry."""
+
+    def zero_carry(self, n, dtype):
+        zeros = jnp.zeros((n, self.hidden_features), dtype)
+        return zeros, zeros
+
+
+class LSTM(Recurrent):
+    CELL = LSTMCell
+''', "GRU": '''
+class GRUCell(nnx.Module):
+    """r = s(W_r x + U_r h + b_r), z = s(W_z x + U_z h + b_z),
+    n = tanh(W_n x + b_in + r (U_n h + b_hn)), h' = (1 - z) n + z h: the reset gate after the
+    recurrent product, with its own bias b_hn (which nnx.GRUCell does not have)."""
+
+    def __init__(self, in_features, hidden_features, *, rngs):
+        self.ir = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.iz = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.in_ = nnx.Linear(in_features, hidden_features, rngs=rngs)
+        self.hr = nnx.Linear(hidden_features, hidden_features, use_bias=False, rngs=rngs)
+        self.hz = nnx.Linear(hidden_features, hidden_features, use_bias=False, rngs=rngs)
+        self.hn = nnx.Linear(hidden_features, hidden_features, rngs=rngs)
+        self.hidden_features = hidden_features
+
+    def __call__(self, carry, x):
+        r = jax.nn.sigmoid(self.ir(x) + self.hr(carry))
+        z = jax.nn.sigmoid(self.iz(x) + self.hz(carry))
+        n = jnp.tanh(self.in_(x) + r * self.hn(carry))
+        h = (1.0 - z) * n + z * carry
+        return h, h
+
+    def zero_carry(self, n, dtype):
+        return jnp.zeros((n, self.hidden_features), dtype)
+
+
+class GRU(Recurrent):
+    CELL = GRUCell
+'''}
+_LAYER_HELPERS["AdditiveAttention"] = '''
+class AdditiveAttention(nnx.Module):
+    """Bahdanau attention without biases: e[t, s] = v . tanh(W_q q_t + W_m m_s), -1e9 past
+    each memory's length, softmax over s; returns sum_s alpha[t, s] m_s."""
+
+    def __init__(self, query_size, memory_size, units, *, rngs):
+        self.query = nnx.Linear(query_size, units, use_bias=False, rngs=rngs)
+        self.memory = nnx.Linear(memory_size, units, use_bias=False, rngs=rngs)
+        self.v = nnx.Param(jnp.zeros((units,), jnp.float32))
+
+    def __call__(self, query, memory, lengths):
+        keys, queries = self.memory(memory), self.query(query)
+        scores = jnp.tanh(queries[:, :, None, :] + keys[:, None, :, :]) @ self.v[...]
+        scores = jnp.where(valid(lengths, memory.shape[1])[:, None, :], scores, -1e9)
+        return jax.nn.softmax(scores, axis=-1) @ memory
+'''
+_LAYER_HELPERS["SequenceBatchNorm"] = '''
+class SequenceBatchNorm(nnx.BatchNorm):
+    """nnx.BatchNorm over the features of (N, T, D), statistics over the batch's valid steps
+    only, PyTorch's running update (variance unbiased over the valid steps); padded steps
+    give 0."""
+
+    def __init__(self, num_features, momentum=0.1, epsilon=1e-5, tracks=True, *, rngs):
+        super().__init__(num_features, momentum=1.0 - momentum, epsilon=epsilon,
+                         use_fast_variance=False, rngs=rngs)
+        self.tracks = tracks
+        if not tracks:
+            del self.mean, self.var
+
+    def __call__(self, x, lengths, use_running_average=None):
+        running = self.use_running_average if use_running_average is None \\
+            else use_running_average
+        keep = valid(lengths, x.shape[1])[:, :, None].astype(x.dtype)
+        if running and self.tracks:
+            mean, var = self.mean[...], self.var[...]
+        else:
+            count = keep.sum()
+            mean = (x * keep).sum(axis=(0, 1)) / count
+            var = (((x - mean) ** 2) * keep).sum(axis=(0, 1)) / count
+            if self.tracks and not running:
+                m = self.momentum
+                self.mean[...] = m * self.mean[...] + (1.0 - m) * jax.lax.stop_gradient(mean)
+                unbiased = var * count / jnp.maximum(count - 1.0, 1.0)
+                self.var[...] = m * self.var[...] + (1.0 - m) * jax.lax.stop_gradient(unbiased)
+        y = (x - mean) * (self.scale[...] * jax.lax.rsqrt(var + self.epsilon)) + self.bias[...]
+        return y * keep
+'''
+_LSTM_LAYOUT = '''{
+    "{}_{}".format(kind, g): ("{}{}.{}".format(side, name, attr), change)
+    for g, name in (("i", "i"), ("f", "f"), ("g", "g"), ("o", "o"))
+    for kind, side, attr, change in (("w", "i", "kernel", _transposed),
+                                     ("u", "h", "kernel", _transposed), ("b", "h", "bias", None))}
+LAYOUTS[LSTMCell]["w_f"] = ("if_.kernel", _transposed)   # nnx.LSTMCell's name for i-f'''
+_GRU_LAYOUT = '''{
+    "w_r": ("ir.kernel", _transposed), "w_z": ("iz.kernel", _transposed),
+    "w_n": ("in_.kernel", _transposed), "u_r": ("hr.kernel", _transposed),
+    "u_z": ("hz.kernel", _transposed), "u_n": ("hn.kernel", _transposed),
+    "b_r": ("ir.bias", None), "b_z": ("iz.bias", None), "b_in": ("in_.bias", None),
+    "b_hn": ("hn.bias", None)}'''
 _WRITTEN_LAYOUTS = OrderedDict([
+    ("LSTMCell", _LSTM_LAYOUT), ("GRUCell", _GRU_LAYOUT),
+    ("AdditiveAttention", '{"w_query": ("query.kernel", _transposed), '
+                          '"w_memory": ("memory.kernel", _transposed), "v": ("v", None)}'),
     ("TiedLinear", '{"weight": ("weight", None), "bias": ("bias", None)}'),
     ("FrozenBatchNorm", "_NORM"),
     ("MultiHeadAttention", '{"{}_{}".format(kind, k): (name + "." + attr, change)\n'
@@ -620,14 +811,22 @@ def write(plan, model_name, config, version):
     for name, text in _HELPERS.items():
         if name in helpers:
             lines.add(text.strip("\n")).add().add()
+    if used_types & {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}:
+        lines.add(_SEQUENCES.strip("\n")).add().add()
+    if used_types & set(_CELLS):
+        lines.add(_RECURRENT.strip("\n")).add().add()
+    for name, text in _CELLS.items():
+        if name in used_types:
+            lines.add(text.strip("\n")).add().add()
     for name, text in _LAYER_HELPERS.items():
         if name in used_types:
             lines.add(text.strip("\n")).add().add()
     for cls in plan.classes:
         _write_class(cls, lines, plan)
     written = ""
+    cells = set(c + "Cell" for c in _CELLS if c in used_types)
     for name, table in _WRITTEN_LAYOUTS.items():
-        if name in used_types:
+        if name in used_types | cells:
             written += "\nLAYOUTS[{}] = {}".format(name, table)
     lines.add(_LOAD.strip("\n").replace("{written}", written)).add().add()
     lines.add("def build(weights=None, seed=0):")
