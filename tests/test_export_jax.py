@@ -41,6 +41,7 @@ try:
 except ImportError:
     pass
 import numpy as np
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -64,6 +65,28 @@ for case in json.load(open(sys.argv[1])):
             results.append([call["member"], name, list(got.shape), list(want.shape),
                             float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
                             if got.shape == want.shape else None])
+    if case.get("train"):   # one training-mode loss and its gradients, by tbdzoo's names
+        train = case["train"]
+        model.train()
+        inputs = [jnp.asarray(data[n]) for n in train["inputs"]]
+        labels = jnp.asarray(data[train["labels"]])
+
+        def loss_fn(m):
+            log_p = jax.nn.log_softmax(m(*inputs), axis=-1)
+            return -jnp.take_along_axis(log_p, labels[:, None], axis=-1).mean()
+        loss, grads = nnx.jit(nnx.value_and_grad(loss_fn))(model)
+        flat = dict(nnx.to_flat_state(grads))
+        path_of = {id(v): p for p, v in nnx.iter_graph(model) if isinstance(v, nnx.Variable)}
+        errors = {"loss": abs(float(loss) - float(data["__loss__"]))}
+        for key in data.files:
+            if key.startswith("__grad__"):
+                name = key[len("__grad__"):]
+                var, change = module._variable(model, name)
+                want = data[key]
+                got = np.asarray(flat[path_of[id(var)]][...])
+                native = change(want) if change is not None else want
+                errors[name] = float(np.max(np.abs(got - native)) / (1e-3 + np.max(np.abs(want))))
+        results.append(["train", errors])
     modules = sorted(set(type(node).__name__ for _, node in nnx.iter_graph(model)
                          if isinstance(node, nnx.Module)))
     report[case["name"]] = {"results": results, "modules": modules}
@@ -97,11 +120,18 @@ def _cases(tmp_path, names):
                 arrays[graph.output] = model.predict(batch)
             else:
                 arrays.update(model.values(batch, [graph.output]))
+            train = None
+            if name == "resnet50":   # one loss, no dropout: comparable
+                loss, grads = model.loss_and_gradients(batch)
+                arrays["__loss__"] = np.asarray(loss)
+                arrays["labels"] = np.asarray(batch["labels"])
+                arrays.update(("__grad__" + k, np.asarray(v)) for k, v in grads.items())
+                train = {"inputs": list(root.inputs), "labels": "labels"}
             path = str(tmp_path / (name + ".arrays.npz"))
             np.savez(path, **arrays)
             cases.append({"name": name, "source": source, "weights": weights, "arrays": path,
                           "calls": [{"member": m, "inputs": list(i), "outputs": list(o)}
-                                    for m, i, o in calls]})
+                                    for m, i, o in calls], "train": train})
         finally:
             model.close()
     return cases
@@ -127,13 +157,24 @@ def jax_export(tmp_path_factory):
 def test_flax_source_reproduces_the_backend_without_tbdzoo(jax_export, name):
     cases, report = jax_export
     case = next(c for c in cases if c["name"] == name)
-    results = report[name]["results"]
+    results = [r for r in report[name]["results"] if r[0] != "train"]
     assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
     for member, output, got, want, error in results:
         assert got == want, "{} {}: shape {} != {}".format(member, output, got, want)
         assert error <= TOLERANCE, "{} {}: relative error {}".format(member, output, error)
     # Flax's own layers, not an interpreter of the graph
     assert {"Conv2d", "Linear"} & set(report[name]["modules"]), report[name]["modules"]
+
+
+def test_flax_source_trains_as_the_backend_does(jax_export):
+    """One training-mode loss of the written ResNet (batch statistics) and its gradients, read
+    back by tbdzoo's names, against the backend's loss_and_gradients on the same batch."""
+    _, report = jax_export
+    errors = next(r[1] for r in report["resnet50"]["results"] if r[0] == "train")
+    assert len(errors) == 1 + 53   # the loss and every trainable tensor
+    assert errors.pop("loss") < 1e-5
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-5, (worst, errors[worst])
 
 
 def test_flax_source_defines_one_module_class_per_block_kind(jax_export):
