@@ -384,8 +384,8 @@ def _length_mask(lengths, size, kind, dtype):
     logits: one kernel forward, none backward). Kept on ``lengths`` (``_keeps_tables``), so a
     step over a prepared batch does not build it again per node and step; under
     ``torch.compile``, which fuses it into its neighbours, computed in the graph."""
-    key = (size, kind, dtype)
-    cache = getattr(lengths, "_tbdzoo_masks", None)
+    key, compiling = (size, kind, dtype), torch.compiler.is_compiling()
+    cache = None if compiling else getattr(lengths, "_tbdzoo_masks", None)
     if cache is not None and key in cache:
         return cache[key]
     positions = torch.arange(size, device=lengths.device)[None, :]
@@ -393,7 +393,7 @@ def _length_mask(lengths, size, kind, dtype):
         mask = (positions < lengths[:, None]).to(dtype)
     else:
         mask = (positions >= lengths[:, None]).to(dtype) * attention.MASKED_LOGIT
-    if _keeps_tables(lengths) and not torch.compiler.is_compiling():
+    if _keeps_tables(lengths) and not compiling:
         if cache is None:
             cache = lengths._tbdzoo_masks = {}
         cache[key] = mask
