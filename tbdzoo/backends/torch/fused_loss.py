@@ -26,10 +26,9 @@ def _block_rows(classes):
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Few ops a step, each a kernel launch on a GPU: labels are gathered and scattered at
-    as they are where the ignored id is a class (a pad id 0), the loss of a block is
-    ``nll_loss`` of its log-softmax, and without smoothing or a second block the whole loss is
-    one ``nll_loss`` over the one block."""
+    """Few ops a step, each a kernel launch on a GPU: the labels index the logits as they are
+    where the ignored id is a class (a pad id of 0), the loss of a block is ``nll_loss`` of its
+    log-softmax, and with no smoothing and one block the loss is that one ``nll_loss``'s mean."""
 
     @staticmethod
     def forward(ctx, logits, labels, ignore_index, smoothing, overwrite):
