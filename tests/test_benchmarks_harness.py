@@ -204,3 +204,24 @@ def test_run_cells_records_a_failed_cell_and_runs_the_others(tmp_path, capsys):
     assert "  b tf32 eager: tbdzoo 2.00 ms first loss 1.5 (1s)" in capsys.readouterr().out
     with pytest.raises(ValueError):
         harness.comparison_parser("d", "x.json", warmup=3, overrides={"--no-such": None})
+
+
+def test_step_op_counts_attribute_a_seq2seq_step_and_put_the_patches_back(capsys):
+    """One counted step of each side on the GPU's paths (tiny config): phases on both sides,
+    tbdzoo's guard on its own, its forward pass no longer than the hand-written one."""
+    from benchmarks import step_op_counts
+    from tbdzoo.backends.torch import model as torch_model
+    from tbdzoo.backends.torch import ops as torch_ops
+
+    on_host, padded = torch_model.Model._checks_on_host, torch_ops._runs_padded
+    assert step_op_counts.main(["--config", "tiny", "--gpu-paths", "--warmup", "1"]) == 0
+    assert torch_model.Model._checks_on_host is on_host and torch_ops._runs_padded is padded
+    totals = {}
+    lines = capsys.readouterr().out.splitlines()
+    for line in lines[lines.index("") + 2:]:
+        phase, *counts = line.split()
+        totals[phase] = [int(c) for c in counts[:2]]
+    assert {"forward", "backward", "clip", "optimizer", "all"} <= set(totals)
+    assert totals["guard"][0] > 0 and totals["guard"][1] == 0
+    assert totals["forward"][0] <= totals["forward"][1]
+    assert totals["clip"][0] == totals["clip"][1]

@@ -14,6 +14,7 @@ logits themselves. It reads and writes the logits about as often as ``F.cross_en
 Only rounding differs.
 """
 import torch
+import torch.nn.functional as F
 
 # Rows per block: a float32 block stays near 512 MiB for a 32k vocabulary (4 blocks at 16k rows):
 # few launches for an eager step, a quarter of the float32 logits.
@@ -25,24 +26,35 @@ def _block_rows(classes):
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Few ops a step, each a kernel launch on a GPU: the labels index the logits as they are
+    where the ignored id is a class (a pad id of 0), the loss of a block is ``nll_loss`` of its
+    log-softmax, and with no smoothing and one block the loss is that one ``nll_loss``'s mean."""
 
     @staticmethod
     def forward(ctx, logits, labels, ignore_index, smoothing, overwrite):
         classes = logits.shape[1]
         rows = _block_rows(classes)
-        counted = (labels != ignore_index if ignore_index is not None
-                   else torch.ones_like(labels, dtype=torch.bool))
-        safe_labels = labels.masked_fill(~counted, 0)[:, None]
-        targets, totals = [], []
-        for x, y in zip(logits.split(rows), safe_labels.split(rows)):
-            log_p = torch.log_softmax(x, dim=1, dtype=torch.float32)
-            targets.append(log_p.gather(1, y))
-            totals.append(log_p.sum(dim=1))
-        # -sum_k q_k log p_k = -(1 - eps) log p_y - eps/K sum_k log p_k
-        per_row = torch.cat(targets)[:, 0].mul_(-(1.0 - smoothing)).sub_(torch.cat(totals),
-                                                                           alpha=smoothing / classes)
-        count = counted.sum()
-        loss = torch.where(counted, per_row, per_row.new_zeros(())).sum() / count
+        ignored = -100 if ignore_index is None else ignore_index  # nll_loss's own default
+        counted = labels != ignored
+        # labels to gather and scatter at: an ignored row's own id where that is a class
+        safe_labels = (labels if 0 <= ignored < classes else torch.where(counted, labels, 0))[:, None]
+        if smoothing == 0.0 and logits.shape[0] <= rows:
+            log_p = torch.log_softmax(logits, dim=1, dtype=torch.float32)
+            loss = F.nll_loss(log_p, labels, ignore_index=ignored)  # mean over counted rows
+            count = None
+        else:
+            # -sum_k q_k log p_k = -(1 - eps) log p_y - eps/K sum_k log p_k, summed per block
+            total = None
+            for x, y, c in zip(logits.split(rows), labels.split(rows), counted.split(rows)):
+                log_p = torch.log_softmax(x, dim=1, dtype=torch.float32)
+                block = F.nll_loss(log_p, y, ignore_index=ignored, reduction="sum") \
+                    .mul_(1.0 - smoothing)
+                if smoothing:
+                    block = block.sub_(torch.where(c, log_p.sum(dim=1), 0.0).sum(),
+                                       alpha=smoothing / classes)
+                total = block if total is None else total.add_(block)
+            count = counted.sum()
+            loss = total / count
         ctx.save_for_backward(logits, safe_labels, counted, count)
         ctx.smoothing, ctx.overwrite = smoothing, overwrite
         return loss
@@ -53,15 +65,19 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         classes = logits.shape[1]
         rows = _block_rows(classes)
         grad = logits if ctx.overwrite else torch.empty_like(logits)
-        scale = (counted.float() * (grad_loss / count))[:, None]  # g / count, 0 where not counted
-        shift = scale * -(ctx.smoothing / classes)
-        on_target = torch.full_like(scale, -(1.0 - ctx.smoothing))
-        for x, y, g, s, b, t in zip(logits.split(rows), labels.split(rows), grad.split(rows),
-                                    scale.split(rows), shift.split(rows), on_target.split(rows)):
+        if count is None:
+            count = counted.sum()
+        scale = counted[:, None] * (grad_loss / count)  # g / count, 0 where not counted
+        shift = scale * -(ctx.smoothing / classes) if ctx.smoothing else None
+        for k, (x, y, g, s) in enumerate(zip(logits.split(rows), labels.split(rows),
+                                             grad.split(rows), scale.split(rows))):
             p = torch.softmax(x, dim=1, dtype=torch.float32)
-            p.scatter_add_(1, y, t)
+            p.scatter_(1, y, -(1.0 - ctx.smoothing), reduce="add")
             # (p - (1 - eps) onehot) g/count - eps/K g/count, written where the gradient goes
-            torch.addcmul(b, p, s, out=g)
+            if shift is None:
+                torch.mul(p, s, out=g)
+            else:
+                torch.addcmul(shift[k * rows:(k + 1) * rows], p, s, out=g)
         return grad, None, None, None, None
 
 

@@ -145,7 +145,9 @@ class Model(BackendModel):
             for loss, weight in terms:
                 value = ops.loss(loss["kind"], {r: values[v] for r, v in loss["inputs"].items()},
                                  loss["attrs"])
-                total = weight * value if total is None else total + weight * value
+                if weight != 1:  # a product by 1 is a kernel in each pass and changes nothing
+                    value = weight * value
+                total = value if total is None else total + value
             return total
         evaluate.outputs = outputs
         return evaluate
@@ -475,6 +477,8 @@ class Model(BackendModel):
         _put_state(saved, where)
 
     def _any_flag(self, flags):
+        if len(flags) == 1:  # a step of one update: its own flag, no stack and reduction
+            return flags[0].reshape(())
         return torch.stack([f.reshape(()) for f in flags]).any()
 
     def _flags_to_host(self, flags):

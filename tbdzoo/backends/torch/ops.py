@@ -365,9 +365,39 @@ def _host_lengths(lengths):
     cached = getattr(lengths, "_tbdzoo_host", None)
     if cached is None:
         cached = lengths.detach().to("cpu", torch.int64)
-        if lengths.device.type != "cpu":
+        if _keeps_tables(lengths):
             lengths._tbdzoo_host = cached
     return cached
+
+
+def _keeps_tables(lengths):
+    """Whether what is computed from a lengths tensor (its host copy, packing, masks) is kept
+    on it for the next node and step reading it: on a device, where a prepared batch is a copy
+    that nothing writes; a CPU tensor may share its memory with the caller's NumPy array."""
+    return lengths.device.type != "cpu"
+
+
+def _length_mask(lengths, size, kind, dtype):
+    """(N, size) of ``dtype`` from each example's length: ``"valid"`` 1 before it and 0 past it
+    (a product zeroes the padding: one kernel forward and one backward, where ``masked_fill``
+    copies and fills in both passes), ``"bias"`` 0 before it and -1e9 past it (a sum masks
+    logits: one kernel forward, none backward). Kept on ``lengths`` (``_keeps_tables``), so a
+    step over a prepared batch does not build it again per node and step; under
+    ``torch.compile``, which fuses it into its neighbours, computed in the graph."""
+    key, compiling = (size, kind, dtype), torch.compiler.is_compiling()
+    cache = None if compiling else getattr(lengths, "_tbdzoo_masks", None)
+    if cache is not None and key in cache:
+        return cache[key]
+    positions = torch.arange(size, device=lengths.device)[None, :]
+    if kind == "valid":
+        mask = (positions < lengths[:, None]).to(dtype)
+    else:
+        mask = (positions >= lengths[:, None]).to(dtype) * attention.MASKED_LOGIT
+    if _keeps_tables(lengths) and not compiling:
+        if cache is None:
+            cache = lengths._tbdzoo_masks = {}
+        cache[key] = mask
+    return mask
 
 
 _GATES = {"lstm": ("i", "f", "g", "o"), "gru": ("r", "z", "n")}
@@ -430,7 +460,7 @@ def _compute_packing(lengths, t, device, key):
     cache = getattr(lengths, "_tbdzoo_packing", None)
     if cache is None:
         cache = {}
-        if lengths.device.type != "cpu":
+        if _keeps_tables(lengths):
             lengths._tbdzoo_packing = cache
     host = _host_lengths(lengths).numpy()
     order = np.argsort(-host, kind="stable")
@@ -463,7 +493,10 @@ def _recurrent(op, inputs, p, a, training):
     if _runs_padded(x, a):
         out = _quietly(kernel, x, hidden, weights, True, a["num_layers"], 0.0, training, False,
                        True)[0]
-        return out.masked_fill(~_valid_steps(lengths, t)[:, :, None], 0.0)
+        # the mask first: the product is laid out as the mask, batch-major and contiguous,
+        # where the kernel's batch-first output is a transposed view that every dense layer
+        # reading it would copy
+        return _length_mask(lengths, t, "valid", out.dtype)[:, :, None] * out
     rows, batch_sizes = _packing(lengths, t, x.device)
     out = _quietly(kernel, _pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"],
                    0.0, training, a["bidirectional"])[0]
@@ -509,11 +542,6 @@ def _unpack(packed, rows, n, t):
     return out
 
 
-def _valid_steps(lengths, t):
-    """(N, T) True where t < length."""
-    return torch.arange(t, device=lengths.device)[None, :] < lengths[:, None]
-
-
 def lstm(inputs, p, a, training):
     return _recurrent("lstm", inputs, p, a, training)
 
@@ -527,13 +555,17 @@ def additive_attention(inputs, p, a, training):
     query, memory, lengths = inputs
     keys = F.linear(memory, p["w_memory"])  # (N, S, A)
     queries = F.linear(query, p["w_query"])  # (N, T, A)
-    scores = torch.matmul(torch.tanh(queries[:, :, None, :] + keys[:, None, :, :]),
-                          p["v"].to(keys.dtype))  # (N, T, S)
-    padded = torch.arange(memory.shape[1], device=memory.device)[None, None, :] >= \
-        lengths[:, None, None]
-    scores = scores.masked_fill(padded, attention.MASKED_LOGIT)
+    v = p["v"]
+    if v.dtype != keys.dtype and not torch.is_autocast_enabled(keys.device.type):
+        v = v.to(keys.dtype)  # under autocast, matmul's own cast (cached for the step)
+    scores = torch.matmul(torch.tanh(queries[:, :, None, :] + keys[:, None, :, :]), v)  # (N, T, S)
+    # -1e9 added past the memory's length: the softmax gives those positions exactly 0 (the
+    # scores are bounded by |v|), and its gradient there is 0
+    scores = scores + _length_mask(lengths, memory.shape[1], "bias", scores.dtype)[:, None, :]
     weights = torch.softmax(scores, dim=-1)
-    return torch.bmm(weights, memory.to(weights.dtype))
+    # the memory in the scores' dtype (bf16 under autocast: no round trip through float32);
+    # bmm casts the float32 softmax itself
+    return torch.bmm(weights, memory.to(scores.dtype))
 
 
 def sequence_batchnorm(inputs, p, a, training):
