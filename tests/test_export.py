@@ -183,7 +183,10 @@ def _run_exported(backend, tmp_path, names):
 
 
 @pytest.fixture(scope="module")
-def torch_export(tmp_path_factory):
+def torch_export(tmp_path_factory, one_torch_thread):
+    # one intra-op thread on both sides (the runner has OMP_NUM_THREADS=1): with more, a
+    # convolution's reduction may be split otherwise, and Inception-v3's outputs differ by
+    # rounding (1.5e-6 on a 2-core host)
     pytest.importorskip("torch")
     return _run_exported("torch", tmp_path_factory.mktemp("export_torch"), tbdzoo.list_models())
 

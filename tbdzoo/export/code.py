@@ -150,3 +150,41 @@ def all_members(cls):
         visit(m)
     return out
 
+
+
+def class_doc(cls, plan, root_doc):
+    """A planned class's docstring: the root's is ``root_doc(cls, plan)`` (each framework says
+    how its model is called); a block kind's names the kind, how many of it the model holds,
+    and the planner's note."""
+    if cls is plan.root:
+        return root_doc(cls, plan)
+    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
+        "{}.".format(cls.kind)
+    return text + ("\n\n" + cls.note + ".\n" if cls.note else "")
+
+
+def root_doc(cls, plan, call, dtype_name=str):
+    """The root class's docstring where the model is called as ``call`` (``forward``,
+    ``__call__``) on arrays of the spec's layout: its inputs (``dtype_name`` names each one's
+    dtype), its output, the targets step a program's parts leave to the caller, and the parts
+    the call does not run."""
+    g = plan.graph
+    lines = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
+             "{}({}) takes:".format(call, ", ".join(cls.inputs))]
+    written = set(g.program.written_inputs()) if g.program is not None else set()
+    for name, node in zip(cls.inputs, cls.input_nodes):
+        inp = g.inputs[node]
+        note = " (from the training program's targets step)" if node in written else ""
+        lines.append("  {}: {} of shape (N, {}){}".format(
+            name, dtype_name(inp.dtype), ", ".join(str(d) for d in inp.shape),
+            note).replace(", )", ")"))
+    lines.append("and returns {} of shape (N, {}).".format(
+        g.output, ", ".join(str(d) for d in g.shape_of(g.output))).replace(", )", ")"))
+    if any(node in written for node in cls.input_nodes):
+        lines.append("The targets step is a function you supply between the parts (tbdzoo's is "
+                     "NumPy code in")
+        lines.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
+    for path, block in getattr(plan, "parts", ()):
+        lines.append("Also a part of the model, not called by {}: self.{}({}) -> {}.".format(
+            call, path, ", ".join(block.inputs), ", ".join(block.outputs)))
+    return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
     all_members,
+    class_doc,
     forward_statements,
     is_lit,
     lit,
@@ -954,7 +955,7 @@ def _write_kind(cls, lines, plan):
     root = cls is plan.root
     args = ["name=\"\""] if root else ["name"] + [p.name for p in params]
     lines.add("def {}({}):".format(cls.name, ", ".join(args))).indent()
-    lines.add('"""' + _class_doc(cls, plan) + '"""')
+    lines.add('"""' + class_doc(cls, plan, _root_doc) + '"""')
     lines.add("self = Block(\"{}\", name)".format(cls.kind))
     shares = {}
     for layer, suffix, owner, owner_suffix in cls.ties:
@@ -989,30 +990,26 @@ def _write_kind(cls, lines, plan):
     lines.dedent().add().add()
 
 
-def _class_doc(cls, plan):
-    if cls is plan.root:
-        g = plan.graph
-        out = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
-               "Called with CNTK variables ({}):".format(", ".join(cls.inputs))]
-        written = set(g.program.written_inputs()) if g.program is not None else set()
-        for name, node in zip(cls.inputs, cls.input_nodes):
-            inp = g.inputs[node]
-            note = ",\n      from the training program's targets step" if node in written else ""
-            shape = "of shape ({})".format(", ".join(str(d) for d in inp.shape)) \
-                if inp.shape else "scalar"
-            out.append("  {}: float32 {} per example{}".format(name, shape, note))
-        rows = "\n    per RoI (its batch axis has N R rows)" \
-            if any(n.op == "to_batch" for n in g.nodes.values()) else " per example"
-        out.append("and returns {} of shape ({}){}.".format(
-            g.output, ", ".join(str(d) for d in g.shape_of(g.output)), rows))
-        for path, block in getattr(plan, "parts", ()):
-            out.append("Also a part of the model, not called by forward:")
-            out.append("  self.{}({}) -> {}".format(path, ", ".join(block.inputs),
-                                                 ", ".join(block.outputs)))
-        return "\n".join(out) + "\n"
-    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
-        "{}.".format(cls.kind)
-    return text + ("\n\n" + cls.note + ".\n" if cls.note else "")
+def _root_doc(cls, plan):
+    g = plan.graph
+    out = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
+           "Called with CNTK variables ({}):".format(", ".join(cls.inputs))]
+    written = set(g.program.written_inputs()) if g.program is not None else set()
+    for name, node in zip(cls.inputs, cls.input_nodes):
+        inp = g.inputs[node]
+        note = ",\n      from the training program's targets step" if node in written else ""
+        shape = "of shape ({})".format(", ".join(str(d) for d in inp.shape)) \
+            if inp.shape else "scalar"
+        out.append("  {}: float32 {} per example{}".format(name, shape, note))
+    rows = "\n    per RoI (its batch axis has N R rows)" \
+        if any(n.op == "to_batch" for n in g.nodes.values()) else " per example"
+    out.append("and returns {} of shape ({}){}.".format(
+        g.output, ", ".join(str(d) for d in g.shape_of(g.output)), rows))
+    for path, block in getattr(plan, "parts", ()):
+        out.append("Also a part of the model, not called by forward:")
+        out.append("  self.{}({}) -> {}".format(path, ", ".join(block.inputs),
+                                             ", ".join(block.outputs)))
+    return "\n".join(out) + "\n"
 
 
 def write(plan, model_name, config, version):

@@ -16,6 +16,7 @@ from ...export.code import (
     Lines,
     all_members,
     call_arguments,
+    class_doc,
     compress,
     forward_statements,
     is_lit,
@@ -24,6 +25,7 @@ from ...export.code import (
     member_ref,
     members_in_order,
     params_in_call_order,
+    root_doc,
     value,
 )
 from ...export.plan import Slot
@@ -697,7 +699,7 @@ def _tie(plan, layer, suffix):
 def _write_class(cls, lines, plan):
     base = "nnx.List" if cls.base == "list" else "nnx.Module"
     lines.add("class {}({}):".format(cls.name, base)).indent()
-    lines.add('"""' + _class_doc(cls, plan) + '"""').add()
+    lines.add('"""' + class_doc(cls, plan, _root_doc) + '"""').add()
     params = params_in_call_order(cls)
     sig = ", ".join(["self"] + [p.name for p in params] + ["*", "rngs"])
     lines.add("def __init__({}):".format(sig)).indent()
@@ -748,37 +750,8 @@ def _native_param(plan, layer, suffix):
     return table[node.op][suffix]
 
 
-def _class_doc(cls, plan):
-    if cls is plan.root:
-        return _root_doc(cls, plan)
-    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
-        "{}.".format(cls.kind)
-    if cls.note:
-        text += "\n\n" + cls.note + ".\n"
-    return text
-
-
 def _root_doc(cls, plan):
-    g = plan.graph
-    lines = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
-             "model({}) takes:".format(", ".join(cls.inputs))]
-    written = set(g.program.written_inputs()) if g.program is not None else set()
-    for name, node in zip(cls.inputs, cls.input_nodes):
-        inp = g.inputs[node]
-        note = " (from the training program's targets step)" if node in written else ""
-        lines.append("  {}: {} of shape (N, {}){}".format(
-            name, inp.dtype, ", ".join(str(d) for d in inp.shape), note).replace(", )", ")"))
-    out = g.shape_of(g.output)
-    lines.append("and returns {} of shape (N, {}).".format(
-        g.output, ", ".join(str(d) for d in out)).replace(", )", ")"))
-    if any(node in written for node in cls.input_nodes):
-        lines.append("The targets step is a function you supply between the parts (tbdzoo's is "
-                     "NumPy code in")
-        lines.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
-    for path, block in getattr(plan, "parts", ()):
-        lines.append("Also a part of the model, not called by __call__: self.{}({}) -> {}."
-                     .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
-    return "\n".join(lines) + "\n"
+    return root_doc(cls, plan, "__call__")
 
 
 def write(plan, model_name, config, version):

@@ -14,6 +14,7 @@ from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
     all_members,
+    class_doc,
     forward_statements,
     is_lit,
     lit,
@@ -22,6 +23,7 @@ from ...export.code import (
     member_ref,
     members_in_order,
     params_in_call_order,
+    root_doc,
     value,
 )
 from ...export.plan import Slot
@@ -584,7 +586,7 @@ def _helper_names(plan):
 def _write_class(cls, lines, plan):
     base = "nn.HybridSequential" if cls.base == "list" else "gluon.HybridBlock"
     lines.add("class {}({}):".format(cls.name, base)).indent()
-    lines.add('"""' + _class_doc(cls, plan) + '"""').add()
+    lines.add('"""' + class_doc(cls, plan, _root_doc) + '"""').add()
     params = params_in_call_order(cls)
     lines.add("def __init__({}):".format(", ".join(["self"] + [p.name for p in params])))
     lines.indent().add("super().__init__()")
@@ -630,26 +632,8 @@ def _write_class(cls, lines, plan):
     lines.dedent().add().add()
 
 
-def _class_doc(cls, plan):
-    if cls is plan.root:
-        g = plan.graph
-        out = ["{}, as tbdzoo's specification builds it (NCHW images).".format(cls.kind), "",
-               "Called with ({}):".format(", ".join(cls.inputs))]
-        written = set(g.program.written_inputs()) if g.program is not None else set()
-        for name, node in zip(cls.inputs, cls.input_nodes):
-            inp = g.inputs[node]
-            note = " (from the training program's targets step)" if node in written else ""
-            out.append("  {}: float32 of shape (N, {}){}".format(
-                name, ", ".join(str(d) for d in inp.shape), note).replace(", )", ")"))
-        out.append("and returns {} of shape (N, {}).".format(
-            g.output, ", ".join(str(d) for d in g.shape_of(g.output))).replace(", )", ")"))
-        for path, block in getattr(plan, "parts", ()):
-            out.append("Also a part of the model, not called by forward: self.{}({}) -> {}."
-                       .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
-        return "\n".join(out) + "\n"
-    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
-        "{}.".format(cls.kind)
-    return text + ("\n\n" + cls.note + ".\n" if cls.note else "")
+def _root_doc(cls, plan):
+    return root_doc(cls, plan, "forward", lambda dtype: "float32")
 
 
 def write(plan, model_name, config, version):

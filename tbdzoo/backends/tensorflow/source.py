@@ -22,6 +22,7 @@ from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
     all_members,
+    class_doc,
     forward_statements,
     is_lit,
     lit,
@@ -798,7 +799,7 @@ def _write_class(cls, lines, plan):
     else:
         base = "keras.Model" if cls is plan.root else "layers.Layer"
     lines.add("class {}({}):".format(cls.name, base)).indent()
-    lines.add('"""' + _class_doc(cls, plan) + '"""').add()
+    lines.add('"""' + class_doc(cls, plan, _root_doc) + '"""').add()
     params = params_in_call_order(cls)
     lines.add("def __init__({}):".format(", ".join(["self"] + [p.name for p in params]
                                                   + ["**kwargs"])))
@@ -875,36 +876,32 @@ def _is_image(graph, name):
                for node in graph.nodes.values())
 
 
-def _class_doc(cls, plan):
-    if cls is plan.root:
-        g = plan.graph
-        written = set(g.program.written_inputs()) if g.program is not None else set()
-        out = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
-               "Called with ({}):".format(", ".join(cls.inputs))]
-        for name, node in zip(cls.inputs, cls.input_nodes):
-            inp = g.inputs[node]
-            notes = [] if len(inp.shape) != 3 else ["NHWC"] if _is_image(g, node) else \
-                ["the spec's ({}), channels last as an image's".format(
-                    ", ".join(str(d) for d in inp.shape))]
-            if node in written:
-                notes.append("from the targets step")
-            line = "  {}: {} of shape (N, {})".format(
-                name, inp.dtype, ", ".join(str(d) for d in _nhwc(inp.shape))).replace(", )", ")")
-            note = " ({})".format("; ".join(notes)) if notes else ""
-            out.extend([line + note] if len(line + note) <= 88 else [line, "   " + note])
-        out.append("and returns {} of shape (N, {}).".format(
-            g.output, ", ".join(str(d) for d in _nhwc(g.shape_of(g.output)))).replace(", )", ")"))
-        if any(node in written for node in cls.input_nodes):
-            out.append("The targets step is a function you supply between the parts (tbdzoo's "
-                       "is NumPy code in")
-            out.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
-        for path, block in getattr(plan, "parts", ()):
-            out.append("Also a part of the model, not called by call(): self.{}({}) -> {}."
-                       .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
-        return "\n".join(out) + "\n"
-    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
-        "{}.".format(cls.kind)
-    return text + ("\n\n" + cls.note + ".\n" if cls.note else "")
+def _root_doc(cls, plan):
+    g = plan.graph
+    written = set(g.program.written_inputs()) if g.program is not None else set()
+    out = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
+           "Called with ({}):".format(", ".join(cls.inputs))]
+    for name, node in zip(cls.inputs, cls.input_nodes):
+        inp = g.inputs[node]
+        notes = [] if len(inp.shape) != 3 else ["NHWC"] if _is_image(g, node) else \
+            ["the spec's ({}), channels last as an image's".format(
+                ", ".join(str(d) for d in inp.shape))]
+        if node in written:
+            notes.append("from the targets step")
+        line = "  {}: {} of shape (N, {})".format(
+            name, inp.dtype, ", ".join(str(d) for d in _nhwc(inp.shape))).replace(", )", ")")
+        note = " ({})".format("; ".join(notes)) if notes else ""
+        out.extend([line + note] if len(line + note) <= 88 else [line, "   " + note])
+    out.append("and returns {} of shape (N, {}).".format(
+        g.output, ", ".join(str(d) for d in _nhwc(g.shape_of(g.output)))).replace(", )", ")"))
+    if any(node in written for node in cls.input_nodes):
+        out.append("The targets step is a function you supply between the parts (tbdzoo's "
+                   "is NumPy code in")
+        out.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
+    for path, block in getattr(plan, "parts", ()):
+        out.append("Also a part of the model, not called by call(): self.{}({}) -> {}."
+                   .format(path, ", ".join(block.inputs), ", ".join(block.outputs)))
+    return "\n".join(out) + "\n"
 
 
 def write(plan, model_name, config, version):

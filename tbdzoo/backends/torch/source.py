@@ -12,6 +12,7 @@ from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
     all_members,
+    class_doc,
     forward_statements,
     is_lit,
     lit,
@@ -20,6 +21,7 @@ from ...export.code import (
     member_ref,
     members_in_order,
     params_in_call_order,
+    root_doc,
     value,
 )
 from ...export.plan import Slot
@@ -501,7 +503,7 @@ def _helper_names(plan):
 def _write_class(cls, lines, plan):
     base = "nn.ModuleList" if cls.base == "list" else "nn.Module"
     lines.add("class {}({}):".format(cls.name, base)).indent()
-    doc = _class_doc(cls, plan)
+    doc = class_doc(cls, plan, _root_doc)
     lines.add('"""' + doc + '"""').add()
     params = params_in_call_order(cls)
     sig = ", ".join(["self"] + [p.name for p in params])
@@ -541,38 +543,8 @@ def _native_param(graph, layer, suffix):
     return _NATIVE_PARAM.get(graph.nodes[layer].op, {}).get(suffix, suffix)
 
 
-def _class_doc(cls, plan):
-    if cls is plan.root:
-        return _root_doc(cls, plan)
-    text = "{} ({} in this model).".format(cls.kind, cls.count) if cls.count > 1 else \
-        "{}.".format(cls.kind)
-    if cls.note:
-        text += "\n\n" + cls.note + ".\n"
-    return text
-
-
 def _root_doc(cls, plan):
-    g = plan.graph
-    lines = ["{}, as tbdzoo's specification builds it.".format(cls.kind), "",
-             "forward({}) takes:".format(", ".join(cls.inputs))]
-    written = set(g.program.written_inputs()) if g.program is not None else set()
-    for name, node in zip(cls.inputs, cls.input_nodes):
-        inp = g.inputs[node]
-        kind = "int64" if inp.dtype == "int32" else inp.dtype
-        note = " (from the training program's targets step)" if node in written else ""
-        lines.append("  {}: {} of shape (N, {}){}".format(
-            name, kind, ", ".join(str(d) for d in inp.shape), note).replace(", )", ")"))
-    out = g.shape_of(g.output)
-    lines.append("and returns {} of shape (N, {}).".format(
-        g.output, ", ".join(str(d) for d in out)).replace(", )", ")"))
-    if any(node in written for node in cls.input_nodes):
-        lines.append("The targets step is a function you supply between the parts (tbdzoo's is "
-                     "NumPy code in")
-        lines.append("tbdzoo.models.{}); it reads the parts' outputs.".format(g.name))
-    for path, block in getattr(plan, "parts", ()):
-        lines.append("Also a part of the model, not called by forward: self.{}({}) -> {}.".format(
-            path, ", ".join(block.inputs), ", ".join(block.outputs)))
-    return "\n".join(lines) + "\n"
+    return root_doc(cls, plan, "forward", lambda dtype: "int64" if dtype == "int32" else dtype)
 
 
 def write(plan, model_name, config, version):
