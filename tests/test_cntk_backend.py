@@ -129,8 +129,9 @@ def test_optimizers_are_the_normalized_formulas():
 def test_the_backend_byte_compiles_under_python36():
     require_backend("cntk")
     files = sorted(os.path.join(BACKEND_DIR, f) for f in os.listdir(BACKEND_DIR) if f.endswith(".py"))
-    assert [os.path.basename(f) for f in files] == ["__init__.py", "async_learners.py", "blocks.py", "distributed.py",
-                                                    "framework.py", "model.py", "ops.py", "optimizers.py"]
+    assert [os.path.basename(f) for f in files] == [
+        "__init__.py", "async_learners.py", "blocks.py", "distributed.py", "framework.py",
+        "model.py", "ops.py", "optimizers.py", "source.py"]
     proc = run_in_env(environments.python_of("cntk"), ["-m", "py_compile"] + files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
