@@ -3,6 +3,26 @@ paths and the forward statements of a planned class (tbdzoo/export/plan.py)."""
 from .plan import Arg, Lit
 
 
+def pair(v):
+    """An (h, w) pair as one number where both are equal, else as a tuple."""
+    v = tuple(v)
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+def symmetric(pads):
+    """((top, bottom), (left, right)) pads as (top, left) where each axis pads both sides
+    alike, else None."""
+    (t, b), (left, r) = pads
+    return (t, left) if t == b and left == r else None
+
+
+def layer_padding(pads):
+    """What a convolution layer pads: pads alike on both sides of each axis as a pair (one
+    number where equal), else 0 (the writer pads the input before the layer)."""
+    sym = symmetric(pads)
+    return pair(sym) if sym else 0
+
+
 def literal(value):
     """``value`` as Python source: ints, floats (shortest repr that reads back equal), bools,
     None, strings and tuples of them."""

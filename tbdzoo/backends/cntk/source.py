@@ -30,7 +30,7 @@ from ...export.code import (
     params_in_call_order,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "CNTK"
 EXTENSION = ".py"
@@ -59,70 +59,32 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_channels out_channels=filters kernel_size=kernel stride padding dilation "
+              "groups bias=use_bias",
+    "batchnorm": "channels eps",
+    "sequence_batchnorm": "channels eps",
+    "dense": "in_features out_features=units bias=use_bias",
+    "layernorm": "features=channels eps"}
+_CONVERT = {"kernel": tuple, "stride": tuple, "dilation": tuple,
+            "padding": lambda pads: tuple(tuple(p) for p in pads)}
+
+
 def layer_slots(graph, node):
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["out_channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(tuple(a["kernel"]), "kernel_size")
-        s["stride"] = Slot(tuple(a["stride"]), "stride")
-        s["padding"] = Slot(tuple(tuple(p) for p in a["padding"]), "padding")
-        s["dilation"] = Slot(tuple(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "batchnorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-        if a["track_running_stats"]:
-            s["exact"] = Slot(graph.program is not None, "exact")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["vocab"] = Slot(a["vocab"], "vocab")
-        s["dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale")
-    elif op == "layernorm":
-        s["features"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "sequence_batchnorm":
-        s["channels"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "frozen_batchnorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    s = renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
+    if node.op == "batchnorm" and node.attrs["track_running_stats"]:
+        s["exact"] = Slot(graph.program is not None, "exact")
+    if node.op == "embedding":   # Embedding's own argument, not read by the call
+        s["scale"].call = False
     return s
 
 
 def op_slots(graph, node):
     if node.op not in _OPS:
         _refuse(node.op, node.name)
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------

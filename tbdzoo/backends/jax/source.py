@@ -24,11 +24,12 @@ from ...export.code import (
     literal,
     member_ref,
     members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import attribute_slots, renamed_slots
 
 FRAMEWORK = "Flax"
 EXTENSION = ".py"
@@ -50,11 +51,6 @@ def _unsupported(what, op, name):
         "it on the jax backend itself".format(what, op, name, _OTHERS))
 
 
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
 def _padding(pads):
     pads = tuple(tuple(p) for p in pads)
     flat = set(p for pair in pads for p in pair)
@@ -69,74 +65,32 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_features=in_channels out_features=filters kernel_size=kernel strides=stride "
+              "padding kernel_dilation=dilation feature_group_count=groups use_bias",
+    "batchnorm": "num_features=channels momentum epsilon=eps tracks=track_running_stats",
+    "sequence_batchnorm": "num_features=channels momentum epsilon=eps "
+                          "tracks=track_running_stats",
+    "frozen_batchnorm": "num_features=channels epsilon=eps",
+    "dense": "in_features out_features=units use_bias",
+    "embedding": "num_embeddings=vocab features=dim scale",
+    "layernorm": "num_features=channels epsilon=eps",
+    "channel_layernorm": "num_features=channels epsilon=eps"}
+_CONVERT = {"kernel": tuple, "stride": pair, "padding": _padding, "dilation": pair}
+
+
 def layer_slots(graph, node):
     """The constructor's values of the layer computing ``node``."""
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        s["in_features"] = Slot(shape[0], "channels")
-        s["out_features"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(tuple(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_padding(a["padding"]), "padding")
-        s["kernel_dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["feature_group_count"] = Slot(a["groups"], "groups")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif op == "batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op == "sequence_batchnorm":
-        s["num_features"] = Slot(shape[-1], "channels")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "frozen_batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["num_embeddings"] = Slot(a["vocab"], "vocab")
-        s["features"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["num_features"] = Slot(shape[-1], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "channel_layernorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    else:
-        layer_type(graph, node)
-    return s
+    layer_type(graph, node)
+    return renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
 
 
 def op_slots(graph, node):
     """The attributes an op's code reads (each may differ between instances of a class)."""
     if node.op not in _OPS:
         raise _unsupported("code", node.op, node.name)
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------

@@ -17,16 +17,19 @@ from ...export.code import (
     class_doc,
     forward_statements,
     is_lit,
+    layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
     members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
+    symmetric,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "MXNet Gluon"
 EXTENSION = ".py"
@@ -37,16 +40,6 @@ _TYPES = {"conv2d": "nn.Conv2D", "dense": "nn.Dense", "embedding": "nn.Embedding
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
           "frozen_batchnorm": "FrozenBatchNorm", "lstm": "LSTM", "gru": "GRU",
           "additive_attention": "AdditiveAttention", "sequence_batchnorm": "SequenceBatchNorm"}
-
-
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
-def _symmetric(pads):
-    (t, b), (left, r) = pads
-    return (t, left) if t == b and left == r else None
 
 
 def _refuse(node):
@@ -62,75 +55,35 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "channels=filters kernel_size=kernel strides=stride padding dilation groups "
+              "use_bias in_channels",
+    "batchnorm": "momentum epsilon=eps in_channels=channels",
+    "sequence_batchnorm": "in_channels=channels epsilon=eps",
+    "frozen_batchnorm": "in_channels=channels epsilon=eps",
+    "dense": "units use_bias in_units=in_features",
+    "embedding": "input_dim=vocab output_dim=dim scale",
+    "layernorm": "epsilon=eps in_channels=channels",
+    "channel_layernorm": "num_channels=channels eps"}
+_STATISTICS_NAMES = dict(_SLOT_NAMES, batchnorm="in_channels=channels epsilon=eps")
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "padding": layer_padding,
+            "momentum": lambda momentum: 1.0 - momentum}   # Gluon's: the old statistics' weight
+
+
 def layer_slots(graph, node):
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        sym = _symmetric(a["padding"])
-        s["channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_pair(sym) if sym else 0, "padding")
-        s["dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-        s["in_channels"] = Slot(shape[0], "channels")
-        if sym is None:
-            (t, b), (left, r) = a["padding"]
-            s["pad"] = Slot((0, 0, 0, 0, t, b, left, r), "pad", call=True)
-    elif op == "batchnorm":
-        if a["track_running_stats"]:
-            s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
-            s["epsilon"] = Slot(a["eps"], "eps")
-            s["in_channels"] = Slot(shape[0], "channels")
-        else:
-            s["in_channels"] = Slot(shape[0], "channels")
-            s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "frozen_batchnorm":
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["units"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-        s["in_units"] = Slot(shape[-1], "channels")
-    elif op == "embedding":
-        s["input_dim"] = Slot(a["vocab"], "vocab")
-        s["output_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["in_channels"] = Slot(shape[-1], "channels")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["num_channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "sequence_batchnorm":
-        s["in_channels"] = Slot(shape[-1], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    tracked = node.op != "batchnorm" or node.attrs["track_running_stats"]
+    s = renamed_slots(graph, node, _SLOT_NAMES if tracked else _STATISTICS_NAMES, _CONVERT)
+    if node.op == "conv2d" and symmetric(node.attrs["padding"]) is None:
+        (t, b), (left, r) = node.attrs["padding"]
+        s["pad"] = Slot((0, 0, 0, 0, t, b, left, r), "pad", call=True)
     return s
 
 
 def op_slots(graph, node):
-    out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                      if k != "shared")
+    out = attribute_slots(node)
     if node.op in ("positional_encoding", "roi_align"):
         out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)
     return out
@@ -210,7 +163,7 @@ def _op(step, helpers, constants):
         return " + ".join(ins)
     if op in ("maxpool2d", "avgpool2d"):
         kernel, stride, padding = need_lit("kernel", "stride", "padding")
-        sym = _symmetric(padding)
+        sym = symmetric(padding)
         explicit = sym is None or 2 * max(sym) > min(kernel)
         kw = "kernel={}, stride={}".format(literal(tuple(kernel)), literal(tuple(stride)))
         if op == "maxpool2d":

@@ -30,10 +30,11 @@ from ...export.code import (
     member_expr,
     member_ref,
     members_in_order,
+    pair,
     params_in_call_order,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 from ...spec.tree import SEQUENTIAL, build_tree
 
 FRAMEWORK = "Keras"
@@ -52,11 +53,6 @@ _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "d
 _KERAS_ATTRIBUTES = {"input", "output", "inputs", "outputs", "layers", "weights", "variables",
                      "name", "dtype", "trainable", "built", "losses", "metrics", "optimizer",
                      "loss", "call", "build", "path", "supports_masking", "input_spec"}
-
-
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
 
 
 def _refuse(node):
@@ -132,57 +128,44 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "filters kernel_size=kernel strides=stride padding dilation_rate=dilation "
+              "use_bias",
+    "dense": "units use_bias",
+    "batchnorm": "momentum epsilon=eps",
+    "sequence_batchnorm": "momentum epsilon=eps",
+    "embedding": "input_dim=vocab output_dim=dim scale",
+    "layernorm": "epsilon=eps",
+    "multi_head_attention": "num_heads key_dim=d_model dropout causal pad_id",
+    "channel_layernorm": "epsilon=eps",
+    "frozen_batchnorm": "epsilon=eps",
+    "lstm": "units=hidden_size num_layers bidirectional merge",
+    "gru": "units=hidden_size num_layers bidirectional merge",
+    "additive_attention": "units"}
+_STATISTICS_NAMES = dict(_SLOT_NAMES, batchnorm="epsilon=eps")
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "momentum": lambda momentum: 1.0 - momentum}   # Keras': the old statistics' weight
+
+
 def layer_slots(graph, node):
     kind = layer_type(graph, node)
-    a, s = node.attrs, OrderedDict()
-    shape = graph.shape_of(node.inputs[0]) if node.inputs else ()
+    names = _STATISTICS_NAMES if kind == "BatchStatisticsNorm" else _SLOT_NAMES
+    s = renamed_slots(graph, node, names, _CONVERT)
     if node.op == "conv2d":
-        s["filters"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
         mode = _padding_mode(graph, node)
         if kind == "PaddedConv2D" and mode is None:
-            mode = tuple(tuple(p) for p in a["padding"])
+            mode = tuple(tuple(p) for p in node.attrs["padding"])
         s["padding"] = Slot(mode, "padding")
-        s["dilation_rate"] = Slot(_pair(a["dilation"]), "dilation")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif node.op == "dense":
-        s["units"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif node.op == "batchnorm" and kind == "BatchStatisticsNorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op in ("batchnorm", "sequence_batchnorm"):
-        s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op == "embedding":
-        s["input_dim"] = Slot(a["vocab"], "vocab")
-        s["output_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif node.op == "layernorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op == "multi_head_attention":
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["key_dim"] = Slot(shape[-1] // a["num_heads"], "channels")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif node.op in ("channel_layernorm", "frozen_batchnorm"):
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op in ("lstm", "gru"):
-        s["units"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif node.op == "additive_attention":
-        s["units"] = Slot(a["units"], "channels")
+    elif node.op == "multi_head_attention":   # each head's size
+        s["key_dim"] = Slot(s["key_dim"].value // node.attrs["num_heads"], "channels")
     return s
 
 
 def op_slots(graph, node):
     if node.op not in _OPS:
         _refuse(node)
-    out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                      if k != "shared")
+    out = attribute_slots(node)
     out["rank"] = Slot(len(graph.shape_of(node.inputs[0])), "rank", call=True)
     if node.op in ("flatten", "reshape", "to_batch"):
         out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)

@@ -15,16 +15,19 @@ from ...export.code import (
     class_doc,
     forward_statements,
     is_lit,
+    layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
     members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
+    symmetric,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "PyTorch"
 EXTENSION = ".py"
@@ -41,16 +44,6 @@ _NATIVE_PARAM = {"batchnorm": {"gamma": "weight", "beta": "bias"},
                  "frozen_batchnorm": {"gamma": "weight", "beta": "bias"}}
 
 
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
-def _symmetric(pads):
-    (t, b), (left, r) = pads
-    return (t, left) if t == b and left == r else None
-
-
 def layer_type(graph, node):
     if node.op == "batchnorm":
         return "nn.BatchNorm2d" if len(graph.shape_of(node.inputs[0])) == 3 else "nn.BatchNorm1d"
@@ -60,71 +53,35 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_channels out_channels=filters kernel_size=kernel stride padding dilation "
+              "groups bias=use_bias",
+    "batchnorm": "num_features=channels eps momentum track_running_stats",
+    "sequence_batchnorm": "num_features=channels eps momentum track_running_stats",
+    "frozen_batchnorm": "num_features=channels eps",
+    "dense": "in_features out_features=units bias=use_bias",
+    "embedding": "num_embeddings=vocab embedding_dim=dim scale",
+    "layernorm": "normalized_shape=channels eps",
+    "multi_head_attention": "embed_dim=d_model num_heads dropout causal pad_id",
+    "channel_layernorm": "num_channels=channels eps"}
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "padding": layer_padding}
+
+
 def layer_slots(graph, node):
     """The constructor's values of the layer computing ``node``."""
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        sym = _symmetric(a["padding"])
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["out_channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["stride"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_pair(sym) if sym else 0, "padding")
-        s["dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["bias"] = Slot(a["use_bias"], "bias")
-        if sym is None:
-            (t, b), (left, r) = a["padding"]
-            s["pad"] = Slot((left, r, t, b), "pad", call=True)
-    elif op in ("batchnorm", "sequence_batchnorm"):
-        s["num_features"] = Slot(shape[0] if op == "batchnorm" else shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["track_running_stats"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op == "frozen_batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["num_embeddings"] = Slot(a["vocab"], "vocab")
-        s["embedding_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["normalized_shape"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["embed_dim"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["num_channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    s = renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
+    if node.op == "conv2d" and symmetric(node.attrs["padding"]) is None:
+        (t, b), (left, r) = node.attrs["padding"]
+        s["pad"] = Slot((left, r, t, b), "pad", call=True)
     return s
 
 
 def op_slots(graph, node):
     """The attributes an op's code reads (each may differ between instances of a class)."""
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------
@@ -187,17 +144,17 @@ def _op(step, helpers):
     if op in ("maxpool2d", "avgpool2d"):
         if all_lit("kernel", "stride", "padding") and op == "maxpool2d" and \
                 not _explicit(lit(v["padding"]), lit(v["kernel"])):
-            pad = _symmetric(lit(v["padding"]))
-            args = [x, literal(_pair(lit(v["kernel"]))), literal(_pair(lit(v["stride"])))]
+            pad = symmetric(lit(v["padding"]))
+            args = [x, literal(pair(lit(v["kernel"]))), literal(pair(lit(v["stride"])))]
             if pad != (0, 0):
-                args.append(literal(_pair(pad)))
+                args.append(literal(pair(pad)))
             return "F.max_pool2d({})".format(", ".join(args))
         if all_lit("kernel", "stride", "padding") and op == "avgpool2d" and \
                 not _explicit(lit(v["padding"]), lit(v["kernel"])):
-            pad = _symmetric(lit(v["padding"]))
-            args = [x, literal(_pair(lit(v["kernel"]))), literal(_pair(lit(v["stride"])))]
+            pad = symmetric(lit(v["padding"]))
+            args = [x, literal(pair(lit(v["kernel"]))), literal(pair(lit(v["stride"])))]
             if pad != (0, 0):
-                args.append(literal(_pair(pad)))
+                args.append(literal(pair(pad)))
                 if not is_lit(v["count_include_pad"]) or not lit(v["count_include_pad"]):
                     args.append("count_include_pad=" + val("count_include_pad"))
             return "F.avg_pool2d({})".format(", ".join(args))
@@ -257,7 +214,7 @@ def _op(step, helpers):
 
 
 def _explicit(padding, kernel):
-    sym = _symmetric(padding)
+    sym = symmetric(padding)
     kernel = (kernel, kernel) if isinstance(kernel, int) else tuple(kernel)
     return sym is None or 2 * max(sym) > min(kernel)
 
