@@ -19,15 +19,19 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     lit,
     literal,
     member_ref,
     members_in_order,
     params_in_call_order,
+    used_names,
     value,
 )
 from ...export.plan import Slot, attribute_slots, renamed_slots
@@ -109,14 +113,7 @@ def _constructor(member, shared=None, index=None):
     """``Convolution2D(join(name, "conv1"), 8, 16, (3, 3), stride=(2, 2))``; keywords left
     out at their defaults; ``shared``: {parameter: expression} of tied parameters."""
     parts = [_name_expr(member.path, index)]
-    values = list(member.values.items())
-    n = _POSITIONAL[member.type]
-    parts += [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts += arguments(list(member.values.items()), _POSITIONAL[member.type], _DEFAULTS)
     for k, expr in sorted((shared or {}).items()):
         parts.append("{}={}".format(k, expr))
     return "{}({})".format(member.type, ", ".join(parts))
@@ -899,14 +896,7 @@ def function(model):
 
 
 def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
+    used_types, helpers = used_names(plan, _op)
     if "Convolution2D" in used_types:
         helpers.add("padding")
     return used_types, helpers
@@ -936,16 +926,7 @@ def _write_kind(cls, lines, plan):
             lines.add(lhs + _wrap(expr, len(lhs)))
     lines.add()
     lines.add("def forward({}):".format(", ".join(cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent()
     lines.add("self.forward = forward")
     lines.add("return self")
@@ -979,11 +960,7 @@ def write(plan, model_name, config, version):
     root = plan.root
     graph = plan.graph
     lines = Lines()
-    lines.add('"""{} in CNTK, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "CNTK", model_name, version, config, root)
     lines.add("    f = function(model)            # a cntk.Function of input variables INPUTS")
     lines.add("    feed = prepare({{\"{}\": ..., ...}})   # NumPy arrays by input name".format(
         root.inputs[0]))
@@ -1013,9 +990,7 @@ def write(plan, model_name, config, version):
                                                      for k, v in rois.items())))
     lines.add("LOWEST_FLOAT32 = {!r}".format(-3.4028234663852886e+38)).add().add()
     lines.add(_RUNTIME.strip("\n")).add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
     needs = {"linear": {"Dense", "MultiHeadAttention"},
              "Ragged": {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}}
     for name, text in _LAYERS.items():
@@ -1023,10 +998,5 @@ def write(plan, model_name, config, version):
             lines.add(text.strip("\n")).add().add()
     for cls in plan.classes:
         _write_kind(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()

@@ -14,19 +14,23 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     call_arguments,
     class_doc,
     compress,
-    forward_statements,
     is_lit,
     lit,
     literal,
     member_ref,
-    members_in_order,
     pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
+    used_names,
     value,
 )
 from ...export.plan import attribute_slots, renamed_slots
@@ -109,13 +113,7 @@ def _constructor(member):
     """``Conv2d(8, 16, (3, 3), strides=2, use_bias=False, rngs=rngs)``: keywords left out
     at their defaults."""
     values = [(k, v) for k, v in member.values.items() if k != "scale"]
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     if member.op in _EXTRA:
         parts.append(_EXTRA[member.op])
     if member.op != "frozen_batchnorm":
@@ -144,10 +142,7 @@ def _layer_call(cls, member, ins):
     ref = member_ref(cls, member.path)
     op = member.op
     if op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -629,18 +624,6 @@ _WRITTEN_LAYOUTS = OrderedDict([
                            '(("W", "kernel", _transposed), ("b", "bias", None))}')])
 
 
-def _used(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
-    return used_types, helpers
-
-
 def _tie(plan, layer, suffix):
     member_type = layer_type(plan.graph, plan.graph.nodes[layer])
     if (member_type, suffix) not in _TIED_ATTRIBUTE:
@@ -662,14 +645,7 @@ def _write_class(cls, lines, plan):
     for p in params:
         if p.call:
             lines.add("self.{0} = {0}".format(p.name))
-    for m in members_in_order(cls):
-        expr = _member_expr(m)
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.append({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, _member_expr, "self.append({})")
     for step in cls.steps:
         if step.kind == "op" and step.op == "dropout":
             lines.add("self.{} = nnx.Dropout({}, rngs=rngs)".format(
@@ -680,16 +656,7 @@ def _write_class(cls, lines, plan):
             member_ref(cls, owner), _native_param(plan, owner, owner_suffix)))
     lines.dedent().add()
     lines.add("def __call__({}):".format(", ".join(["self"] + cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent().dedent().add().add()
 
 
@@ -710,14 +677,11 @@ def _root_doc(cls, plan):
 
 def write(plan, model_name, config, version):
     """The whole source file of ``plan``."""
-    used_types, helpers = _used(plan)
+    used_types, helpers = used_names(plan, _op)
     lines = Lines()
     root = plan.root
-    lines.add('"""{} in Flax NNX, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}(rngs=...) with tbdzoo's weights file, in "
-              "eval mode".format(model_name, root.name))
+    add_title(lines, "Flax NNX", model_name, version, config, root,
+              "{}(rngs=...) with tbdzoo's weights file, in eval mode")
     lines.add("    out = model({})".format(", ".join(root.inputs)))
     lines.add("")
     lines.add("Values are in tbdzoo's layouts (images (N, C, H, W)); Conv2d, an nnx.Conv, computes "
@@ -735,19 +699,13 @@ def write(plan, model_name, config, version):
     lines.add("# rounds their inputs to TF32 or bfloat16)")
     lines.add('jax.config.update("jax_default_matmul_precision", "highest")').add()
     lines.add("INPUTS = {}".format(literal(tuple(root.inputs)))).add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
     if used_types & {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}:
         lines.add(_SEQUENCES.strip("\n")).add().add()
     if used_types & set(_CELLS):
         lines.add(_RECURRENT.strip("\n")).add().add()
-    for name, text in _CELLS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _CELLS, used_types)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
     written = ""

@@ -13,20 +13,25 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
-    members_in_order,
     pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
     symmetric,
+    used_names,
     value,
 )
 from ...export.plan import Slot, attribute_slots, renamed_slots
@@ -108,13 +113,7 @@ def _constructor(member, shares=None):
     if member.type == "BatchStatisticsNorm":
         return "BatchStatisticsNorm({}, eps={})".format(value(member.values["in_channels"]),
                                                         value(member.values["epsilon"]))
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     if member.op == "dense":
         parts.append("flatten=False")
     if member.op == "batchnorm":
@@ -130,10 +129,7 @@ def _layer_call(cls, member, ins):
         return "{}(F.pad({}, mode=\"constant\", constant_value=0.0, pad_width={}))".format(
             ref, ins[0], value(member.values["pad"], True))
     if member.op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -524,18 +520,6 @@ def load(model, path):
 '''
 
 
-def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers, {})
-    return used_types, helpers
-
-
 def _write_class(cls, lines, plan):
     base = "nn.HybridSequential" if cls.base == "list" else "gluon.HybridBlock"
     lines.add("class {}({}):".format(cls.name, base)).indent()
@@ -550,14 +534,7 @@ def _write_class(cls, lines, plan):
     body = Lines()
     body.depth = 2
 
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers, constants)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, body, render)
+    add_forward(cls, body, lambda step: _op(step, helpers, constants), _layer_call)
     if constants and cls.count > 1:
         raise UnsupportedOpError("the MXNet source writer keeps constant tables per class; "
                                  "{} has {} instances".format(cls.name, cls.count))
@@ -570,14 +547,8 @@ def _write_class(cls, lines, plan):
                                      "name: {}.{} is {}.{}".format(layer, suffix, owner,
                                                                    owner_suffix))
         shares[layer] = member_ref(cls, owner)
-    for m in members_in_order(cls):
-        expr = _member_expr(m) if m.path not in shares else _constructor(m, shares[m.path])
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.add({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, lambda m: _member_expr(m) if m.path not in shares else
+                _constructor(m, shares[m.path]), "self.add({})")
     lines.dedent().add()
     args = ["self", "F"] + cls.inputs + list(constants)
     lines.add("def hybrid_forward({}):".format(", ".join(args)))
@@ -590,14 +561,10 @@ def _root_doc(cls, plan):
 
 
 def write(plan, model_name, config, version):
-    used_types, helpers = _helper_names(plan)
+    used_types, helpers = used_names(plan, lambda step, helpers: _op(step, helpers, {}))
     root = plan.root
     lines = Lines()
-    lines.add('"""{} in MXNet Gluon, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "MXNet Gluon", model_name, version, config, root)
     lines.add("    model.hybridize()")
     lines.add("    out = model({})   # mx.nd arrays, float32 (token ids too)".format(
         ", ".join(root.inputs)))
@@ -618,19 +585,10 @@ def write(plan, model_name, config, version):
     out = nn.HybridSequential()
     out.add(*blocks)
     return out''').add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()
 

@@ -21,9 +21,13 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
+    add_build,
+    add_forward,
+    add_texts,
+    add_title,
     all_members,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     lit,
     literal,
@@ -32,6 +36,8 @@ from ...export.code import (
     members_in_order,
     pair,
     params_in_call_order,
+    scaled_call,
+    used_names,
     value,
 )
 from ...export.plan import Slot, attribute_slots, renamed_slots
@@ -180,12 +186,7 @@ _DEFAULTS = {"strides": 1, "padding": "valid", "dilation_rate": 1, "use_bias": T
 
 def _keywords(v, names):
     """``name=value`` for each of ``names`` not at Keras' default."""
-    parts = []
-    for k in names:
-        if not (is_lit(v[k]) and k in _DEFAULTS and lit(v[k]) == _DEFAULTS[k]
-                and type(lit(v[k])) is type(_DEFAULTS[k])):
-            parts.append("{}={}".format(k, value(v[k])))
-    return parts
+    return arguments([(k, v[k]) for k in names], 0, _DEFAULTS)
 
 
 def _constructor(member):
@@ -228,10 +229,7 @@ def _layer_call(cls, member, ins):
     if member.type in ("layers.BatchNormalization", "MultiHeadAttention", "SequenceBatchNorm"):
         return "{}({}, training=training)".format(ref, ", ".join(ins))
     if member.op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -817,33 +815,19 @@ def _write_class(cls, lines, plan):
     lines.dedent().add()
     lines.add("def call({}):".format(", ".join(["self"] + cls.inputs + ["training=None"])))
     lines.indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({}, training=training)".format(_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call,
+                "{}({}, training=training)", _ref)
     lines.dedent().dedent().add().add()
 
 
 def _used(plan):
     """The layer classes written into the file and the helper functions the ops need."""
-    types, helpers = set(), set()
+    types, helpers = used_names(plan, _op)
     for cls in plan.classes:
         if cls.base == "list":
             types.add("LayerList")
-        for m in all_members(cls):
-            if m.kind == "layer":
-                types.add(m.type)
         if cls.ties:
             types.update(e.split("(")[0] for e in _tied_members(cls, plan).values())
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
     if types & {"LSTM", "GRU"}:
         types.add("Recurrent")
     return types, helpers
@@ -891,11 +875,7 @@ def write(plan, model_name, config, version):
     root = plan.root
     g = plan.graph
     lines = Lines()
-    lines.add('"""{} in Keras, written by tbdzoo {} from its specification (config {!r}).'.format(
-        model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "Keras", model_name, version, config, root)
     lines.add("    out = model({})   # images NHWC".format(", ".join(root.inputs)))
     lines.add("")
     lines.add("Layers sit where tbdzoo's parameter names say (``layer1.0.conv1`` is")
@@ -925,18 +905,9 @@ def write(plan, model_name, config, version):
     (top, bottom), (left, right) = padding
     return ops.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=value)''')
     lines.add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()

@@ -11,20 +11,25 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
-    members_in_order,
     pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
     symmetric,
+    used_names,
     value,
 )
 from ...export.plan import Slot, attribute_slots, renamed_slots
@@ -97,13 +102,7 @@ _POSITIONAL = {"conv2d": 3, "dense": 2, "embedding": 2, "batchnorm": 1, "sequenc
 def _constructor(member):
     """``nn.Conv2d(8, 16, 3, stride=2, bias=False)``: keywords left out at their defaults."""
     values = [(k, v) for k, v in member.values.items() if k not in ("pad", "scale")]
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     return "{}({})".format(member.type, ", ".join(parts))
 
 
@@ -114,10 +113,7 @@ def _layer_call(cls, member, ins):
         pad = member.values["pad"]
         return "{}(F.pad({}, {}))".format(ref, ins[0], value(pad, True))
     if op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -445,18 +441,6 @@ def load(model, path):
 '''
 
 
-def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
-    return used_types, helpers
-
-
 def _write_class(cls, lines, plan):
     base = "nn.ModuleList" if cls.base == "list" else "nn.Module"
     lines.add("class {}({}):".format(cls.name, base)).indent()
@@ -469,30 +453,14 @@ def _write_class(cls, lines, plan):
     for p in params:
         if p.call:
             lines.add("self.{0} = {0}".format(p.name))
-    for m in members_in_order(cls):
-        expr = _member_expr(m)
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.append({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, _member_expr, "self.append({})")
     for layer, suffix, owner, owner_suffix in cls.ties:
         lines.add("{}.{} = {}.{}  # shared".format(
             member_ref(cls, layer), _native_param(plan.graph, layer, suffix),
             member_ref(cls, owner), _native_param(plan.graph, owner, owner_suffix)))
     lines.dedent().add()
     lines.add("def forward({}):".format(", ".join(["self"] + cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent().dedent().add().add()
 
 
@@ -506,14 +474,10 @@ def _root_doc(cls, plan):
 
 def write(plan, model_name, config, version):
     """The whole source file of ``plan``."""
-    used_types, helpers = _helper_names(plan)
+    used_types, helpers = used_names(plan, _op)
     lines = Lines()
     root = plan.root
-    lines.add('"""{} in PyTorch, written by tbdzoo {} from its specification (config {!r}).'.format(
-        model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "PyTorch", model_name, version, config, root)
     lines.add("    model.eval()")
     lines.add("    out = model({})".format(", ".join(root.inputs)))
     lines.add("")
@@ -527,24 +491,13 @@ def write(plan, model_name, config, version):
     lines.add("from torch.nn import functional as F").add()
     lines.add("INPUTS = {}".format(literal(tuple(root.inputs))))
     lines.add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     norms = ["nn.modules.batchnorm._BatchNorm", "nn.LayerNorm"] + \
         (["FrozenBatchNorm2d"] if "FrozenBatchNorm2d" in used_types else [])
     lines.add("# Layers whose weight and bias are the spec's gamma and beta.")
     lines.add("NORMS = ({})".format(", ".join(norms))).add().add()
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):")
-    lines.indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model")
-    lines.dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()
