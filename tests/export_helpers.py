@@ -3,6 +3,7 @@ arrays, the fresh interpreter that runs the written files where tbdzoo cannot be
 the check of what it reports."""
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -14,10 +15,10 @@ from tbdzoo.spec.tree import build_tree
 TOLERANCE = 1e-6
 
 # The start of every runner: run by python -I (no PYTHONPATH, no user site), with tbdzoo
-# blocked even where the environment installs it, so the exported file must stand alone.
-# The rest of a runner reads the cases (sys.argv[1]), runs each call and prints one JSON line:
-# {model name: {"results": [[member, output, got shape, want shape, error], ...],
-#               "modules": [the framework classes the model is made of]}}.
+# blocked even where the environment installs it, so the exported file must stand alone, and
+# Python 3.6 for CNTK. The rest of a runner runs each call of each case (written_cases) and
+# prints one JSON line: {model name: {"results": [compared(...) for each output, ...],
+# "modules": [the framework classes the model is made of]}}.
 NO_TBDZOO = r'''
 import importlib.abc, importlib.util, json, sys
 
@@ -34,6 +35,22 @@ try:
 except ImportError:
     pass
 import numpy as np
+
+
+def written_cases():
+    """Each case of sys.argv[1] with its written module, loaded, and its arrays."""
+    for case in json.load(open(sys.argv[1])):
+        spec = importlib.util.spec_from_file_location("exported_" + case["name"], case["source"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield case, module, np.load(case["arrays"], allow_pickle=False)
+
+
+def compared(member, name, got, want):
+    """The report's row of one output: the shapes and the largest error relative to 1 + |want|."""
+    return [member, name, list(got.shape), list(want.shape),
+            float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
+            if got.shape == want.shape else None]
 '''
 
 
@@ -125,4 +142,32 @@ def written_texts(cases):
     for case in cases:
         with open(case["source"]) as f:
             text[case["name"]] = f.read()
+    return text
+
+
+# The block kinds of each model's spec that every writer defines, one class (or CNTK function)
+# a kind, whatever number of instances the model holds
+BLOCK_KINDS = {"resnet50": ("Bottleneck", "ResNet"),
+               "inception_v3": ("BasicConv2d", "InceptionA", "InceptionE", "InceptionAux",
+                                "Inception3"),
+               "transformer": ("EncoderLayer", "DecoderLayer", "FeedForward", "Transformer"),
+               "wgan": ("Generator", "Critic", "UpBlock", "DownBlock"),
+               "seq2seq": ("Encoder", "Decoder", "LSTM", "AdditiveAttention"),
+               "deepspeech2": ("BatchRNNStack", "GRU", "SequenceBatchNorm", "DeepSpeech2"),
+               "faster_rcnn": ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor")}
+
+
+def assert_one_definition_per_kind(cases, definition, imports, extra=()):
+    """Each written file defines each of its model's BLOCK_KINDS and the (model, kind) pairs
+    of ``extra`` (``definition`` formats a kind into the regular expression of its definition's
+    first line), imports nothing but ``imports`` and names tbdzoo only in docstrings. Returns
+    the files' texts by model name."""
+    text = written_texts(cases)
+    pairs = [(name, kind) for name, kinds in BLOCK_KINDS.items() for kind in kinds]
+    for name, kind in pairs + list(extra):
+        assert re.search(definition.format(kind), text[name], re.M), (name, kind)
+    for name, source in text.items():
+        found = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
+        assert found <= set(imports), (name, found)
+        assert "tbdzoo" not in re.sub(r'""".*?"""', "", source, flags=re.S), name
     return text

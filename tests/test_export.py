@@ -9,6 +9,7 @@ import pytest
 import tbdzoo
 from export_helpers import (
     NO_TBDZOO,
+    assert_one_definition_per_kind,
     assert_trains_as_the_backend,
     check_outputs,
     export_cases,
@@ -24,11 +25,7 @@ pytestmark = pytest.mark.backend
 RUNNER = NO_TBDZOO + r'''
 framework = sys.argv[2]
 report = {}
-for case in json.load(open(sys.argv[1])):
-    spec = importlib.util.spec_from_file_location("exported_" + case["name"], case["source"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    data = np.load(case["arrays"], allow_pickle=False)
+for case, module, data in written_cases():
     results = []
     if framework == "torch":
         import torch
@@ -43,9 +40,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, tuple) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = value.numpy(), data[name]
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         if case.get("train"):   # one training-mode loss and its gradients, by tbdzoo's names
             train = case["train"]
             model.train()
@@ -77,9 +72,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = nhwc(data[name]), np.asarray(value)
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         modules = set()
         for layer in model._flatten_layers(include_self=True, recursive=True):
             modules.add(type(layer).__name__)
@@ -98,9 +91,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = value.asnumpy(), data[name]
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         modules = set()
         def walk(block):
             modules.add(type(block).__name__)
@@ -185,21 +176,10 @@ def test_keras_source_refuses_an_op_it_has_no_layer_for_naming_it():
 
 def test_torch_source_defines_one_class_per_block_kind(torch_export):
     cases, _ = torch_export
-    text = written_texts(cases)
+    text = assert_one_definition_per_kind(cases, r"^class {}\(", {"math", "numpy", "torch"})
     assert re.search(r"^class Bottleneck\(nn\.Module\):", text["resnet50"], re.M)
     assert re.search(r"^class ResNet\(nn\.Module\):", text["resnet50"], re.M)
-    for kind in ("BasicConv2d", "InceptionA", "InceptionE", "InceptionAux", "Inception3"):
-        assert re.search(r"^class {}\(".format(kind), text["inception_v3"], re.M), kind
-    for kind in ("EncoderLayer", "DecoderLayer", "FeedForward"):
-        assert re.search(r"^class {}\(".format(kind), text["transformer"], re.M), kind
-    for kind in ("Generator", "Critic", "UpBlock", "DownBlock"):
-        assert re.search(r"^class {}\(".format(kind), text["wgan"], re.M), kind
-    for kind in ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor"):
-        assert re.search(r"^class {}\(".format(kind), text["faster_rcnn"], re.M), kind
     for name, source in text.items():
-        assert "import tbdzoo" not in source and "from tbdzoo" not in source, name
-        imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
-        assert imports <= {"math", "numpy", "torch"}, (name, imports)
         # no flat list of layers: each class's __init__ stays short
         for body in re.split(r"^class ", source, flags=re.M)[1:]:
             init = body.split("def forward")[0]
