@@ -28,14 +28,16 @@ FAST = dict(rank_timeout=60.0, step_timeout=300.0)
 SEQ2SEQ_BATCH = 6  # Seq2Seq tiny's 6 pairs at seed 0: 15 target tokens in rank 0's shard, 13 in rank 1's
 
 
-def reference(backend, model, steps, batch_size, **overrides):
-    """One process at the global batch: its losses, weights after ``steps`` and gradients."""
-    m = build_native(model, backend, config="tiny", seed=0, device="cpu", batch_size=batch_size,
-                     **overrides)
-    batch = m.synthetic_batch(seed=0, batch_size=batch_size)
-    _, grads = m.loss_and_gradients(batch)
-    losses = [m.train_step(batch) for _ in range(steps)]
-    return losses, m.get_weights(), grads
+def reference(backend, model, steps, batch_size, make=build_native, **overrides):
+    """One process at the global batch: its losses, weights after ``steps`` and gradients.
+    ``make`` builds the model: ``build`` where it runs in a worker of its own environment
+    (CNTK, JAX)."""
+    with make(model, backend, config="tiny", seed=0, device="cpu", batch_size=batch_size,
+              **overrides) as m:
+        batch = m.synthetic_batch(seed=0, batch_size=batch_size)
+        _, grads = m.loss_and_gradients(batch)
+        losses = [m.train_step(batch) for _ in range(steps)]
+        return losses, m.get_weights(), grads
 
 
 def noise_only(grads):
@@ -97,8 +99,15 @@ def test_batch_sizes_weak_and_strong():
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
 def test_two_processes_train_like_one(backend):
     require_framework(backend)
+    assert_two_ranks_train_like_one(backend)
+
+
+def assert_two_ranks_train_like_one(backend, make=build_native):
+    """The Transformer (no dropout), three steps of two ranks against one process at the
+    global batch (``make``: as ``reference``'s)."""
     steps, overrides = 3, dict(dropout=0.0)
-    expected, weights, grads = reference(backend, "transformer", steps, GLOBAL_BATCH, **overrides)
+    expected, weights, grads = reference(backend, "transformer", steps, GLOBAL_BATCH, make,
+                                         **overrides)
     got = distributed.train("transformer", backend, nproc=2, global_batch=GLOBAL_BATCH,
                             steps=steps, config="tiny", **dict(overrides, **FAST))
     assert_trained_like_one(got, expected, weights, grads)
@@ -134,13 +143,15 @@ def assert_trained_like_one(got, expected, weights, grads):
     assert got["ranks"][0]["losses"][0] != pytest.approx(expected[0], rel=1e-4)
 
 
-def per_shard_reference(backend, model, overrides=None):
-    """One process on each rank's shard separately: losses and gradients of the first step."""
+def per_shard_reference(backend, model, overrides=None, make=build_native):
+    """One process on each rank's shard separately: the model (``make``: as ``reference``'s;
+    the caller closes it), the shards, their gradient weights and the losses and gradients of
+    the first step."""
     md = get_model(model)
     hp = md.hparams("tiny", **dict(overrides or {}, batch_size=GLOBAL_BATCH))
     spec = md.build_graph(hp)
-    m = build_native(model, backend, config="tiny", seed=0, device="cpu",
-                     **dict(overrides or {}, batch_size=GLOBAL_BATCH // 2))
+    m = make(model, backend, config="tiny", seed=0, device="cpu",
+             **dict(overrides or {}, batch_size=GLOBAL_BATCH // 2))
     full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
     shards = [shard(spec, full, r, 2) for r in range(2)]
     weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
@@ -165,23 +176,37 @@ def test_batchnorm_statistics_are_per_replica(backend):
 
 
 def _per_replica_case(backend):
-    m, shards, weights, results = per_shard_reference(backend, "resnet50")
+    got, stats, full = replica_batchnorm_step(backend)
+    whole_batch_loss = build_native("resnet50", backend, config="tiny", device="cpu",
+                                    batch_size=GLOBAL_BATCH).loss_and_gradients(full)[0]
+    assert abs(got["losses"][0] - whole_batch_loss) > 1e-4  # BatchNorm saw another batch
+    assert_weights_close(got["weights"], stats[0])  # rank 0's running statistics: its shard's
+
+
+def replica_batchnorm_step(backend, make=build_native):
+    """ResNet-50, --bn-mode replica, one step of two ranks: the first loss is the shards'
+    weighted mean, each with its own statistics, and the SGD update uses the weighted mean of
+    the shards' gradients. Returns the run's result, the running statistics one step on each
+    shard alone leaves (one dict a shard) and the global batch."""
+    m, shards, weights, results = per_shard_reference(backend, "resnet50", make=make)
+    with m:
+        lr, wd = m.learning_rate(), m.hparams["weight_decay"]
+        w0 = m.get_weights()
+        names = m.trainable_names()
+        full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
+        stats = []
+        for part in shards:
+            m.set_weights(w0)
+            m.train_step(part)
+            stats.append({n: v for n, v in m.get_weights().items() if "running" in n})
     got = distributed.train("resnet50", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=1,
                             config="tiny", **FAST)
     expected_loss = sum(w * loss for w, (loss, _) in zip(weights, results))
     assert got["losses"][0] == pytest.approx(expected_loss, rel=LOSS_RTOL, abs=LOSS_ATOL)
-    whole_batch_loss = build_native("resnet50", backend, config="tiny", device="cpu",
-                                    batch_size=GLOBAL_BATCH).loss_and_gradients(
-        m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH))[0]
-    assert abs(got["losses"][0] - whole_batch_loss) > 1e-4  # BatchNorm saw another batch
-    lr, wd = m.learning_rate(), m.hparams["weight_decay"]
-    w0 = m.get_weights()
     expected = {n: w0[n] - lr * (sum(w * g[n] for w, (_, g) in zip(weights, results)) + wd * w0[n])
-                for n in m.trainable_names()}
+                for n in names}
     assert_weights_close(got["weights"], expected)
-    m.train_step(shards[0])  # rank 0's running statistics: its own shard's
-    stats = {n: v for n, v in m.get_weights().items() if "running" in n}
-    assert_weights_close(got["weights"], stats)
+    return got, stats, full
 
 
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
@@ -203,7 +228,15 @@ def test_a_training_program_reduces_each_phase_before_clipping(backend):
     step's objectives are the shards' weighted mean, and every rank holds the same weights
     after two steps, which only a reduction of every phase's gradients gives."""
     require_framework(backend)
-    m, _shards, weights, results = per_shard_reference(backend, "wgan")
+    assert_each_phase_reduced(backend)
+
+
+def assert_each_phase_reduced(backend, make=build_native):
+    """WGAN-GP, two steps of two ranks: the first generator objective is the shards' weighted
+    mean, and both ranks hold the same weights (``make``: as ``reference``'s)."""
+    m, _shards, weights, results = per_shard_reference(backend, "wgan", make=make)
+    with m:
+        names = m.trainable_names()
     got = distributed.train("wgan", backend, nproc=2, global_batch=GLOBAL_BATCH, steps=2,
                             config="tiny", **FAST)
     first = got["losses"][0]
@@ -211,7 +244,7 @@ def test_a_training_program_reduces_each_phase_before_clipping(backend):
     expected = sum(w * r[0]["generator"] for w, r in zip(weights, results))
     assert first["generator"] == pytest.approx(expected, rel=LOSS_RTOL, abs=LOSS_ATOL)
     a, b = got["ranks"][0]["weights"], got["ranks"][1]["weights"]
-    for name in m.trainable_names():
+    for name in names:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
@@ -295,6 +328,12 @@ def assert_nothing_left(run, pids):
 @pytest.mark.parametrize("backend", ["torch", "tensorflow"])
 def test_a_killed_rank_ends_the_run_naming_it(backend):
     require_framework(backend)
+    assert "the other ranks were stopped" in assert_a_killed_rank_is_named(backend)
+
+
+def assert_a_killed_rank_is_named(backend):
+    """SIGKILL rank 1 of a long run: within 30 s the run ends naming it, and no process of the
+    run is left. Returns the error's message."""
     run = start_long_run(backend)
     pids = wait_for_steps(run, 1, 2)
     everything = every_process(run)
@@ -304,9 +343,9 @@ def test_a_killed_rank_ends_the_run_naming_it(backend):
         run.wait(timeout=120)
     message = str(info.value)
     assert message.startswith("rank 1 (pid {}) was killed by signal SIGKILL".format(pids[1]))
-    assert "the other ranks were stopped" in message
     assert time.time() - start < 30
     assert_nothing_left(run, everything)
+    return message
 
 
 def assert_a_stopped_rank_is_declared_hung(backend, victim=0, rank_timeout=10.0):

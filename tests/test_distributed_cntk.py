@@ -7,7 +7,6 @@ import shutil
 import signal
 import time
 
-import numpy as np
 import psutil
 import pytest
 
@@ -15,18 +14,17 @@ from tbdzoo import distributed
 from tbdzoo.backends import environments
 from tbdzoo.backends.registry import build
 from tbdzoo.distributed import launch
-from tbdzoo.distributed.world import Node, gradient_weight, shard
+from tbdzoo.distributed.world import Node
 from tbdzoo.errors import DistributedError
-from tbdzoo.models import get_model
 from test_distributed import (
     FAST,
     GLOBAL_BATCH,
-    LOSS_ATOL,
-    LOSS_RTOL,
     alive,
     assert_a_stopped_rank_is_declared_hung,
-    assert_trained_like_one,
+    assert_each_phase_reduced,
+    assert_two_ranks_train_like_one,
     assert_weights_close,
+    replica_batchnorm_step,
     wait_for_steps,
 )
 
@@ -39,16 +37,7 @@ if shutil.which("mpiexec") is None:
 
 
 def test_two_ranks_train_like_one_process():
-    steps, overrides = 3, dict(dropout=0.0)
-    with build("transformer", "cntk", config="tiny", seed=0, device="cpu",
-               batch_size=GLOBAL_BATCH, **overrides) as m:
-        batch = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
-        _, grads = m.loss_and_gradients(batch)
-        expected = [m.train_step(batch) for _ in range(steps)]
-        weights = m.get_weights()
-    got = distributed.train("transformer", "cntk", nproc=2, global_batch=GLOBAL_BATCH,
-                            steps=steps, config="tiny", **dict(overrides, **FAST))
-    assert_trained_like_one(got, expected, weights, grads)
+    assert_two_ranks_train_like_one("cntk", build)
 
 
 def test_a_recurrent_model_over_ragged_batches_trains_like_one_process():
@@ -65,49 +54,16 @@ def test_batchnorm_statistics_are_per_replica():
     """ResNet-50, --bn-mode replica: the first loss is the shards' weighted mean, each with its
     own statistics; the SGD update uses the weighted mean of the shards' gradients; rank 0's
     running statistics are its own shard's."""
-    md = get_model("resnet50")
-    spec = md.build_graph(md.hparams("tiny", batch_size=GLOBAL_BATCH))
-    with build("resnet50", "cntk", config="tiny", seed=0, device="cpu",
-               batch_size=GLOBAL_BATCH // 2) as m:
-        full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
-        shards = [shard(spec, full, r, 2) for r in range(2)]
-        weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
-        results = [m.loss_and_gradients(s) for s in shards]
-        lr, wd = m.learning_rate(), m.hparams["weight_decay"]
-        w0 = m.get_weights()
-        names = m.trainable_names()
-        m.train_step(shards[0])
-        stats = {n: v for n, v in m.get_weights().items() if "running" in n}
-    got = distributed.train("resnet50", "cntk", nproc=2, global_batch=GLOBAL_BATCH, steps=1,
-                            config="tiny", **FAST)
-    expected_loss = sum(w * loss for w, (loss, _) in zip(weights, results))
-    assert got["losses"][0] == pytest.approx(expected_loss, rel=LOSS_RTOL, abs=LOSS_ATOL)
-    expected = {n: w0[n] - lr * (sum(w * g[n] for w, (_, g) in zip(weights, results)) + wd * w0[n])
-                for n in names}
-    assert_weights_close(got["weights"], expected)
-    assert stats
-    assert_weights_close(got["weights"], stats)
+    got, stats, _ = replica_batchnorm_step("cntk", build)
+    assert stats[0]
+    assert_weights_close(got["weights"], stats[0])   # rank 0's: its own shard's
 
 
 def test_a_training_program_reduces_each_phase_before_clipping():
     """WGAN-GP (a generator phase, then five critic phases, each its own Trainer): the first
     generator objective is the shards' weighted mean, and both ranks hold the same weights
     after two steps, which only a distributed learner in every phase's Trainer gives."""
-    md = get_model("wgan")
-    spec = md.build_graph(md.hparams("tiny", batch_size=GLOBAL_BATCH))
-    with build("wgan", "cntk", config="tiny", seed=0, device="cpu",
-               batch_size=GLOBAL_BATCH // 2) as m:
-        full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
-        weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
-        results = [m.loss_and_gradients(shard(spec, full, r, 2)) for r in range(2)]
-        names = m.trainable_names()
-    got = distributed.train("wgan", "cntk", nproc=2, global_batch=GLOBAL_BATCH, steps=2,
-                            config="tiny", **FAST)
-    expected = sum(w * r[0]["generator"] for w, r in zip(weights, results))
-    assert got["losses"][0]["generator"] == pytest.approx(expected, rel=LOSS_RTOL, abs=LOSS_ATOL)
-    a, b = got["ranks"][0]["weights"], got["ranks"][1]["weights"]
-    for name in names:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    assert_each_phase_reduced("cntk", build)
 
 
 def test_synchronised_batchnorm_is_refused_by_name():

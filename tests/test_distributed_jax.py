@@ -5,9 +5,6 @@ over the replicas, rank 0's stop decision reaches every rank, and a killed rank 
 naming it; the record of `tbd run --nproc` names the engine. The one-process references run
 in the JAX environment's worker."""
 import json
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -15,20 +12,14 @@ import pytest
 from conftest import require_backend
 from tbdzoo import distributed
 from tbdzoo.backends.registry import build
-from tbdzoo.distributed.world import gradient_weight, shard
 from tbdzoo.errors import DistributedError
-from tbdzoo.models import get_model
 from test_distributed import (
     FAST,
     GLOBAL_BATCH,
-    LOSS_ATOL,
-    LOSS_RTOL,
-    assert_nothing_left,
-    assert_trained_like_one,
+    assert_a_killed_rank_is_named,
+    assert_two_ranks_train_like_one,
     assert_weights_close,
-    every_process,
-    start_long_run,
-    wait_for_steps,
+    replica_batchnorm_step,
 )
 
 pytestmark = pytest.mark.backend
@@ -40,16 +31,7 @@ def jax_environment():
 
 
 def test_two_ranks_train_like_one_process():
-    steps, overrides = 3, dict(dropout=0.0)
-    with build("transformer", "jax", config="tiny", seed=0, device="cpu",
-               batch_size=GLOBAL_BATCH, **overrides) as m:
-        batch = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
-        _, grads = m.loss_and_gradients(batch)
-        expected = [m.train_step(batch) for _ in range(steps)]
-        weights = m.get_weights()
-    got = distributed.train("transformer", "jax", nproc=2, global_batch=GLOBAL_BATCH,
-                            steps=steps, config="tiny", **dict(overrides, **FAST))
-    assert_trained_like_one(got, expected, weights, grads)
+    assert_two_ranks_train_like_one("jax", build)
 
 
 def test_batchnorm_normalises_each_shard_and_averages_the_running_statistics():
@@ -57,29 +39,7 @@ def test_batchnorm_normalises_each_shard_and_averages_the_running_statistics():
     normalised by its own statistics; the SGD update is the weighted mean of the shards'
     gradients; both ranks' running statistics are the mean of what one step on each shard
     alone leaves (the momentum rule is linear in the batch's statistics)."""
-    md = get_model("resnet50")
-    spec = md.build_graph(md.hparams("tiny", batch_size=GLOBAL_BATCH))
-    with build("resnet50", "jax", config="tiny", seed=0, device="cpu",
-               batch_size=GLOBAL_BATCH // 2) as m:
-        full = m.synthetic_batch(seed=0, batch_size=GLOBAL_BATCH)
-        shards = [shard(spec, full, r, 2) for r in range(2)]
-        weights = [gradient_weight(spec, full, r, 2) for r in range(2)]
-        results = [m.loss_and_gradients(s) for s in shards]
-        lr, wd = m.learning_rate(), m.hparams["weight_decay"]
-        w0 = m.get_weights()
-        names = m.trainable_names()
-        stats = []
-        for part in shards:
-            m.set_weights(w0)
-            m.train_step(part)
-            stats.append({n: v for n, v in m.get_weights().items() if "running" in n})
-    got = distributed.train("resnet50", "jax", nproc=2, global_batch=GLOBAL_BATCH, steps=1,
-                            config="tiny", **FAST)
-    expected_loss = sum(w * loss for w, (loss, _) in zip(weights, results))
-    assert got["losses"][0] == pytest.approx(expected_loss, rel=LOSS_RTOL, abs=LOSS_ATOL)
-    expected = {n: w0[n] - lr * (sum(w * g[n] for w, (_, g) in zip(weights, results)) + wd * w0[n])
-                for n in names}
-    assert_weights_close(got["weights"], expected)
+    got, stats, _ = replica_batchnorm_step("jax", build)
     mean = {n: (stats[0][n] + stats[1][n]) / 2 for n in stats[0]}
     assert mean and any(not np.allclose(stats[0][n], stats[1][n]) for n in mean)
     for rank in got["ranks"]:
@@ -123,17 +83,7 @@ def test_the_stop_at_the_target_reaches_every_rank(numbers, tmp_path):
 
 
 def test_a_killed_rank_ends_the_run_naming_it():
-    run = start_long_run("jax")
-    pids = wait_for_steps(run, 1, 2)
-    everything = every_process(run)
-    os.kill(pids[1], signal.SIGKILL)
-    start = time.time()
-    with pytest.raises(DistributedError) as info:
-        run.wait(timeout=120)
-    message = str(info.value)
-    assert message.startswith("rank 1 (pid {}) was killed by signal SIGKILL".format(pids[1]))
-    assert time.time() - start < 30
-    assert_nothing_left(run, everything)
+    assert_a_killed_rank_is_named("jax")
 
 
 def test_the_record_names_the_engine_and_its_exposed_communication():

@@ -1,48 +1,31 @@
 """Standalone source export: the written file, run where tbdzoo cannot be imported, computes
 what the backend's model computes."""
-import json
-import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 import tbdzoo
+from export_helpers import (
+    NO_TBDZOO,
+    assert_one_definition_per_kind,
+    assert_trains_as_the_backend,
+    check_outputs,
+    export_cases,
+    run_exported,
+    written_texts,
+)
 from tbdzoo.errors import TbdError, UnknownNameError
 from tbdzoo.export import ExportError, export, writers
-from tbdzoo.spec.tree import build_tree
 
 pytestmark = pytest.mark.backend
 
-TOLERANCE = 1e-6
-
-# Run in a fresh interpreter (python -I: no PYTHONPATH, no user site), with tbdzoo blocked
-# even where the environment installs it: the exported file must stand alone.
-RUNNER = r'''
-import importlib.abc, importlib.util, json, sys
-
-class _NoTbdzoo(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "tbdzoo" or name.startswith("tbdzoo."):
-            raise ImportError("tbdzoo is not importable here")
-        return None
-
-sys.meta_path.insert(0, _NoTbdzoo())
-try:
-    import tbdzoo  # noqa: F401
-    raise SystemExit("tbdzoo could be imported")
-except ImportError:
-    pass
-import numpy as np
+# The runner's framework part (sys.argv[2] names the framework), after NO_TBDZOO.
+RUNNER = NO_TBDZOO + r'''
 framework = sys.argv[2]
 report = {}
-for case in json.load(open(sys.argv[1])):
-    spec = importlib.util.spec_from_file_location("exported_" + case["name"], case["source"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    data = np.load(case["arrays"], allow_pickle=False)
+for case, module, data in written_cases():
     results = []
     if framework == "torch":
         import torch
@@ -57,9 +40,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, tuple) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = value.numpy(), data[name]
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         if case.get("train"):   # one training-mode loss and its gradients, by tbdzoo's names
             train = case["train"]
             model.train()
@@ -91,9 +72,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = nhwc(data[name]), np.asarray(value)
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         modules = set()
         for layer in model._flatten_layers(include_self=True, recursive=True):
             modules.add(type(layer).__name__)
@@ -112,9 +91,7 @@ for case in json.load(open(sys.argv[1])):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for name, value in zip(call["outputs"], outs):
                 got, want = value.asnumpy(), data[name]
-                results.append([call["member"], name, list(got.shape), list(want.shape),
-                                float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
-                                if got.shape == want.shape else None])
+                results.append(compared(call["member"], name, got, want))
         modules = set()
         def walk(block):
             modules.add(type(block).__name__)
@@ -129,57 +106,10 @@ print(json.dumps(report))
 '''
 
 
-def _cases(backend, tmp_path, names):
-    """Export the models ``names`` (tiny) and save the arrays each call reads and gives."""
-    cases = []
-    for name in names:
-        model = tbdzoo.build(name, backend=backend, config="tiny", seed=0)
-        try:
-            source, weights = export(model, backend, str(tmp_path / (name + ".py")))
-            batch = dict(model.synthetic_batch(seed=1))
-            graph = model.spec
-            if graph.program is not None and graph.program.targets_step is not None:
-                batch.update(model.step_targets(batch))
-            root = build_tree(graph)
-            calls = [(None, root.inputs, root.outputs)]
-            for path, child in root.children.items():   # each part, on its own
-                if any(b.layers for b in child.walk()):
-                    calls.append((path, child.inputs, child.outputs))
-            arrays = {n: np.asarray(batch[n]) for _, ins, _ in calls for n in ins
-                      if n in graph.inputs}
-            for _, ins, outs in calls:   # each call reads a batch of its own inputs
-                arrays.update(model.values(batch, [n for n in list(ins) + list(outs)
-                                                   if n not in graph.inputs]))
-            if model.model_def.inference is None:   # predict is the graph's output
-                arrays[graph.output] = model.predict(batch)
-            train = None
-            if backend == "torch" and name == "resnet50":   # one loss, no dropout: comparable
-                loss, grads = model.loss_and_gradients(batch)
-                arrays["__loss__"] = np.asarray(loss)
-                arrays["labels"] = np.asarray(batch["labels"])
-                arrays.update(("__grad__" + k, np.asarray(v)) for k, v in grads.items())
-                train = {"inputs": list(root.inputs), "labels": "labels"}
-            np.savez(str(tmp_path / (name + ".npz.in.npz")), **arrays)
-            cases.append({"name": name, "source": source, "weights": weights,
-                          "arrays": str(tmp_path / (name + ".npz.in.npz")),
-                          "calls": [{"member": m, "inputs": list(i), "outputs": list(o)}
-                                    for m, i, o in calls], "train": train})
-        finally:
-            model.close()
-    return cases
-
-
 def _run_exported(backend, tmp_path, names):
-    cases = _cases(backend, tmp_path, names)
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    (tmp_path / "runner.py").write_text(RUNNER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run([sys.executable, "-I", str(tmp_path / "runner.py"),
-                           str(tmp_path / "cases.json"), backend], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return cases, json.loads(done.stdout.strip().splitlines()[-1])
+    gradients = ("resnet50",) if backend == "torch" else ()   # one loss, no dropout
+    return run_exported(sys.executable, RUNNER, tmp_path,
+                        export_cases(backend, tmp_path, names, gradients), [backend], 300)
 
 
 @pytest.fixture(scope="module")
@@ -207,44 +137,28 @@ def mxnet_export(tmp_path_factory):
     return _run_exported("mxnet", tmp_path_factory.mktemp("export_mxnet"), MXNET_MODELS)
 
 
-def _check(report, cases, name, layers, tolerance=TOLERANCE):
-    results = [r for r in report[name]["results"] if r[0] != "train"]
-    case = next(c for c in cases if c["name"] == name)
-    assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
-    for member, output, got, want, error in results:
-        assert got == want, "{} {}: shape {} != {}".format(member, output, got, want)
-        assert error <= tolerance, "{} {}: relative error {}".format(member, output, error)
-    # the framework's own layers, not an interpreter of the graph
-    assert set(layers) & set(report[name]["modules"]), report[name]["modules"]
-
-
 @pytest.mark.parametrize("name", tbdzoo.list_models())
 def test_torch_source_reproduces_the_backend_without_tbdzoo(torch_export, name):
     cases, report = torch_export
-    _check(report, cases, name, ("Conv2d", "Linear"))
+    check_outputs(report, cases, name, ("Conv2d", "Linear"))
 
 
 def test_torch_source_trains_as_the_backend_does(torch_export):
     """One training-mode loss of the written ResNet and its gradients, read back by tbdzoo's
     names, against the backend's loss_and_gradients on the same batch."""
-    _, report = torch_export
-    errors = next(r[1] for r in report["resnet50"]["results"] if r[0] == "train")
-    assert len(errors) == 1 + 53   # the loss and every trainable tensor
-    assert errors.pop("loss") < 1e-5
-    worst = max(errors, key=errors.get)
-    assert errors[worst] < 1e-5, (worst, errors[worst])
+    assert_trains_as_the_backend(torch_export[1])
 
 
 @pytest.mark.parametrize("name", MXNET_MODELS)
 def test_mxnet_source_reproduces_the_backend_without_tbdzoo(mxnet_export, name):
     cases, report = mxnet_export
-    _check(report, cases, name, ("Conv2D", "Dense"))
+    check_outputs(report, cases, name, ("Conv2D", "Dense"))
 
 
 @pytest.mark.parametrize("name", KERAS_MODELS)
 def test_keras_source_reproduces_the_backend_without_tbdzoo(keras_export, name):
     cases, report = keras_export
-    _check(report, cases, name, ("Conv2D", "Dense"))
+    check_outputs(report, cases, name, ("Conv2D", "Dense"))
 
 
 def test_keras_source_refuses_an_op_it_has_no_layer_for_naming_it():
@@ -262,24 +176,10 @@ def test_keras_source_refuses_an_op_it_has_no_layer_for_naming_it():
 
 def test_torch_source_defines_one_class_per_block_kind(torch_export):
     cases, _ = torch_export
-    text = {}
-    for case in cases:
-        with open(case["source"]) as f:
-            text[case["name"]] = f.read()
+    text = assert_one_definition_per_kind(cases, r"^class {}\(", {"math", "numpy", "torch"})
     assert re.search(r"^class Bottleneck\(nn\.Module\):", text["resnet50"], re.M)
     assert re.search(r"^class ResNet\(nn\.Module\):", text["resnet50"], re.M)
-    for kind in ("BasicConv2d", "InceptionA", "InceptionE", "InceptionAux", "Inception3"):
-        assert re.search(r"^class {}\(".format(kind), text["inception_v3"], re.M), kind
-    for kind in ("EncoderLayer", "DecoderLayer", "FeedForward"):
-        assert re.search(r"^class {}\(".format(kind), text["transformer"], re.M), kind
-    for kind in ("Generator", "Critic", "UpBlock", "DownBlock"):
-        assert re.search(r"^class {}\(".format(kind), text["wgan"], re.M), kind
-    for kind in ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor"):
-        assert re.search(r"^class {}\(".format(kind), text["faster_rcnn"], re.M), kind
     for name, source in text.items():
-        assert "import tbdzoo" not in source and "from tbdzoo" not in source, name
-        imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
-        assert imports <= {"math", "numpy", "torch"}, (name, imports)
         # no flat list of layers: each class's __init__ stays short
         for body in re.split(r"^class ", source, flags=re.M)[1:]:
             init = body.split("def forward")[0]
@@ -288,10 +188,7 @@ def test_torch_source_defines_one_class_per_block_kind(torch_export):
 
 def test_keras_source_defines_one_class_per_block_kind(keras_export):
     cases, _ = keras_export
-    text = {}
-    for case in cases:
-        with open(case["source"]) as f:
-            text[case["name"]] = f.read()
+    text = written_texts(cases)
     kinds = {"resnet50": ("Bottleneck",), "transformer": ("EncoderLayer", "DecoderLayer"),
              "wgan": ("Generator", "Critic", "UpBlock", "DownBlock"),
              "seq2seq": ("Encoder", "Decoder"), "deepspeech2": ("BatchRNNStack",),

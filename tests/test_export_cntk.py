@@ -1,54 +1,36 @@
 """CNTK source export: the written file, run by the CNTK environment's Python 3.6 where tbdzoo
 cannot be imported, computes what the CNTK backend's model computes."""
-import json
-import os
 import re
-import subprocess
 
-import numpy as np
 import pytest
 
 import tbdzoo
 from conftest import require_backend
+from export_helpers import (
+    NO_TBDZOO,
+    assert_one_definition_per_kind,
+    check_outputs,
+    export_cases,
+    run_exported,
+)
 from tbdzoo.backends import environments
 from tbdzoo.errors import TbdError
-from tbdzoo.export import export, writers
-from tbdzoo.spec.tree import build_tree
+from tbdzoo.export import writers
 
 pytestmark = pytest.mark.backend
 
-TOLERANCE = 1e-6
 CNTK_MODELS = tbdzoo.list_models()
 
-# python -I (no PYTHONPATH, no user site), tbdzoo blocked even where it is installed. Each call
-# builds the model's function (the root: function(model)) or a part's on input variables of
-# the saved arrays' shapes, evaluates it and reports the largest relative error per output
-# and the op names of the CNTK block functions it is made of.
-RUNNER = r'''
-import importlib.abc, importlib.util, json, sys
-
-class _NoTbdzoo(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "tbdzoo" or name.startswith("tbdzoo."):
-            raise ImportError("tbdzoo is not importable here")
-        return None
-
-sys.meta_path.insert(0, _NoTbdzoo())
-try:
-    import tbdzoo  # noqa: F401
-    raise SystemExit("tbdzoo could be imported")
-except ImportError:
-    pass
-import numpy as np
+# After NO_TBDZOO (tests/export_helpers.py), each call builds the model's function (the root:
+# function(model)) or a part's on input variables of the saved arrays' shapes, evaluates it
+# and reports the largest relative error per output and, as its modules, the op names of the
+# CNTK block functions it is made of.
+RUNNER = NO_TBDZOO + r'''
 import cntk as C
 from cntk.logging import graph
 
 report = {}
-for case in json.load(open(sys.argv[1])):
-    spec = importlib.util.spec_from_file_location("exported_" + case["name"], case["source"])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    data = np.load(case["arrays"], allow_pickle=False)
+for case, module, data in written_cases():
     model = module.build(case["weights"])
     results, kinds = [], set()
     for call in case["calls"]:
@@ -69,105 +51,36 @@ for case in json.load(open(sys.argv[1])):
             got = {f.outputs[0]: got}
         for name, output in zip(call["outputs"], f.outputs):
             value, want = np.asarray(got[output]), data[name]
-            results.append([call["member"], name, list(value.shape), list(want.shape),
-                            float(np.max(np.abs(value - want) / (1.0 + np.abs(want))))
-                            if value.shape == want.shape else None])
+            results.append(compared(call["member"], name, value, want))
         kinds.update(b.op_name for b in graph.depth_first_search(
             f, lambda x: isinstance(x, C.Function) and x.is_block, depth=-1))
-    report[case["name"]] = {"results": results, "kinds": sorted(kinds)}
+    report[case["name"]] = {"results": results, "modules": sorted(kinds)}
 print(json.dumps(report))
 '''
-
-
-def _cases(tmp_path, names):
-    """Export the models ``names`` (tiny) from the CNTK backend and save the arrays each call
-    (the model, and each of its top-level blocks on its own) reads and gives."""
-    cases = []
-    for name in names:
-        model = tbdzoo.build(name, backend="cntk", config="tiny", seed=0)
-        try:
-            source, weights = export(model, "cntk", str(tmp_path / (name + ".py")))
-            batch = dict(model.synthetic_batch(seed=1))
-            graph = model.spec
-            if graph.program is not None and graph.program.targets_step is not None:
-                batch.update(model.step_targets(batch))   # Faster R-CNN's RoIs
-            root = build_tree(graph)
-            calls = [(None, root.inputs, [graph.output])]
-            for path, child in root.children.items():
-                if any(b.layers for b in child.walk()):
-                    calls.append((path, child.inputs, child.outputs))
-            arrays = {n: np.asarray(batch[n]) for _, ins, _ in calls for n in ins
-                      if n in graph.inputs}
-            for _, ins, outs in calls[1:]:
-                arrays.update(model.values(batch, [n for n in list(ins) + list(outs)
-                                                   if n not in graph.inputs]))
-            if model.model_def.inference is None:   # predict is the graph's output
-                arrays[graph.output] = model.predict(batch)
-            else:
-                arrays.update(model.values(batch, [graph.output]))
-            path = str(tmp_path / (name + ".arrays.npz"))
-            np.savez(path, **arrays)
-            cases.append({"name": name, "source": source, "weights": weights, "arrays": path,
-                          "calls": [{"member": m, "inputs": list(i), "outputs": list(o)}
-                                    for m, i, o in calls]})
-        finally:
-            model.close()
-    return cases
 
 
 @pytest.fixture(scope="module")
 def cntk_export(tmp_path_factory):
     require_backend("cntk")
     tmp_path = tmp_path_factory.mktemp("export_cntk")
-    cases = _cases(tmp_path, CNTK_MODELS)
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    (tmp_path / "runner.py").write_text(RUNNER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run([environments.python_of("cntk"), "-I", str(tmp_path / "runner.py"),
-                           str(tmp_path / "cases.json")], cwd=str(tmp_path), env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return cases, json.loads(done.stdout.strip().splitlines()[-1])
+    return run_exported(environments.python_of("cntk"), RUNNER, tmp_path,
+                        export_cases("cntk", tmp_path, CNTK_MODELS), timeout=600)
 
 
 @pytest.mark.parametrize("name", CNTK_MODELS)
 def test_cntk_source_reproduces_the_backend_without_tbdzoo(cntk_export, name):
     cases, report = cntk_export
-    case = next(c for c in cases if c["name"] == name)
-    results = report[name]["results"]
-    assert len(results) == sum(len(c["outputs"]) for c in case["calls"])
-    for member, output, got, want, error in results:
-        assert got == want, "{} {}: shape {} != {}".format(member, output, got, want)
-        assert error <= TOLERANCE, "{} {}: relative error {}".format(member, output, error)
     # made of CNTK block functions, one per layer and block, as the backend's model is
-    assert {"Convolution2D", "Dense"} & set(report[name]["kinds"]), report[name]["kinds"]
+    check_outputs(report, cases, name, ("Convolution2D", "Dense"))
 
 
 def test_cntk_source_defines_one_function_per_block_kind(cntk_export):
     cases, _ = cntk_export
-    text = {}
-    for case in cases:
-        with open(case["source"]) as f:
-            text[case["name"]] = f.read()
+    text = assert_one_definition_per_kind(
+        cases, r"^def {}\(", {"math", "collections", "numpy", "cntk"},
+        [("transformer", "MultiHeadAttention"), ("faster_rcnn", "FrozenBatchNorm")])
     assert re.search(r"^def Bottleneck\(name, in_channels, ", text["resnet50"], re.M)
     assert re.search(r"^def ResNet\(name=\"\"\):", text["resnet50"], re.M)
-    for kind in ("BasicConv2d", "InceptionA", "InceptionE", "InceptionAux", "Inception3"):
-        assert re.search(r"^def {}\(".format(kind), text["inception_v3"], re.M), kind
-    for kind in ("EncoderLayer", "DecoderLayer", "FeedForward", "MultiHeadAttention"):
-        assert re.search(r"^def {}\(".format(kind), text["transformer"], re.M), kind
-    for kind in ("Generator", "Critic", "UpBlock", "DownBlock"):
-        assert re.search(r"^def {}\(".format(kind), text["wgan"], re.M), kind
-    for kind in ("Encoder", "Decoder", "LSTM", "AdditiveAttention"):
-        assert re.search(r"^def {}\(".format(kind), text["seq2seq"], re.M), kind
-    for kind in ("GRU", "SequenceBatchNorm", "DeepSpeech2"):
-        assert re.search(r"^def {}\(".format(kind), text["deepspeech2"], re.M), kind
-    for kind in ("Backbone", "RPNHead", "BoxHead", "FastRCNNPredictor", "FrozenBatchNorm"):
-        assert re.search(r"^def {}\(".format(kind), text["faster_rcnn"], re.M), kind
-    for name, source in text.items():
-        imports = set(re.findall(r"^(?:import|from) (\w+)", source, re.M))
-        assert imports <= {"math", "collections", "numpy", "cntk"}, (name, imports)
-        assert "tbdzoo" not in re.sub(r'""".*?"""', "", source, flags=re.S), name
 
 
 def test_cntk_source_refuses_an_op_it_does_not_write_naming_it(tmp_path):

@@ -3,6 +3,26 @@ paths and the forward statements of a planned class (tbdzoo/export/plan.py)."""
 from .plan import Arg, Lit
 
 
+def pair(v):
+    """An (h, w) pair as one number where both are equal, else as a tuple."""
+    v = tuple(v)
+    return v[0] if len(v) == 2 and v[0] == v[1] else v
+
+
+def symmetric(pads):
+    """((top, bottom), (left, right)) pads as (top, left) where each axis pads both sides
+    alike, else None."""
+    (t, b), (left, r) = pads
+    return (t, left) if t == b and left == r else None
+
+
+def layer_padding(pads):
+    """What a convolution layer pads: pads alike on both sides of each axis as a pair (one
+    number where equal), else 0 (the writer pads the input before the layer)."""
+    sym = symmetric(pads)
+    return pair(sym) if sym else 0
+
+
 def literal(value):
     """``value`` as Python source: ints, floats (shortest repr that reads back equal), bools,
     None, strings and tuples of them."""
@@ -188,3 +208,93 @@ def root_doc(cls, plan, call, dtype_name=str):
         lines.append("Also a part of the model, not called by {}: self.{}({}) -> {}.".format(
             call, path, ", ".join(block.inputs), ", ".join(block.outputs)))
     return "\n".join(lines) + "\n"
+
+
+def arguments(items, positional, defaults):
+    """A constructor's arguments from (name, value) ``items``: the first ``positional`` by
+    position, the others as ``name=value``, left out where a literal equals (with its type)
+    the name's value in ``defaults``."""
+    parts = [value(v) for _, v in items[:positional]]
+    for k, v in items[positional:]:
+        if is_lit(v) and k in defaults and lit(v) == defaults[k] and \
+                type(lit(v)) is type(defaults[k]):
+            continue
+        parts.append("{}={}".format(k, value(v)))
+    return parts
+
+
+def scaled_call(ref, x, scale):
+    """``ref(x)`` times ``scale`` (an embedding's output scale), left out at a literal 1.0."""
+    if is_lit(scale) and lit(scale) == 1.0:
+        return "{}({})".format(ref, x)
+    return "{}({}) * {}".format(ref, x, value(scale, True))
+
+
+def used_names(plan, render_op):
+    """(layer types the classes hold, names of the helpers their ops need): ``render_op(step,
+    helpers)`` adds to ``helpers`` what an op step's code calls."""
+    types, helpers = set(), set()
+    for cls in plan.classes:
+        for m in all_members(cls):
+            if m.kind == "layer":
+                types.add(m.type)
+        for step in cls.steps:
+            if step.kind == "op":
+                render_op(step, helpers)
+    return types, helpers
+
+
+def add_texts(lines, texts, used):
+    """Each text of ``texts`` (name -> source) whose name is in ``used``, two blank lines
+    after each."""
+    for name, text in texts.items():
+        if name in used:
+            lines.add(text.strip("\n")).add().add()
+
+
+def add_members(cls, lines, expr_of, append):
+    """``__init__``'s statements making the members of ``cls``: ``expr_of(member)`` builds one
+    (None where an optional one's flag is false); a list class's own items are added with
+    ``append``, a format of the expression."""
+    for m in members_in_order(cls):
+        expr = expr_of(m)
+        if m.optional is not None:
+            expr = "{} if {} else None".format(expr, m.optional.name)
+        if cls.base == "list" and "." not in m.path:
+            lines.add(append.format(expr))
+        else:
+            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+
+
+def add_forward(cls, lines, render_op, layer_call, block_call="{}({})", ref=member_ref):
+    """The body of ``cls``'s forward (:func:`forward_statements`): an op step's expression is
+    ``render_op(step)``, a layer's ``layer_call(cls, member, inputs)``, a block's
+    ``block_call`` of the member's reference (``ref(cls, path)``) and the inputs."""
+    def render(step):
+        if step.kind == "op":
+            return render_op(step)
+        if step.kind == "layer":
+            return layer_call(cls, cls.members[step.path], step.ins)
+        return block_call.format(ref(cls, step.path), ", ".join(step.ins))
+    forward_statements(cls, lines, render)
+
+
+def add_build(lines, root, load):
+    """The file's ``load`` function's source, then ``build(weights=None)``: a new ``root``,
+    holding tbdzoo's weights file if given."""
+    lines.add(load.strip("\n")).add().add()
+    lines.add("def build(weights=None):").indent()
+    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
+        root.name))
+    lines.add("model = {}()".format(root.name))
+    lines.add("return load(model, weights) if weights is not None else model").dedent()
+
+
+def add_title(lines, framework, model_name, version, config, root,
+              built="{}() with tbdzoo's weights file loaded"):
+    """The file docstring's first lines: what the file is, and how ``build`` makes the model
+    (``built``, a format of the root class's name, says what it gives)."""
+    lines.add('"""{} in {}, written by tbdzoo {} from its specification (config {!r}).'.format(
+        model_name, framework, version, config))
+    lines.add("")
+    lines.add("    model = build(\"{}.npz\")   # {}".format(model_name, built.format(root.name)))

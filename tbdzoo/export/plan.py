@@ -12,7 +12,8 @@ What a framework needs of a layer (its constructor's arguments, and which of the
 reads) comes from an emitter (``tbdzoo/backends/<fw>/source.py``), through three functions:
 ``layer_slots(graph, node)`` and ``op_slots(graph, node)`` give OrderedDicts of name ->
 :class:`Slot`, and ``layer_type(graph, node)`` names the framework's layer (part of what must
-match between instances). Nothing here imports a framework.
+match between instances). What a layer is made with is one table here (:func:`spec_slots`);
+each emitter renames it (:func:`renamed_slots`). Nothing here imports a framework.
 """
 import keyword
 from collections import OrderedDict
@@ -33,6 +34,78 @@ class Slot:
 
     def __init__(self, value, family=None, call=False):
         self.value, self.family, self.call = value, family, call
+
+
+def spec_slots(graph, node):
+    """What the layer computing ``node`` is made with, in no framework's terms: name -> Slot
+    in the spec's order, the attributes as the spec holds them and the input sizes read from
+    the graph's shapes. Names are the spec's attributes ('filters', 'eps', 'units'), with
+    'in_channels' and 'channels' (image axis 0), 'in_features' and 'channels' (the last axis),
+    and, for the layers every written file defines itself (attention, LSTM, GRU), the names
+    those take. An op that is no layer has none."""
+    a, op, s = node.attrs, node.op, OrderedDict()
+    shape = graph.shape_of(node.inputs[0]) if node.inputs else ()
+    if op == "conv2d":
+        s["in_channels"] = Slot(shape[0], "channels")
+        s["filters"] = Slot(a["filters"], "channels")
+        s["kernel"] = Slot(a["kernel"], "kernel_size")
+        for k, family in (("stride", "stride"), ("padding", "padding"),
+                          ("dilation", "dilation"), ("groups", "groups"), ("use_bias", "bias")):
+            s[k] = Slot(a[k], family)
+    elif op in ("batchnorm", "sequence_batchnorm", "frozen_batchnorm", "layernorm",
+                "channel_layernorm"):
+        image = op in ("batchnorm", "frozen_batchnorm", "channel_layernorm")
+        s["channels"] = Slot(shape[0] if image else shape[-1], "channels")
+        s["eps"] = Slot(a["eps"], "eps")
+        if op in ("batchnorm", "sequence_batchnorm"):
+            s["momentum"] = Slot(a["momentum"], "momentum")
+            s["track_running_stats"] = Slot(a["track_running_stats"], "track_running_stats")
+    elif op == "dense":
+        s["in_features"] = Slot(shape[-1], "channels")
+        s["units"] = Slot(a["units"], "channels")
+        s["use_bias"] = Slot(a["use_bias"], "bias")
+    elif op == "embedding":
+        s["vocab"] = Slot(a["vocab"], "vocab")
+        s["dim"] = Slot(a["dim"], "channels")
+        s["scale"] = Slot(a["scale"], "scale", call=True)
+    elif op == "multi_head_attention":
+        s["d_model"] = Slot(shape[-1], "channels")
+        for k in ("num_heads", "dropout", "causal", "pad_id"):
+            s[k] = Slot(a[k], k)
+    elif op in ("lstm", "gru"):
+        s["input_size"] = Slot(shape[-1], "channels")
+        s["hidden_size"] = Slot(a["units"], "channels")
+        for k in ("num_layers", "bidirectional", "merge"):
+            s[k] = Slot(a[k], k)
+    elif op == "additive_attention":
+        s["query_size"] = Slot(shape[-1], "channels")
+        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
+        s["units"] = Slot(a["units"], "channels")
+    return s
+
+
+def renamed_slots(graph, node, names, convert=None):
+    """:func:`spec_slots` in a framework's terms. ``names`` maps an op to its constructor's
+    arguments in order, a string of words ``name=spec_name`` (or ``name`` where both are the
+    same): an op it lacks keeps the spec's names and order. ``convert`` maps a spec name to
+    the function giving the framework's value (one int for an equal pair, say)."""
+    spec = spec_slots(graph, node)
+    if node.op not in names:
+        pairs = [(k, k) for k in spec]
+    else:
+        pairs = [tuple(w.split("=")) if "=" in w else (w, w) for w in names[node.op].split()]
+    out = OrderedDict()
+    for name, spec_name in pairs:
+        slot = spec[spec_name]
+        change = (convert or {}).get(spec_name)
+        out[name] = Slot(change(slot.value) if change else slot.value, slot.family, slot.call)
+    return out
+
+
+def attribute_slots(node):
+    """An op's attributes as slots its code reads (each may differ between instances)."""
+    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
+                       if k != "shared")
 
 
 class Lit:

@@ -1,76 +1,11 @@
 """CNTK: one learner thread per CNTK worker process (docs/a3c.md).
 
-CNTK 2.7 runs in its own interpreter (CPython 3.6, tbdzoo/backends/remote.py), and the
-environments run here (Gymnasium needs this interpreter), so each learner is a thread of this
-process that steps its own environment and drives its own worker, which holds the learner's
-copy of the network. The shared parameters and the shared RMSProp's square averages are NumPy
-arrays of this process; before each rollout the thread sends the shared parameters to its
-worker (``set_weights``), acts through it (``predict``), receives the rollout's gradients
-(``loss_and_gradients``) and applies them to the shared arrays, without a lock. The networks
-run in the workers in parallel; the threads share this process's GIL only for the environment
-steps and the NumPy update. A learner's CPU time is its thread's plus its worker's.
+CNTK 2.7 runs in its own interpreter (CPython 3.6, tbdzoo/backends/remote.py) and Gymnasium
+needs this one, so each learner is a thread of the main process driving its own CNTK worker
+(tbdzoo/rl/async_learners/workers.py).
 """
-import time
-
-import numpy as np
-
-from ...models.a3c import NAME as A3C
-from ...rl.async_learners.common import (
-    NumpyRMSProp,
-    cpu_seconds,
-    initial_weights,
-    make_envs,
-    numpy_learning,
-    predictor,
-    run_in_threads,
-    run_learner,
-    thread_counters,
-)
-from ...rl.record import RunResult
-from ..registry import build
+from ...rl.async_learners.workers import train_with_workers
 
 
 def train(job):
-    initial = initial_weights(job)
-    params = dict((n, v.copy()) for n, v in initial.items())
-    square_averages = dict((n, np.zeros_like(v)) for n, v in initial.items())
-    updates = np.zeros(job.learners, np.int64)
-    optimizer = NumpyRMSProp(params, square_averages, updates, job.settings)
-    counters = thread_counters(job.learners)
-    copies = []
-    try:
-        for _ in range(job.learners):
-            copies.append(build(A3C, backend="cntk", config=job.config, seed=job.seed,
-                                isolate=True, **job.overrides))
-        return _run(job, copies, initial, params, optimizer, counters)
-    finally:
-        for copy in copies:
-            copy.close()
-
-
-def _run(job, copies, initial, params, optimizer, counters):
-    reports = [None] * job.learners
-
-    def learner(index, barrier):
-        local = copies[index]
-        sync, learn = numpy_learning(local, params, optimizer, index)
-        envs = make_envs(job.env_id, job.seed, index, job.window)
-        barrier.wait()
-        start = time.monotonic()
-        cpu = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid)
-        returns = run_learner(index, predictor(local), sync, learn, envs, job.settings,
-                              counters, job.stop, start,
-                              np.random.default_rng(job.seed + index))
-        used = cpu_seconds(thread=True) + cpu_seconds(pid=local.pid) - cpu
-        reports[index] = (returns, used)
-        envs.close()
-    start = run_in_threads(job.learners, learner)
-    result = RunResult(job.env_id, backend="cntk", learners=job.learners, how=
-                         "{} threads, each driving its own CNTK worker process".format(
-                             job.learners))
-    for returns, _ in reports:
-        result.episode_returns.extend(returns)
-    result.finish(counters, start, [r[1] for r in reports])
-    result.initial_weights = initial
-    optimizer.record_state(result)
-    return result
+    return train_with_workers(job, "cntk", "CNTK")

@@ -19,18 +19,22 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     lit,
     literal,
     member_ref,
     members_in_order,
     params_in_call_order,
+    used_names,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "CNTK"
 EXTENSION = ".py"
@@ -59,70 +63,32 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_channels out_channels=filters kernel_size=kernel stride padding dilation "
+              "groups bias=use_bias",
+    "batchnorm": "channels eps",
+    "sequence_batchnorm": "channels eps",
+    "dense": "in_features out_features=units bias=use_bias",
+    "layernorm": "features=channels eps"}
+_CONVERT = {"kernel": tuple, "stride": tuple, "dilation": tuple,
+            "padding": lambda pads: tuple(tuple(p) for p in pads)}
+
+
 def layer_slots(graph, node):
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["out_channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(tuple(a["kernel"]), "kernel_size")
-        s["stride"] = Slot(tuple(a["stride"]), "stride")
-        s["padding"] = Slot(tuple(tuple(p) for p in a["padding"]), "padding")
-        s["dilation"] = Slot(tuple(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "batchnorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-        if a["track_running_stats"]:
-            s["exact"] = Slot(graph.program is not None, "exact")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["vocab"] = Slot(a["vocab"], "vocab")
-        s["dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale")
-    elif op == "layernorm":
-        s["features"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "sequence_batchnorm":
-        s["channels"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "frozen_batchnorm":
-        s["channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    s = renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
+    if node.op == "batchnorm" and node.attrs["track_running_stats"]:
+        s["exact"] = Slot(graph.program is not None, "exact")
+    if node.op == "embedding":   # Embedding's own argument, not read by the call
+        s["scale"].call = False
     return s
 
 
 def op_slots(graph, node):
     if node.op not in _OPS:
         _refuse(node.op, node.name)
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------
@@ -147,14 +113,7 @@ def _constructor(member, shared=None, index=None):
     """``Convolution2D(join(name, "conv1"), 8, 16, (3, 3), stride=(2, 2))``; keywords left
     out at their defaults; ``shared``: {parameter: expression} of tied parameters."""
     parts = [_name_expr(member.path, index)]
-    values = list(member.values.items())
-    n = _POSITIONAL[member.type]
-    parts += [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts += arguments(list(member.values.items()), _POSITIONAL[member.type], _DEFAULTS)
     for k, expr in sorted((shared or {}).items()):
         parts.append("{}={}".format(k, expr))
     return "{}({})".format(member.type, ", ".join(parts))
@@ -937,14 +896,7 @@ def function(model):
 
 
 def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
+    used_types, helpers = used_names(plan, _op)
     if "Convolution2D" in used_types:
         helpers.add("padding")
     return used_types, helpers
@@ -974,16 +926,7 @@ def _write_kind(cls, lines, plan):
             lines.add(lhs + _wrap(expr, len(lhs)))
     lines.add()
     lines.add("def forward({}):".format(", ".join(cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent()
     lines.add("self.forward = forward")
     lines.add("return self")
@@ -1017,11 +960,7 @@ def write(plan, model_name, config, version):
     root = plan.root
     graph = plan.graph
     lines = Lines()
-    lines.add('"""{} in CNTK, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "CNTK", model_name, version, config, root)
     lines.add("    f = function(model)            # a cntk.Function of input variables INPUTS")
     lines.add("    feed = prepare({{\"{}\": ..., ...}})   # NumPy arrays by input name".format(
         root.inputs[0]))
@@ -1051,9 +990,7 @@ def write(plan, model_name, config, version):
                                                      for k, v in rois.items())))
     lines.add("LOWEST_FLOAT32 = {!r}".format(-3.4028234663852886e+38)).add().add()
     lines.add(_RUNTIME.strip("\n")).add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
     needs = {"linear": {"Dense", "MultiHeadAttention"},
              "Ragged": {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}}
     for name, text in _LAYERS.items():
@@ -1061,10 +998,5 @@ def write(plan, model_name, config, version):
             lines.add(text.strip("\n")).add().add()
     for cls in plan.classes:
         _write_kind(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()

@@ -14,21 +14,26 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     call_arguments,
     class_doc,
     compress,
-    forward_statements,
     is_lit,
     lit,
     literal,
     member_ref,
-    members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
+    used_names,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import attribute_slots, renamed_slots
 
 FRAMEWORK = "Flax"
 EXTENSION = ".py"
@@ -50,11 +55,6 @@ def _unsupported(what, op, name):
         "it on the jax backend itself".format(what, op, name, _OTHERS))
 
 
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
 def _padding(pads):
     pads = tuple(tuple(p) for p in pads)
     flat = set(p for pair in pads for p in pair)
@@ -69,74 +69,32 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_features=in_channels out_features=filters kernel_size=kernel strides=stride "
+              "padding kernel_dilation=dilation feature_group_count=groups use_bias",
+    "batchnorm": "num_features=channels momentum epsilon=eps tracks=track_running_stats",
+    "sequence_batchnorm": "num_features=channels momentum epsilon=eps "
+                          "tracks=track_running_stats",
+    "frozen_batchnorm": "num_features=channels epsilon=eps",
+    "dense": "in_features out_features=units use_bias",
+    "embedding": "num_embeddings=vocab features=dim scale",
+    "layernorm": "num_features=channels epsilon=eps",
+    "channel_layernorm": "num_features=channels epsilon=eps"}
+_CONVERT = {"kernel": tuple, "stride": pair, "padding": _padding, "dilation": pair}
+
+
 def layer_slots(graph, node):
     """The constructor's values of the layer computing ``node``."""
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        s["in_features"] = Slot(shape[0], "channels")
-        s["out_features"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(tuple(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_padding(a["padding"]), "padding")
-        s["kernel_dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["feature_group_count"] = Slot(a["groups"], "groups")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif op == "batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op == "sequence_batchnorm":
-        s["num_features"] = Slot(shape[-1], "channels")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["tracks"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "frozen_batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["num_embeddings"] = Slot(a["vocab"], "vocab")
-        s["features"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["num_features"] = Slot(shape[-1], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "channel_layernorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    else:
-        layer_type(graph, node)
-    return s
+    layer_type(graph, node)
+    return renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
 
 
 def op_slots(graph, node):
     """The attributes an op's code reads (each may differ between instances of a class)."""
     if node.op not in _OPS:
         raise _unsupported("code", node.op, node.name)
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------
@@ -155,13 +113,7 @@ def _constructor(member):
     """``Conv2d(8, 16, (3, 3), strides=2, use_bias=False, rngs=rngs)``: keywords left out
     at their defaults."""
     values = [(k, v) for k, v in member.values.items() if k != "scale"]
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     if member.op in _EXTRA:
         parts.append(_EXTRA[member.op])
     if member.op != "frozen_batchnorm":
@@ -190,10 +142,7 @@ def _layer_call(cls, member, ins):
     ref = member_ref(cls, member.path)
     op = member.op
     if op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -675,18 +624,6 @@ _WRITTEN_LAYOUTS = OrderedDict([
                            '(("W", "kernel", _transposed), ("b", "bias", None))}')])
 
 
-def _used(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
-    return used_types, helpers
-
-
 def _tie(plan, layer, suffix):
     member_type = layer_type(plan.graph, plan.graph.nodes[layer])
     if (member_type, suffix) not in _TIED_ATTRIBUTE:
@@ -708,14 +645,7 @@ def _write_class(cls, lines, plan):
     for p in params:
         if p.call:
             lines.add("self.{0} = {0}".format(p.name))
-    for m in members_in_order(cls):
-        expr = _member_expr(m)
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.append({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, _member_expr, "self.append({})")
     for step in cls.steps:
         if step.kind == "op" and step.op == "dropout":
             lines.add("self.{} = nnx.Dropout({}, rngs=rngs)".format(
@@ -726,16 +656,7 @@ def _write_class(cls, lines, plan):
             member_ref(cls, owner), _native_param(plan, owner, owner_suffix)))
     lines.dedent().add()
     lines.add("def __call__({}):".format(", ".join(["self"] + cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent().dedent().add().add()
 
 
@@ -756,14 +677,11 @@ def _root_doc(cls, plan):
 
 def write(plan, model_name, config, version):
     """The whole source file of ``plan``."""
-    used_types, helpers = _used(plan)
+    used_types, helpers = used_names(plan, _op)
     lines = Lines()
     root = plan.root
-    lines.add('"""{} in Flax NNX, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}(rngs=...) with tbdzoo's weights file, in "
-              "eval mode".format(model_name, root.name))
+    add_title(lines, "Flax NNX", model_name, version, config, root,
+              "{}(rngs=...) with tbdzoo's weights file, in eval mode")
     lines.add("    out = model({})".format(", ".join(root.inputs)))
     lines.add("")
     lines.add("Values are in tbdzoo's layouts (images (N, C, H, W)); Conv2d, an nnx.Conv, computes "
@@ -781,19 +699,13 @@ def write(plan, model_name, config, version):
     lines.add("# rounds their inputs to TF32 or bfloat16)")
     lines.add('jax.config.update("jax_default_matmul_precision", "highest")').add()
     lines.add("INPUTS = {}".format(literal(tuple(root.inputs)))).add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
     if used_types & {"LSTM", "GRU", "AdditiveAttention", "SequenceBatchNorm"}:
         lines.add(_SEQUENCES.strip("\n")).add().add()
     if used_types & set(_CELLS):
         lines.add(_RECURRENT.strip("\n")).add().add()
-    for name, text in _CELLS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _CELLS, used_types)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
     written = ""

@@ -13,20 +13,28 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
+    layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
-    members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
+    symmetric,
+    used_names,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "MXNet Gluon"
 EXTENSION = ".py"
@@ -37,16 +45,6 @@ _TYPES = {"conv2d": "nn.Conv2D", "dense": "nn.Dense", "embedding": "nn.Embedding
           "multi_head_attention": "MultiHeadAttention", "channel_layernorm": "ChannelLayerNorm",
           "frozen_batchnorm": "FrozenBatchNorm", "lstm": "LSTM", "gru": "GRU",
           "additive_attention": "AdditiveAttention", "sequence_batchnorm": "SequenceBatchNorm"}
-
-
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
-def _symmetric(pads):
-    (t, b), (left, r) = pads
-    return (t, left) if t == b and left == r else None
 
 
 def _refuse(node):
@@ -62,75 +60,35 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "channels=filters kernel_size=kernel strides=stride padding dilation groups "
+              "use_bias in_channels",
+    "batchnorm": "momentum epsilon=eps in_channels=channels",
+    "sequence_batchnorm": "in_channels=channels epsilon=eps",
+    "frozen_batchnorm": "in_channels=channels epsilon=eps",
+    "dense": "units use_bias in_units=in_features",
+    "embedding": "input_dim=vocab output_dim=dim scale",
+    "layernorm": "epsilon=eps in_channels=channels",
+    "channel_layernorm": "num_channels=channels eps"}
+_STATISTICS_NAMES = dict(_SLOT_NAMES, batchnorm="in_channels=channels epsilon=eps")
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "padding": layer_padding,
+            "momentum": lambda momentum: 1.0 - momentum}   # Gluon's: the old statistics' weight
+
+
 def layer_slots(graph, node):
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        sym = _symmetric(a["padding"])
-        s["channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_pair(sym) if sym else 0, "padding")
-        s["dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-        s["in_channels"] = Slot(shape[0], "channels")
-        if sym is None:
-            (t, b), (left, r) = a["padding"]
-            s["pad"] = Slot((0, 0, 0, 0, t, b, left, r), "pad", call=True)
-    elif op == "batchnorm":
-        if a["track_running_stats"]:
-            s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
-            s["epsilon"] = Slot(a["eps"], "eps")
-            s["in_channels"] = Slot(shape[0], "channels")
-        else:
-            s["in_channels"] = Slot(shape[0], "channels")
-            s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "frozen_batchnorm":
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["units"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-        s["in_units"] = Slot(shape[-1], "channels")
-    elif op == "embedding":
-        s["input_dim"] = Slot(a["vocab"], "vocab")
-        s["output_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-        s["in_channels"] = Slot(shape[-1], "channels")
-    elif op == "multi_head_attention":
-        s["d_model"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["num_channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    elif op == "sequence_batchnorm":
-        s["in_channels"] = Slot(shape[-1], "channels")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    tracked = node.op != "batchnorm" or node.attrs["track_running_stats"]
+    s = renamed_slots(graph, node, _SLOT_NAMES if tracked else _STATISTICS_NAMES, _CONVERT)
+    if node.op == "conv2d" and symmetric(node.attrs["padding"]) is None:
+        (t, b), (left, r) = node.attrs["padding"]
+        s["pad"] = Slot((0, 0, 0, 0, t, b, left, r), "pad", call=True)
     return s
 
 
 def op_slots(graph, node):
-    out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                      if k != "shared")
+    out = attribute_slots(node)
     if node.op in ("positional_encoding", "roi_align"):
         out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)
     return out
@@ -155,13 +113,7 @@ def _constructor(member, shares=None):
     if member.type == "BatchStatisticsNorm":
         return "BatchStatisticsNorm({}, eps={})".format(value(member.values["in_channels"]),
                                                         value(member.values["epsilon"]))
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     if member.op == "dense":
         parts.append("flatten=False")
     if member.op == "batchnorm":
@@ -177,10 +129,7 @@ def _layer_call(cls, member, ins):
         return "{}(F.pad({}, mode=\"constant\", constant_value=0.0, pad_width={}))".format(
             ref, ins[0], value(member.values["pad"], True))
     if member.op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -210,7 +159,7 @@ def _op(step, helpers, constants):
         return " + ".join(ins)
     if op in ("maxpool2d", "avgpool2d"):
         kernel, stride, padding = need_lit("kernel", "stride", "padding")
-        sym = _symmetric(padding)
+        sym = symmetric(padding)
         explicit = sym is None or 2 * max(sym) > min(kernel)
         kw = "kernel={}, stride={}".format(literal(tuple(kernel)), literal(tuple(stride)))
         if op == "maxpool2d":
@@ -571,18 +520,6 @@ def load(model, path):
 '''
 
 
-def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers, {})
-    return used_types, helpers
-
-
 def _write_class(cls, lines, plan):
     base = "nn.HybridSequential" if cls.base == "list" else "gluon.HybridBlock"
     lines.add("class {}({}):".format(cls.name, base)).indent()
@@ -597,14 +534,7 @@ def _write_class(cls, lines, plan):
     body = Lines()
     body.depth = 2
 
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers, constants)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, body, render)
+    add_forward(cls, body, lambda step: _op(step, helpers, constants), _layer_call)
     if constants and cls.count > 1:
         raise UnsupportedOpError("the MXNet source writer keeps constant tables per class; "
                                  "{} has {} instances".format(cls.name, cls.count))
@@ -617,14 +547,8 @@ def _write_class(cls, lines, plan):
                                      "name: {}.{} is {}.{}".format(layer, suffix, owner,
                                                                    owner_suffix))
         shares[layer] = member_ref(cls, owner)
-    for m in members_in_order(cls):
-        expr = _member_expr(m) if m.path not in shares else _constructor(m, shares[m.path])
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.add({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, lambda m: _member_expr(m) if m.path not in shares else
+                _constructor(m, shares[m.path]), "self.add({})")
     lines.dedent().add()
     args = ["self", "F"] + cls.inputs + list(constants)
     lines.add("def hybrid_forward({}):".format(", ".join(args)))
@@ -637,14 +561,10 @@ def _root_doc(cls, plan):
 
 
 def write(plan, model_name, config, version):
-    used_types, helpers = _helper_names(plan)
+    used_types, helpers = used_names(plan, lambda step, helpers: _op(step, helpers, {}))
     root = plan.root
     lines = Lines()
-    lines.add('"""{} in MXNet Gluon, written by tbdzoo {} from its specification (config {!r}).'
-              .format(model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "MXNet Gluon", model_name, version, config, root)
     lines.add("    model.hybridize()")
     lines.add("    out = model({})   # mx.nd arrays, float32 (token ids too)".format(
         ", ".join(root.inputs)))
@@ -665,19 +585,10 @@ def write(plan, model_name, config, version):
     out = nn.HybridSequential()
     out.add(*blocks)
     return out''').add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()
 

@@ -21,19 +21,26 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
+    add_build,
+    add_forward,
+    add_texts,
+    add_title,
     all_members,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
     lit,
     literal,
     member_expr,
     member_ref,
     members_in_order,
+    pair,
     params_in_call_order,
+    scaled_call,
+    used_names,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 from ...spec.tree import SEQUENTIAL, build_tree
 
 FRAMEWORK = "Keras"
@@ -52,11 +59,6 @@ _OPS = ("relu", "add", "maxpool2d", "avgpool2d", "global_avgpool", "flatten", "d
 _KERAS_ATTRIBUTES = {"input", "output", "inputs", "outputs", "layers", "weights", "variables",
                      "name", "dtype", "trainable", "built", "losses", "metrics", "optimizer",
                      "loss", "call", "build", "path", "supports_masking", "input_spec"}
-
-
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
 
 
 def _refuse(node):
@@ -132,57 +134,44 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "filters kernel_size=kernel strides=stride padding dilation_rate=dilation "
+              "use_bias",
+    "dense": "units use_bias",
+    "batchnorm": "momentum epsilon=eps",
+    "sequence_batchnorm": "momentum epsilon=eps",
+    "embedding": "input_dim=vocab output_dim=dim scale",
+    "layernorm": "epsilon=eps",
+    "multi_head_attention": "num_heads key_dim=d_model dropout causal pad_id",
+    "channel_layernorm": "epsilon=eps",
+    "frozen_batchnorm": "epsilon=eps",
+    "lstm": "units=hidden_size num_layers bidirectional merge",
+    "gru": "units=hidden_size num_layers bidirectional merge",
+    "additive_attention": "units"}
+_STATISTICS_NAMES = dict(_SLOT_NAMES, batchnorm="epsilon=eps")
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "momentum": lambda momentum: 1.0 - momentum}   # Keras': the old statistics' weight
+
+
 def layer_slots(graph, node):
     kind = layer_type(graph, node)
-    a, s = node.attrs, OrderedDict()
-    shape = graph.shape_of(node.inputs[0]) if node.inputs else ()
+    names = _STATISTICS_NAMES if kind == "BatchStatisticsNorm" else _SLOT_NAMES
+    s = renamed_slots(graph, node, names, _CONVERT)
     if node.op == "conv2d":
-        s["filters"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["strides"] = Slot(_pair(a["stride"]), "stride")
         mode = _padding_mode(graph, node)
         if kind == "PaddedConv2D" and mode is None:
-            mode = tuple(tuple(p) for p in a["padding"])
+            mode = tuple(tuple(p) for p in node.attrs["padding"])
         s["padding"] = Slot(mode, "padding")
-        s["dilation_rate"] = Slot(_pair(a["dilation"]), "dilation")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif node.op == "dense":
-        s["units"] = Slot(a["units"], "channels")
-        s["use_bias"] = Slot(a["use_bias"], "bias")
-    elif node.op == "batchnorm" and kind == "BatchStatisticsNorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op in ("batchnorm", "sequence_batchnorm"):
-        s["momentum"] = Slot(1.0 - a["momentum"], "momentum")
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op == "embedding":
-        s["input_dim"] = Slot(a["vocab"], "vocab")
-        s["output_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif node.op == "layernorm":
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op == "multi_head_attention":
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["key_dim"] = Slot(shape[-1] // a["num_heads"], "channels")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif node.op in ("channel_layernorm", "frozen_batchnorm"):
-        s["epsilon"] = Slot(a["eps"], "eps")
-    elif node.op in ("lstm", "gru"):
-        s["units"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif node.op == "additive_attention":
-        s["units"] = Slot(a["units"], "channels")
+    elif node.op == "multi_head_attention":   # each head's size
+        s["key_dim"] = Slot(s["key_dim"].value // node.attrs["num_heads"], "channels")
     return s
 
 
 def op_slots(graph, node):
     if node.op not in _OPS:
         _refuse(node)
-    out = OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                      if k != "shared")
+    out = attribute_slots(node)
     out["rank"] = Slot(len(graph.shape_of(node.inputs[0])), "rank", call=True)
     if node.op in ("flatten", "reshape", "to_batch"):
         out["in_shape"] = Slot(tuple(graph.shape_of(node.inputs[0])), "in_shape", call=True)
@@ -197,12 +186,7 @@ _DEFAULTS = {"strides": 1, "padding": "valid", "dilation_rate": 1, "use_bias": T
 
 def _keywords(v, names):
     """``name=value`` for each of ``names`` not at Keras' default."""
-    parts = []
-    for k in names:
-        if not (is_lit(v[k]) and k in _DEFAULTS and lit(v[k]) == _DEFAULTS[k]
-                and type(lit(v[k])) is type(_DEFAULTS[k])):
-            parts.append("{}={}".format(k, value(v[k])))
-    return parts
+    return arguments([(k, v[k]) for k in names], 0, _DEFAULTS)
 
 
 def _constructor(member):
@@ -245,10 +229,7 @@ def _layer_call(cls, member, ins):
     if member.type in ("layers.BatchNormalization", "MultiHeadAttention", "SequenceBatchNorm"):
         return "{}({}, training=training)".format(ref, ", ".join(ins))
     if member.op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -834,33 +815,19 @@ def _write_class(cls, lines, plan):
     lines.dedent().add()
     lines.add("def call({}):".format(", ".join(["self"] + cls.inputs + ["training=None"])))
     lines.indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({}, training=training)".format(_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call,
+                "{}({}, training=training)", _ref)
     lines.dedent().dedent().add().add()
 
 
 def _used(plan):
     """The layer classes written into the file and the helper functions the ops need."""
-    types, helpers = set(), set()
+    types, helpers = used_names(plan, _op)
     for cls in plan.classes:
         if cls.base == "list":
             types.add("LayerList")
-        for m in all_members(cls):
-            if m.kind == "layer":
-                types.add(m.type)
         if cls.ties:
             types.update(e.split("(")[0] for e in _tied_members(cls, plan).values())
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
     if types & {"LSTM", "GRU"}:
         types.add("Recurrent")
     return types, helpers
@@ -908,11 +875,7 @@ def write(plan, model_name, config, version):
     root = plan.root
     g = plan.graph
     lines = Lines()
-    lines.add('"""{} in Keras, written by tbdzoo {} from its specification (config {!r}).'.format(
-        model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "Keras", model_name, version, config, root)
     lines.add("    out = model({})   # images NHWC".format(", ".join(root.inputs)))
     lines.add("")
     lines.add("Layers sit where tbdzoo's parameter names say (``layer1.0.conv1`` is")
@@ -942,18 +905,9 @@ def write(plan, model_name, config, version):
     (top, bottom), (left, right) = padding
     return ops.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=value)''')
     lines.add().add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, types)
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):").indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model").dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()

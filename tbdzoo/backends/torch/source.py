@@ -11,20 +11,28 @@ from collections import OrderedDict
 from ...errors import UnsupportedOpError
 from ...export.code import (
     Lines,
-    all_members,
+    add_build,
+    add_forward,
+    add_members,
+    add_texts,
+    add_title,
+    arguments,
     class_doc,
-    forward_statements,
     is_lit,
+    layer_padding,
     lit,
     literal,
     member_expr,
     member_ref,
-    members_in_order,
+    pair,
     params_in_call_order,
     root_doc,
+    scaled_call,
+    symmetric,
+    used_names,
     value,
 )
-from ...export.plan import Slot
+from ...export.plan import Slot, attribute_slots, renamed_slots
 
 FRAMEWORK = "PyTorch"
 EXTENSION = ".py"
@@ -41,16 +49,6 @@ _NATIVE_PARAM = {"batchnorm": {"gamma": "weight", "beta": "bias"},
                  "frozen_batchnorm": {"gamma": "weight", "beta": "bias"}}
 
 
-def _pair(v):
-    v = tuple(v)
-    return v[0] if len(v) == 2 and v[0] == v[1] else v
-
-
-def _symmetric(pads):
-    (t, b), (left, r) = pads
-    return (t, left) if t == b and left == r else None
-
-
 def layer_type(graph, node):
     if node.op == "batchnorm":
         return "nn.BatchNorm2d" if len(graph.shape_of(node.inputs[0])) == 3 else "nn.BatchNorm1d"
@@ -60,71 +58,35 @@ def layer_type(graph, node):
     return _TYPES[node.op]
 
 
+# The constructors' arguments, by the spec's names (tbdzoo/export/plan.py: spec_slots)
+_SLOT_NAMES = {
+    "conv2d": "in_channels out_channels=filters kernel_size=kernel stride padding dilation "
+              "groups bias=use_bias",
+    "batchnorm": "num_features=channels eps momentum track_running_stats",
+    "sequence_batchnorm": "num_features=channels eps momentum track_running_stats",
+    "frozen_batchnorm": "num_features=channels eps",
+    "dense": "in_features out_features=units bias=use_bias",
+    "embedding": "num_embeddings=vocab embedding_dim=dim scale",
+    "layernorm": "normalized_shape=channels eps",
+    "multi_head_attention": "embed_dim=d_model num_heads dropout causal pad_id",
+    "channel_layernorm": "num_channels=channels eps"}
+_CONVERT = {"kernel": pair, "stride": pair, "dilation": pair,
+            "padding": layer_padding}
+
+
 def layer_slots(graph, node):
     """The constructor's values of the layer computing ``node``."""
-    a, shape = node.attrs, graph.shape_of(node.inputs[0]) if node.inputs else ()
-    s = OrderedDict()
-    op = node.op
-    if op == "conv2d":
-        sym = _symmetric(a["padding"])
-        s["in_channels"] = Slot(shape[0], "channels")
-        s["out_channels"] = Slot(a["filters"], "channels")
-        s["kernel_size"] = Slot(_pair(a["kernel"]), "kernel_size")
-        s["stride"] = Slot(_pair(a["stride"]), "stride")
-        s["padding"] = Slot(_pair(sym) if sym else 0, "padding")
-        s["dilation"] = Slot(_pair(a["dilation"]), "dilation")
-        s["groups"] = Slot(a["groups"], "groups")
-        s["bias"] = Slot(a["use_bias"], "bias")
-        if sym is None:
-            (t, b), (left, r) = a["padding"]
-            s["pad"] = Slot((left, r, t, b), "pad", call=True)
-    elif op in ("batchnorm", "sequence_batchnorm"):
-        s["num_features"] = Slot(shape[0] if op == "batchnorm" else shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-        s["momentum"] = Slot(a["momentum"], "momentum")
-        s["track_running_stats"] = Slot(a["track_running_stats"], "track_running_stats")
-    elif op == "frozen_batchnorm":
-        s["num_features"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "dense":
-        s["in_features"] = Slot(shape[-1], "channels")
-        s["out_features"] = Slot(a["units"], "channels")
-        s["bias"] = Slot(a["use_bias"], "bias")
-    elif op == "embedding":
-        s["num_embeddings"] = Slot(a["vocab"], "vocab")
-        s["embedding_dim"] = Slot(a["dim"], "channels")
-        s["scale"] = Slot(a["scale"], "scale", call=True)
-    elif op == "layernorm":
-        s["normalized_shape"] = Slot(shape[-1], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op == "multi_head_attention":
-        s["embed_dim"] = Slot(shape[-1], "channels")
-        s["num_heads"] = Slot(a["num_heads"], "num_heads")
-        s["dropout"] = Slot(a["dropout"], "dropout")
-        s["causal"] = Slot(a["causal"], "causal")
-        s["pad_id"] = Slot(a["pad_id"], "pad_id")
-    elif op == "channel_layernorm":
-        s["num_channels"] = Slot(shape[0], "channels")
-        s["eps"] = Slot(a["eps"], "eps")
-    elif op in ("lstm", "gru"):
-        s["input_size"] = Slot(shape[-1], "channels")
-        s["hidden_size"] = Slot(a["units"], "channels")
-        s["num_layers"] = Slot(a["num_layers"], "num_layers")
-        s["bidirectional"] = Slot(a["bidirectional"], "bidirectional")
-        s["merge"] = Slot(a["merge"], "merge")
-    elif op == "additive_attention":
-        s["query_size"] = Slot(shape[-1], "channels")
-        s["memory_size"] = Slot(graph.shape_of(node.inputs[1])[-1], "channels")
-        s["units"] = Slot(a["units"], "channels")
-    else:
-        layer_type(graph, node)
+    layer_type(graph, node)
+    s = renamed_slots(graph, node, _SLOT_NAMES, _CONVERT)
+    if node.op == "conv2d" and symmetric(node.attrs["padding"]) is None:
+        (t, b), (left, r) = node.attrs["padding"]
+        s["pad"] = Slot((left, r, t, b), "pad", call=True)
     return s
 
 
 def op_slots(graph, node):
     """The attributes an op's code reads (each may differ between instances of a class)."""
-    return OrderedDict((k, Slot(v, k, call=True)) for k, v in sorted(node.attrs.items())
-                       if k != "shared")
+    return attribute_slots(node)
 
 
 # -- layers -----------------------------------------------------------------------------------
@@ -140,13 +102,7 @@ _POSITIONAL = {"conv2d": 3, "dense": 2, "embedding": 2, "batchnorm": 1, "sequenc
 def _constructor(member):
     """``nn.Conv2d(8, 16, 3, stride=2, bias=False)``: keywords left out at their defaults."""
     values = [(k, v) for k, v in member.values.items() if k not in ("pad", "scale")]
-    n = _POSITIONAL[member.op]
-    parts = [value(v) for _, v in values[:n]]
-    for k, v in values[n:]:
-        if is_lit(v) and k in _DEFAULTS and lit(v) == _DEFAULTS[k] and \
-                type(lit(v)) is type(_DEFAULTS[k]):
-            continue
-        parts.append("{}={}".format(k, value(v)))
+    parts = arguments(values, _POSITIONAL[member.op], _DEFAULTS)
     return "{}({})".format(member.type, ", ".join(parts))
 
 
@@ -157,10 +113,7 @@ def _layer_call(cls, member, ins):
         pad = member.values["pad"]
         return "{}(F.pad({}, {}))".format(ref, ins[0], value(pad, True))
     if op == "embedding":
-        scale = member.values["scale"]
-        if is_lit(scale) and lit(scale) == 1.0:
-            return "{}({})".format(ref, ins[0])
-        return "{}({}) * {}".format(ref, ins[0], value(scale, True))
+        return scaled_call(ref, ins[0], member.values["scale"])
     return "{}({})".format(ref, ", ".join(ins))
 
 
@@ -187,17 +140,17 @@ def _op(step, helpers):
     if op in ("maxpool2d", "avgpool2d"):
         if all_lit("kernel", "stride", "padding") and op == "maxpool2d" and \
                 not _explicit(lit(v["padding"]), lit(v["kernel"])):
-            pad = _symmetric(lit(v["padding"]))
-            args = [x, literal(_pair(lit(v["kernel"]))), literal(_pair(lit(v["stride"])))]
+            pad = symmetric(lit(v["padding"]))
+            args = [x, literal(pair(lit(v["kernel"]))), literal(pair(lit(v["stride"])))]
             if pad != (0, 0):
-                args.append(literal(_pair(pad)))
+                args.append(literal(pair(pad)))
             return "F.max_pool2d({})".format(", ".join(args))
         if all_lit("kernel", "stride", "padding") and op == "avgpool2d" and \
                 not _explicit(lit(v["padding"]), lit(v["kernel"])):
-            pad = _symmetric(lit(v["padding"]))
-            args = [x, literal(_pair(lit(v["kernel"]))), literal(_pair(lit(v["stride"])))]
+            pad = symmetric(lit(v["padding"]))
+            args = [x, literal(pair(lit(v["kernel"]))), literal(pair(lit(v["stride"])))]
             if pad != (0, 0):
-                args.append(literal(_pair(pad)))
+                args.append(literal(pair(pad)))
                 if not is_lit(v["count_include_pad"]) or not lit(v["count_include_pad"]):
                     args.append("count_include_pad=" + val("count_include_pad"))
             return "F.avg_pool2d({})".format(", ".join(args))
@@ -257,7 +210,7 @@ def _op(step, helpers):
 
 
 def _explicit(padding, kernel):
-    sym = _symmetric(padding)
+    sym = symmetric(padding)
     kernel = (kernel, kernel) if isinstance(kernel, int) else tuple(kernel)
     return sym is None or 2 * max(sym) > min(kernel)
 
@@ -488,18 +441,6 @@ def load(model, path):
 '''
 
 
-def _helper_names(plan):
-    used_types, helpers = set(), set()
-    for cls in plan.classes:
-        for m in all_members(cls):
-            if m.kind == "layer":
-                used_types.add(m.type)
-        for step in cls.steps:
-            if step.kind == "op":
-                _op(step, helpers)
-    return used_types, helpers
-
-
 def _write_class(cls, lines, plan):
     base = "nn.ModuleList" if cls.base == "list" else "nn.Module"
     lines.add("class {}({}):".format(cls.name, base)).indent()
@@ -512,30 +453,14 @@ def _write_class(cls, lines, plan):
     for p in params:
         if p.call:
             lines.add("self.{0} = {0}".format(p.name))
-    for m in members_in_order(cls):
-        expr = _member_expr(m)
-        if m.optional is not None:
-            expr = "{} if {} else None".format(expr, m.optional.name)
-        if cls.base == "list" and "." not in m.path:
-            lines.add("self.append({})".format(expr))
-        else:
-            lines.add("{} = {}".format(member_ref(cls, m.path), expr))
+    add_members(cls, lines, _member_expr, "self.append({})")
     for layer, suffix, owner, owner_suffix in cls.ties:
         lines.add("{}.{} = {}.{}  # shared".format(
             member_ref(cls, layer), _native_param(plan.graph, layer, suffix),
             member_ref(cls, owner), _native_param(plan.graph, owner, owner_suffix)))
     lines.dedent().add()
     lines.add("def forward({}):".format(", ".join(["self"] + cls.inputs))).indent()
-    helpers = set()
-
-    def render(step):
-        if step.kind == "op":
-            return _op(step, helpers)
-        member = cls.members[step.path]
-        if step.kind == "layer":
-            return _layer_call(cls, member, step.ins)
-        return "{}({})".format(member_ref(cls, step.path), ", ".join(step.ins))
-    forward_statements(cls, lines, render)
+    add_forward(cls, lines, lambda step: _op(step, set()), _layer_call)
     lines.dedent().dedent().add().add()
 
 
@@ -549,14 +474,10 @@ def _root_doc(cls, plan):
 
 def write(plan, model_name, config, version):
     """The whole source file of ``plan``."""
-    used_types, helpers = _helper_names(plan)
+    used_types, helpers = used_names(plan, _op)
     lines = Lines()
     root = plan.root
-    lines.add('"""{} in PyTorch, written by tbdzoo {} from its specification (config {!r}).'.format(
-        model_name, version, config))
-    lines.add("")
-    lines.add("    model = build(\"{}.npz\")   # {}() with tbdzoo's weights file loaded".format(
-        model_name, root.name))
+    add_title(lines, "PyTorch", model_name, version, config, root)
     lines.add("    model.eval()")
     lines.add("    out = model({})".format(", ".join(root.inputs)))
     lines.add("")
@@ -570,24 +491,13 @@ def write(plan, model_name, config, version):
     lines.add("from torch.nn import functional as F").add()
     lines.add("INPUTS = {}".format(literal(tuple(root.inputs))))
     lines.add()
-    for name, text in _HELPERS.items():
-        if name in helpers:
-            lines.add(text.strip("\n")).add().add()
-    for name, text in _LAYER_HELPERS.items():
-        if name in used_types:
-            lines.add(text.strip("\n")).add().add()
+    add_texts(lines, _HELPERS, helpers)
+    add_texts(lines, _LAYER_HELPERS, used_types)
     norms = ["nn.modules.batchnorm._BatchNorm", "nn.LayerNorm"] + \
         (["FrozenBatchNorm2d"] if "FrozenBatchNorm2d" in used_types else [])
     lines.add("# Layers whose weight and bias are the spec's gamma and beta.")
     lines.add("NORMS = ({})".format(", ".join(norms))).add().add()
     for cls in plan.classes:
         _write_class(cls, lines, plan)
-    lines.add(_LOAD.strip("\n")).add().add()
-    lines.add("def build(weights=None):")
-    lines.indent()
-    lines.add('"""A new {}, with the weights of tbdzoo\'s .npz file ``weights`` if given."""'.format(
-        root.name))
-    lines.add("model = {}()".format(root.name))
-    lines.add("return load(model, weights) if weights is not None else model")
-    lines.dedent()
+    add_build(lines, root, _LOAD)
     return lines.text()
