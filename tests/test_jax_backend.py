@@ -101,9 +101,13 @@ for k, v in m.get_weights().items():
     np.testing.assert_array_equal(v, before[k])
 
 # replaceable: a new classifier head takes part in the next prediction and the next step
+m.train_step(batch)              # the step's cached walk of the tree exists from here
 first = m.predict(batch)
 net.fc = nnx.Linear(net.fc.in_features, net.fc.out_features, rngs=nnx.Rngs(5))
 assert not np.allclose(m.predict(batch), first)
+kernel = np.asarray(net.fc.kernel.value).copy()
+m.train_step(batch)
+assert not np.allclose(np.asarray(net.fc.kernel.value), kernel), "the new head was not trained"
 
 # the Transformer's output projection reads the embedding table
 t = build_native("transformer", "jax", config="tiny")

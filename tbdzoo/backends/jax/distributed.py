@@ -10,6 +10,7 @@ from . import framework  # noqa: F401  (first: JAX imported quietly, full float3
 
 # isort: split
 import contextlib
+import functools
 import os
 
 import jax
@@ -144,6 +145,11 @@ class DistributedModel(Model):
         if not self._tracing[1]:
             return flag
         return jax.lax.psum(flag.astype(np.int32), AXIS) > 0
+
+    def _bind(self, update, *held):
+        """The sharded update takes the model and the optimizer as any call does (it places
+        them across the mesh), so it is bound plainly, without the cached walk."""
+        return functools.partial(update, *held)
 
     def _compile_update(self, update):
         owner = self

@@ -196,34 +196,81 @@ class Model(BackendModel):
         runs on this process's device alone (the whole model here)."""
         return contextlib.nullcontext()
 
-    def _train_step(self, prepared, lr):
-        fn = self._update_function(None)
+    # -- the steps' cached walk of the tree -----------------------------------------------------
+    # ``nnx.jit`` walks the model and the optimizer (split before the call, merge after) on every
+    # call: for ResNet-50's 429 variables that host work is longer than an H100's whole step.
+    # A step therefore calls its update through ``nnx.cached_partial``, which walks the tree
+    # once and keeps its structure. A user may change the tree between steps (a new head, a
+    # replaced layer), so each step first compares the identities of the tree's nodes with the
+    # cached ones (a plain walk of attributes, a fraction of nnx's) and walks anew on a change.
+    def _bind(self, update, *held):
+        return nnx.cached_partial(update, *held)
+
+    def _bound_update(self, phase_index):
+        optimizer = self.optimizer if phase_index is None else \
+            self._optimizers[self.program.phases[phase_index]["update"]]
+        shape = (id(optimizer),) + _node_ids(self.native)
+        bound = self.__dict__.setdefault("_bound", {})
+        cached = bound.get(phase_index)
+        if cached is None or cached[0] != shape:
+            cached = bound[phase_index] = (shape, self._bind(self._update_function(phase_index),
+                                                             self.native, optimizer))
+        return cached[1]
+
+    def _run_update(self, phase_index, native, lr, key):
         with self._matmul_precision():
-            loss, bad = fn(self.native, self.optimizer, prepared.native, jnp.float32(lr),
-                           self._step_key())
+            loss, bad = self._bound_update(phase_index)(native, jnp.float32(lr), key)
+        self._queued = loss
+        return loss, bad
+
+    def _train_step(self, prepared, lr):
+        loss, bad = self._run_update(None, prepared.native, lr, self._step_key())
         if bool(bad):
             raise self._nonfinite_error(["loss"])
         return float(loss)
 
+    def _train_step_async(self, prepared, lr):
+        """Queue one step without waiting: a non-finite one is skipped on the device (the
+        update keeps the old values) and reported at the next synchronisation."""
+        loss, bad = self._run_update(None, prepared.native, lr, self._step_key())
+        if self.guard_steps:
+            self._defer_nonfinite(self.step_count + 1, bad, ["loss"])
+        return loss
+
     def _update(self, phase_index, native, lr):
         phase = self.program.phases[phase_index]
-        fn = self._update_function(phase_index)
         index = self.group_steps[phase["update"]]
-        with self._matmul_precision():
-            loss, bad = fn(self.native, self._optimizers[phase["update"]], native,
-                           jnp.float32(lr), self._step_key(phase_index, index))
-        if bool(bad):
-            raise self._nonfinite_error([phase["objective"]])
+        loss, bad = self._run_update(phase_index, native, lr, self._step_key(phase_index, index))
+        if self.guard_steps:    # read with the step's other flags (base._program_step)
+            self._step_flags.append((phase["objective"], bad))
         return loss
+
+    def synchronize(self):
+        """Wait for the queued steps (each step's program follows the one before through
+        the donated state, so the last one's loss is ready when every one is done); raises the
+        NonFiniteStepError of the first queued step that was skipped."""
+        queued = self.__dict__.pop("_queued", None)
+        if queued is not None:
+            jax.block_until_ready(queued)
+        self._raise_deferred()
+
+    def _flags_to_host(self, flags):
+        return [bool(b) for b in np.asarray(jax.device_get(jnp.stack(flags))).reshape(-1)]
+
+    def _any_flag(self, flags):
+        return flags[0] if len(flags) == 1 else jnp.any(jnp.stack(flags))
 
     def _save_state(self):
         """A copy of every variable of the model and the optimizers (the step's donated
         buffers are updated in place, so a reference would not do)."""
         held = (self.native,) + tuple(self._optimizers.values())
-        return jax.tree.map(jnp.copy, nnx.as_pure(nnx.state(held)))
+        return _copy(nnx.as_pure(nnx.state(held)))
 
     def _restore_state(self, saved, where=None):
+        """``saved`` back; with ``where`` (a device flag) only where it is true."""
         held = (self.native,) + tuple(self._optimizers.values())
+        if where is not None:
+            saved = _select(where, saved, nnx.as_pure(nnx.state(held)))
         nnx.update(held, saved)
 
     # -- gradients, inference --------------------------------------------------------------------
@@ -457,6 +504,36 @@ class _PathIn:
 
     def __repr__(self):
         return "PathIn({} paths)".format(len(self.paths))
+
+
+def _node_ids(node):
+    """The identities of every module, container and variable of an NNX tree, in order."""
+    out = []
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        out.append(id(node))
+        if isinstance(node, nnx.Variable):
+            continue
+        if isinstance(node, nnx.Module):
+            children = vars(node).values()
+        elif isinstance(node, dict):
+            children = node.values()
+        else:
+            children = node
+        stack.extend(c for c in children
+                     if isinstance(c, (nnx.Module, nnx.Variable, list, tuple, dict)))
+    return tuple(out)
+
+
+@jax.jit
+def _copy(tree):
+    return jax.tree.map(jnp.copy, tree)
+
+
+@jax.jit
+def _select(where, saved, current):
+    return jax.tree.map(lambda old, new: jnp.where(where, old, new), saved, current)
 
 
 def _gpus():
