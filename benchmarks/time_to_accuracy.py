@@ -26,7 +26,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "benchmarks", "results", "time_to_accuracy.json")
 PLOT = os.path.join(ROOT, "docs", "time_to_accuracy.png")
-BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
+BACKENDS = ("torch", "tensorflow", "mxnet", "cntk", "jax")
 
 
 def read_runs(path):
