@@ -3,12 +3,13 @@
     .venv/bin/tbd data make fashion-mnist-imagenet --out data/fm32 --set size=32 \\
         --set train_per_class=200 --set val_per_class=50
     .venv/bin/python -m benchmarks.time_to_accuracy --data data/fm32 \\
-        --models resnet50 --backends torch,tensorflow,mxnet,cntk --seeds 0,1,2
+        --models resnet50 --backends torch,tensorflow,mxnet,cntk,jax --seeds 0,1,2
     .venv/bin/python -m benchmarks.time_to_accuracy --summary      # the table and the plot
 
 Each run is `tbdzoo.training.train_to_target` on the model's proxy config with its default
 target (docs/training.md), in a process of its own (no framework's threads or memory touch the
-next run's). Each finished run is appended at once to ``--out`` (a JSON list, rewritten
+next run's); a jax run reaches `.venv-jax` through the backend's worker, as `tbd train --backend
+jax` does. Each finished run is appended at once to ``--out`` (a JSON list, rewritten
 through a temporary file), so an interrupted grid keeps its runs; a run already in the file
 (same model, backend, seed, target and dataset) is skipped unless ``--again``, which appends
 the rerun: the table and the plot take each seed's last run, and the file keeps every run.
@@ -26,7 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "benchmarks", "results", "time_to_accuracy.json")
 PLOT = os.path.join(ROOT, "docs", "time_to_accuracy.png")
-BACKENDS = ("torch", "tensorflow", "mxnet", "cntk")
+BACKENDS = ("torch", "tensorflow", "mxnet", "cntk", "jax")
 
 
 def read_runs(path):
