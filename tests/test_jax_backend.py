@@ -173,3 +173,39 @@ def test_the_optax_optimizers_compute_the_reference_formulas():
     require_backend("jax")
     proc = run_in_env(environments.python_of("jax"), ["-c", _OPTIMIZER_CHECK], timeout=300)
     assert proc.returncode == 0 and "optimizers ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+_QUEUED_STEPS = r"""
+import numpy as np
+from tbdzoo.backends.registry import build_native
+from tbdzoo.errors import NonFiniteStepError
+
+m = build_native("resnet50", "jax", config="tiny")
+batch = m.synthetic_batch(seed=0)
+prepared = m.prepare_batch(batch)
+assert m.train_step(prepared, sync=False) is None       # queued: the loss is not read back
+m.synchronize()
+assert m.step_count == 1
+trainable = set(m.trainable_names())
+huge = {k: (np.full_like(v, 3e38) if k in trainable else v) for k, v in m.get_weights().items()}
+m.set_weights(huge)
+m.train_step(prepared, sync=False)
+m.train_step(prepared, sync=False)
+try:
+    m.synchronize()
+    raise SystemExit("no error at synchronize")
+except NonFiniteStepError as error:
+    assert error.step == 2 and "2 of the steps queued" in str(error), str(error)
+assert m.step_count == 1
+for k, v in m.get_weights().items():
+    np.testing.assert_array_equal(v, huge[k])
+print("queued steps ok")
+"""
+
+
+def test_queued_steps_report_a_skipped_step_at_the_next_synchronisation():
+    """Timed loops queue steps with sync=False (the loss stays on the device); a non-finite
+    one is skipped inside the jitted step and raised when the model synchronises."""
+    require_backend("jax")
+    proc = run_in_env(environments.python_of("jax"), ["-c", _QUEUED_STEPS], timeout=600)
+    assert proc.returncode == 0 and "queued steps ok" in proc.stdout, proc.stdout + proc.stderr

@@ -255,7 +255,8 @@ class Model(BackendModel):
         self._raise_deferred()
 
     def _flags_to_host(self, flags):
-        return [bool(b) for b in np.asarray(jax.device_get(jnp.stack(flags))).reshape(-1)]
+        # device_get of the list, not jnp.stack: an eager stack compiles for each new count
+        return [bool(b) for b in jax.device_get(flags)]
 
     def _any_flag(self, flags):
         return flags[0] if len(flags) == 1 else jnp.any(jnp.stack(flags))
