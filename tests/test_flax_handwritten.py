@@ -18,7 +18,7 @@ def test_both_flax_models_match_tbdzoos_first_loss_and_train(tmp_path):
     out = tmp_path / "process.json"
     proc = run_in_env(environments.python_of("jax"), [
         "-m", "benchmarks.flax_handwritten", "--tiny", "--no-dropout", "--rounds", "1",
-        "--steps", "2", "--warmup", "1", "--process-out", str(out)], timeout=300)
+        "--steps", "1", "--warmup", "0", "--process-out", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(out.read_text())
     assert record["environment"]["device"] == "cpu" and record["environment"]["flax"]
