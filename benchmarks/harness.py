@@ -18,6 +18,8 @@ contenders in one process and hands them to this module, which
   round) reaches both sides of 1.0 is PARITY, not a lead; ``verdict`` says which.
 
 ``environment`` records the machine: GPU, driver, CUDA, cuDNN, torch, Python, host cores.
+PyTorch is imported at its first use: a script of another framework
+(``benchmarks/flax_handwritten.py``, run in .venv-jax) uses the parts that need none.
 
 A script's own parts come from here too: ``comparison_parser`` (the options every script shares;
 the script adds its own), ``run_cells`` (one process's model x execution x precision cells, the
@@ -34,7 +36,18 @@ import tempfile
 import time
 import traceback
 
-import torch
+
+class _Torch:
+    """PyTorch, imported at the first use of one of its names: a script of another framework
+    (.venv-jax has no torch) uses the parts that need none, and never loads it."""
+
+    def __getattr__(self, name):
+        import torch as module
+        globals()["torch"] = module
+        return getattr(module, name)
+
+
+torch = _Torch()
 
 ROUNDS_AT_LEAST = 5
 PROCESSES_AT_LEAST = 2

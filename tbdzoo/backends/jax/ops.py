@@ -4,8 +4,12 @@
 parameters, else None; ``ctx`` (:class:`Context`) says whether the pass trains, hands out the
 dropout keys and the canonical values of parameters a node shares with another layer (the
 Transformer's output projection reads the embedding table). Values are in the canonical
-layouts (images (N, C, H, W)); a layer that computes channels-last (``nnx.Conv``) transposes
-at its own boundary and XLA folds the transposes between neighbours.
+layouts (images (N, C, H, W)); the ops on images compute channels-last where they can
+(``nnx.Conv``; ReLU, sums, pooling, channel concatenation: ``channels_last``) and transpose at
+their own boundary, so the transposes of neighbours cancel and XLA's program keeps the images
+channels-last from one op to the next. BatchNorm stays channels-first: its statistics summed
+channels-last take another float32 order, which moves Inception-v3's gradients out of the
+consistency tolerance (docs/consistency.md).
 """
 from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
 
@@ -74,6 +78,18 @@ def nhwc(x):
 
 def nchw(x):
     return jnp.transpose(x, (0, 3, 1, 2))
+
+
+def channels_last(fn, *xs):
+    """``fn`` of images (N, C, H, W) computed channels-last: ``fn`` takes and returns
+    (N, H, W, C) arrays, transposed at the op's boundary. ``nnx.Conv`` works channels-last
+    too, so a transpose back to (N, C, H, W) at one op's end meets the transpose to
+    (N, H, W, C) at the next one's start and XLA removes the pair: the program keeps the
+    images channels-last from op to op, where the CPU's convolutions and pooling windows want
+    them. Other ranks go through as they are."""
+    if xs[0].ndim != 4:
+        return fn(*xs)
+    return nchw(fn(*[nhwc(x) for x in xs]))
 
 
 # -- layers -------------------------------------------------------------------------------------
@@ -171,40 +187,49 @@ def channel_layernorm_input_grad(inputs, layer, a, ctx):
 
 # -- functions ----------------------------------------------------------------------------------
 def relu(inputs, layer, a, ctx):
-    return jax.nn.relu(inputs[0])
+    return channels_last(jax.nn.relu, inputs[0])
 
 
-def add(inputs, layer, a, ctx):
-    out = inputs[0]
-    for x in inputs[1:]:
+def _sum(*xs):
+    out = xs[0]
+    for x in xs[1:]:
         out = out + x
     return out
 
 
+def add(inputs, layer, a, ctx):
+    if len({x.ndim for x in inputs}) != 1:  # broadcasting: as the shapes are
+        return _sum(*inputs)
+    return channels_last(_sum, *inputs)
+
+
 def _window(a):
-    return (1, 1) + tuple(a["kernel"]), (1, 1) + tuple(a["stride"])
+    """Window, strides and padding of a 2-D pooling over channels-last images."""
+    return ((1,) + tuple(a["kernel"]) + (1,), (1,) + tuple(a["stride"]) + (1,),
+            ((0, 0),) + tuple(tuple(p) for p in a["padding"]) + ((0, 0),))
 
 
 def maxpool2d(inputs, layer, a, ctx):
-    window, strides = _window(a)
-    padding = ((0, 0), (0, 0)) + tuple(tuple(p) for p in a["padding"])
-    return jax.lax.reduce_window(inputs[0], -jnp.inf, jax.lax.max, window, strides, padding)
+    window, strides, padding = _window(a)
+    return channels_last(lambda x: jax.lax.reduce_window(
+        x, -jnp.inf, jax.lax.max, window, strides, padding), inputs[0])
 
 
 def avgpool2d(inputs, layer, a, ctx):
-    x = inputs[0]
-    window, strides = _window(a)
-    padding = ((0, 0), (0, 0)) + tuple(tuple(p) for p in a["padding"])
-    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, padding)
-    if a["count_include_pad"]:
-        return total / float(a["kernel"][0] * a["kernel"][1])
-    ones = jnp.ones((1, 1) + x.shape[2:], x.dtype)
-    count = jax.lax.reduce_window(ones, 0.0, jax.lax.add, window, strides, padding)
-    return total / count
+    window, strides, padding = _window(a)
+
+    def pool(x):
+        total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, padding)
+        if a["count_include_pad"]:
+            return total / float(a["kernel"][0] * a["kernel"][1])
+        ones = jnp.ones((1,) + x.shape[1:3] + (1,), x.dtype)
+        count = jax.lax.reduce_window(ones, 0.0, jax.lax.add, window, strides, padding)
+        return total / count
+    return channels_last(pool, inputs[0])
 
 
 def global_avgpool(inputs, layer, a, ctx):
-    return inputs[0].mean(axis=(2, 3))
+    return nhwc(inputs[0]).mean(axis=(1, 2))
 
 
 def flatten(inputs, layer, a, ctx):
@@ -237,6 +262,8 @@ def dropout(inputs, layer, a, ctx):
 
 
 def concat(inputs, layer, a, ctx):
+    if a["axis"] == 0 and inputs[0].ndim == 4:  # images' channels: the last axis channels-last
+        return channels_last(lambda *xs: jnp.concatenate(xs, axis=-1), *inputs)
     return jnp.concatenate(inputs, axis=a["axis"] + 1)
 
 
