@@ -30,6 +30,7 @@ import statistics
 import sys
 
 from tbdzoo import suite
+from tbdzoo.profiling.plots import dig
 
 MODELS = ("resnet50", "inception_v3", "transformer", "seq2seq", "deepspeech2", "wgan",
           "faster_rcnn", "a3c")
@@ -117,14 +118,6 @@ def command_line():
 
 
 # -- the tables --------------------------------------------------------------------------------
-def dig(record, *keys):
-    for k in keys:
-        if not isinstance(record, dict):
-            return None
-        record = record.get(k)
-    return record
-
-
 def read(paths):
     records = []
     for path in paths:
