@@ -960,20 +960,24 @@ class FrozenBatchNorm(OpDef):
     """y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta over axis 0 (channels),
     all four per-channel tensors non-trainable state (torchvision's FrozenBatchNorm2d, eps
     1e-5 there; 0 for old Caffe weights), the same in training and inference. Backends may
-    fold it into a per-channel scale and shift computed exactly this way."""
+    fold it into a per-channel scale and shift computed exactly this way. ``gamma_init``: the
+    value gamma starts (and, frozen, stays) at."""
     name = "frozen_batchnorm"
-    defaults = {"eps": 1e-5}
+    defaults = {"eps": 1e-5, "gamma_init": 1.0}
 
     def canonical(self, a):
-        if not isinstance(a["eps"], (int, float)) or isinstance(a["eps"], bool) or a["eps"] < 0:
-            raise ValueError("frozen_batchnorm eps must be a number >= 0, not {!r}".format(
-                a["eps"]))
-        a["eps"] = float(a["eps"])
+        for key, low in (("eps", "0"), ("gamma_init", "0")):
+            value = a[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError("frozen_batchnorm {} must be a number >= {}, not {!r}".format(
+                    key, low, value))
+            a[key] = float(value)
         return a
 
     def params(self, in_shapes, a):
         c = (in_shapes[0][0],)
-        return OrderedDict([("gamma", (c, ("ones",), False)), ("beta", (c, ("zeros",), False)),
+        gamma = ("ones",) if a["gamma_init"] == 1.0 else ("constant", a["gamma_init"])
+        return OrderedDict([("gamma", (c, gamma, False)), ("beta", (c, ("zeros",), False)),
                             ("running_mean", (c, ("zeros",), False)),
                             ("running_var", (c, ("ones",), False))])
 

@@ -43,6 +43,11 @@ PAPER = {
     "canvas": (1000, 1000), "max_boxes": 64, "num_classes": 21,
     # network: ResNet-101 [M] [T], frozen batch norm [M] (FIXED_PARAMS 'gamma', 'beta')
     "blocks": (3, 4, 23, 3), "width": 64, "bn_eps": 2e-5,     # [M] symbol_resnet eps
+    # The frozen gamma of each bottleneck's last BatchNorm. [M] freezes ImageNet's statistics;
+    # from scratch, identity statistics let each of the 33 residual sums double the
+    # activations' variance (a first loss of 5e4 and a non-finite second step at lr 1e-3), so
+    # each branch is scaled by 1/sqrt(33 bottlenecks): a first loss near 4 (docs/models).
+    "residual_gamma": 33 ** -0.5,
     # anchors: [M] ANCHOR_SCALES (8, 16, 32) x stride 16, ANCHOR_RATIOS (0.5, 1, 2)
     "feature_stride": 16, "anchor_sizes": (128, 256, 512), "anchor_ratios": (0.5, 1.0, 2.0),
     # RPN targets: [M] RPN_BATCH_SIZE 256, RPN_FG_FRACTION 0.5, RPN_POSITIVE_OVERLAP 0.7,
@@ -73,7 +78,7 @@ PAPER = {
 # A 64 x 64 canvas (a 4 x 4 feature map), one bottleneck per stage four channels wide, 6
 # anchors per position, 3 object classes: every part of the step, small enough for the
 # four-backend consistency test.
-TINY = dict(PAPER, canvas=(64, 64), max_boxes=3, num_classes=4, blocks=(1, 1, 1, 1), width=4,
+TINY = dict(PAPER, residual_gamma=1.0, canvas=(64, 64), max_boxes=3, num_classes=4, blocks=(1, 1, 1, 1), width=4,
             anchor_sizes=(16, 32), rpn_batch=16, train_pre_nms=60, train_post_nms=20,
             test_pre_nms=60, test_post_nms=8, rpn_min_size=1.0, rois_per_image=8, roi_size=4,
             detections_per_image=10, batch_size=2, train_examples=20, lr=1e-2)
@@ -84,6 +89,7 @@ def _floats():
 RULES = {
     "canvas": integers(16), "max_boxes": integer(1), "num_classes": integer(2),
     "blocks": integers(1), "width": integer(1), "bn_eps": number(0.0),
+    "residual_gamma": number(0.0, open_low=True),
     "feature_stride": integer(1), "anchor_sizes": integers(1), "anchor_ratios": _floats(),
     "rpn_batch": integer(1), "rpn_positive_fraction": number(0.0, 1.0),
     "rpn_positive_iou": number(0.0, 1.0), "rpn_negative_iou": number(0.0, 1.0),
@@ -119,9 +125,9 @@ def _checks():
 
 
 # -- the graph --------------------------------------------------------------------------------
-def _conv_bn(g, hp, conv, bn, x, filters, kernel, stride, pad, relu=True):
+def _conv_bn(g, hp, conv, bn, x, filters, kernel, stride, pad, relu=True, gamma=1.0):
     x = g.add(conv, "conv2d", x, filters=filters, kernel=kernel, stride=stride, padding=pad)
-    x = g.add(bn, "frozen_batchnorm", x, eps=hp["bn_eps"])
+    x = g.add(bn, "frozen_batchnorm", x, eps=hp["bn_eps"], gamma_init=gamma)
     return g.add(bn + ".relu", "relu", x) if relu else x
 
 
@@ -135,7 +141,8 @@ def _stage(g, hp, prefix, x, in_ch, stage, count):
         p = g.block("{}layer{}.{}".format(prefix, stage + 1, i), "Bottleneck") + "."
         y = _conv_bn(g, hp, p + "conv1", p + "bn1", x, width, 1, 1, 0)
         y = _conv_bn(g, hp, p + "conv2", p + "bn2", y, width, 3, stride, 1)
-        y = _conv_bn(g, hp, p + "conv3", p + "bn3", y, out_ch, 1, 1, 0, relu=False)
+        y = _conv_bn(g, hp, p + "conv3", p + "bn3", y, out_ch, 1, 1, 0, relu=False,
+                     gamma=hp["residual_gamma"])
         shortcut = x
         if stride != 1 or in_ch != out_ch:
             shortcut = _conv_bn(g, hp, p + "downsample.0", p + "downsample.1", x, out_ch, 1,
