@@ -15,16 +15,21 @@ ARGS = ["--config", "tiny", "--device", "cpu", "--models", "resnet50", "--precis
         "--min-repeat-seconds", "0"]
 
 
+def _records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
 def test_the_grid_records_both_backends_resumes_and_tabulates(tmp_path, capsys):
     require_backend("jax")
     out = str(tmp_path / "grid.jsonl")
     assert cross_framework.main(ARGS + ["--out", out]) == 0
-    records = [json.loads(line) for line in open(out)]
+    records = _records(out)
     assert [(r["backend"], r["status"], r["pass"]) for r in records] == \
         [("torch", "ok", 1), ("jax", "ok", 1)]
     assert all(r["step_time"]["n"] == 2 and r["model"] == "resnet50" for r in records)
     assert cross_framework.main(ARGS + ["--out", out]) == 0      # nothing left to run
-    assert len(open(out).read().splitlines()) == 2
+    assert len(_records(out)) == 2
     capsys.readouterr()
     assert cross_framework.main(["--summary", out]) == 0
     table = capsys.readouterr().out
