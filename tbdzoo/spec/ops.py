@@ -966,18 +966,18 @@ class FrozenBatchNorm(OpDef):
     defaults = {"eps": 1e-5, "gamma_init": 1.0}
 
     def canonical(self, a):
-        for key, low in (("eps", "0"), ("gamma_init", "0")):
+        for key in ("eps", "gamma_init"):
             value = a[key]
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ValueError("frozen_batchnorm {} must be a number >= {}, not {!r}".format(
-                    key, low, value))
+                raise ValueError("frozen_batchnorm {} must be a number >= 0, not {!r}".format(
+                    key, value))
             a[key] = float(value)
         return a
 
     def params(self, in_shapes, a):
         c = (in_shapes[0][0],)
-        gamma = ("ones",) if a["gamma_init"] == 1.0 else ("constant", a["gamma_init"])
-        return OrderedDict([("gamma", (c, gamma, False)), ("beta", (c, ("zeros",), False)),
+        return OrderedDict([("gamma", (c, ("constant", a["gamma_init"]), False)),
+                            ("beta", (c, ("zeros",), False)),
                             ("running_mean", (c, ("zeros",), False)),
                             ("running_var", (c, ("ones",), False))])
 

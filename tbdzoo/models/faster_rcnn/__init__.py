@@ -78,10 +78,11 @@ PAPER = {
 # A 64 x 64 canvas (a 4 x 4 feature map), one bottleneck per stage four channels wide, 6
 # anchors per position, 3 object classes: every part of the step, small enough for the
 # four-backend consistency test.
-TINY = dict(PAPER, residual_gamma=1.0, canvas=(64, 64), max_boxes=3, num_classes=4, blocks=(1, 1, 1, 1), width=4,
-            anchor_sizes=(16, 32), rpn_batch=16, train_pre_nms=60, train_post_nms=20,
-            test_pre_nms=60, test_post_nms=8, rpn_min_size=1.0, rois_per_image=8, roi_size=4,
-            detections_per_image=10, batch_size=2, train_examples=20, lr=1e-2)
+TINY = dict(PAPER, residual_gamma=1.0, canvas=(64, 64), max_boxes=3, num_classes=4,
+            blocks=(1, 1, 1, 1), width=4, anchor_sizes=(16, 32), rpn_batch=16,
+            train_pre_nms=60, train_post_nms=20, test_pre_nms=60, test_post_nms=8,
+            rpn_min_size=1.0, rois_per_image=8, roi_size=4, detections_per_image=10,
+            batch_size=2, train_examples=20, lr=1e-2)
 
 def _floats():
     return Rule(tuple, 0.0, open_low=True, item=float)
