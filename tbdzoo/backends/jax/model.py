@@ -86,6 +86,8 @@ class Model(BackendModel):
             self._bf16_layers()
         self._key = jax.device_put(jax.random.PRNGKey(self.seed), self.jax_device)
         self._jitted = {}
+        self._bound = {}     # phase index -> (the tree's node identities, its cached update)
+        self._queued = None  # the loss of the last step dispatched, until synchronize()
         if self.program is None:
             self.optimizer = nnx.Optimizer(self.native, optimizers.make(self.hparams),
                                            wrt=nnx.Param)
@@ -210,10 +212,9 @@ class Model(BackendModel):
         optimizer = self.optimizer if phase_index is None else \
             self._optimizers[self.program.phases[phase_index]["update"]]
         shape = (id(optimizer),) + _node_ids(self.native)
-        bound = self.__dict__.setdefault("_bound", {})
-        cached = bound.get(phase_index)
+        cached = self._bound.get(phase_index)
         if cached is None or cached[0] != shape:
-            cached = bound[phase_index] = (shape, self._bind(self._update_function(phase_index),
+            cached = self._bound[phase_index] = (shape, self._bind(self._update_function(phase_index),
                                                              self.native, optimizer))
         return cached[1]
 
@@ -249,7 +250,7 @@ class Model(BackendModel):
         """Wait for the queued steps (each step's program follows the one before through
         the donated state, so the last one's loss is ready when every one is done); raises the
         NonFiniteStepError of the first queued step that was skipped."""
-        queued = self.__dict__.pop("_queued", None)
+        queued, self._queued = self._queued, None
         if queued is not None:
             jax.block_until_ready(queued)
         self._raise_deferred()
