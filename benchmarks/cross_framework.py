@@ -24,18 +24,21 @@ what it had; ``--again`` is not needed to resume: a (pass, model, precision, bac
 the file is skipped.
 """
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
 
+from benchmarks import harness
 from tbdzoo import suite
 from tbdzoo.profiling.plots import dig
 
 MODELS = ("resnet50", "inception_v3", "transformer", "seq2seq", "deepspeech2", "wgan",
           "faster_rcnn", "a3c")
-SWEEP = {"resnet50": (16, 32, 64, 128, 256), "transformer": (1024, 2048, 4096, 8192),
-         "deepspeech2": (8, 16, 32, 64)}
+# batch sizes in each config's unit (images, sentence pairs, utterances), around the paper's
+SWEEP = {"resnet50": (16, 32, 64, 128, 256), "transformer": (16, 32, 64, 128, 256),
+         "deepspeech2": (4, 8, 16, 32, 64)}
 CATEGORIES = ("weights", "gradients", "optimizer_state", "feature_maps", "workspace")
 
 
@@ -66,39 +69,39 @@ def grid(args):
                         continue
                     print("[{}/{}] pass {} {} {} {}".format(count, total, p, model, precision,
                                                             backend), flush=True)
-                    record = suite.run_one(model, backend, config=args.config, device=args.device,
-                                           overrides={"precision": precision},
-                                           warmup=args.warmup, steps=args.steps,
-                                           repeats=args.repeats,
-                                           min_repeat_s=args.min_repeat_seconds,
-                                           command=command_line())
-                    record["pass"] = p
-                    report_line(record)
-                    suite.append_record(args.out, record)
+                    record(args, {"pass": p}, run_one(args, model, backend, precision))
 
 
 def sweep(args):
+    """``suite.sweep`` over the batch sizes not yet in the file, to the first that fails."""
     done = done_keys(args.out)
     for model in args.models:
         for precision in args.precisions:
             for backend in args.backends.split(","):
-                for size in SWEEP[model]:
-                    if (1, model, precision, backend, size) in done:
-                        continue
-                    print("sweep {} {} {} batch {}".format(model, precision, backend, size),
-                          flush=True)
-                    record = suite.run_one(model, backend, config=args.config, batch_size=size,
-                                           device=args.device,
-                                           overrides={"precision": precision},
-                                           warmup=args.warmup, steps=args.steps,
-                                           repeats=args.repeats,
-                                           min_repeat_s=args.min_repeat_seconds,
-                                           command=command_line())
-                    record.update({"pass": 1, "sweep": True})
-                    report_line(record)
-                    suite.append_record(args.out, record)
-                    if record.get("status") != "ok":       # out of memory: larger ones too
-                        break
+                sizes = [s for s in SWEEP[model] if (1, model, precision, backend, s) not in done]
+                if not sizes:
+                    continue
+                print("sweep {} {} {} batch {}".format(model, precision, backend, sizes),
+                      flush=True)
+                suite.sweep(model, backend, sizes,
+                            run=functools.partial(run_one, args, precision=precision),
+                            on_record=functools.partial(record, args, {"pass": 1, "sweep": True}))
+
+
+def run_one(args, model, backend, precision, batch_size=None):
+    return suite.run_one(model, backend, config=args.config, batch_size=batch_size,
+                         device=args.device, overrides={"precision": precision},
+                         warmup=args.warmup, steps=args.steps, repeats=args.repeats,
+                         min_repeat_s=args.min_repeat_seconds,
+                         command=harness.command_of("benchmarks.cross_framework", sys.argv[1:],
+                                                    args.out))
+
+
+def record(args, tags, result):
+    """``result`` tagged, shown in a line and appended to ``--out`` at once."""
+    result.update(tags)
+    report_line(result)
+    suite.append_record(args.out, result)
 
 
 def report_line(record):
@@ -110,11 +113,6 @@ def report_line(record):
     print("  {:.1f} {}  step {:.2f} ms (cv {:.3f})  peak {:.2f} GiB".format(
         record["throughput"]["value"], record["throughput"]["unit"], t["median"] * 1e3, t["cv"],
         (dig(record, "memory", "peak", "bytes") or 0) / 2 ** 30), flush=True)
-
-
-def command_line():
-    return "python3 -m benchmarks.cross_framework " + " ".join(
-        a for a in sys.argv[1:] if not a.startswith("/"))
 
 
 # -- the tables --------------------------------------------------------------------------------

@@ -40,3 +40,17 @@ def test_the_grid_records_both_backends_resumes_and_tabulates(tmp_path, capsys):
 def test_an_unknown_model_names_the_known_ones():
     with pytest.raises(SystemExit):
         cross_framework.parse(["--models", "resnet", "--out", "x"])
+
+
+def test_the_sweep_runs_each_batch_size_once_and_resumes(tmp_path):
+    out = str(tmp_path / "sweep.jsonl")
+    args = ARGS[:6] + ["--backends", "torch", "--precisions", "fp32", "--warmup", "1", "--steps",
+                       "1", "--repeats", "1", "--min-repeat-seconds", "0", "--sweep",
+                       "--out", out]
+    assert cross_framework.main(args) == 0
+    records = _records(out)
+    assert [r["batch_size"] for r in records] == list(cross_framework.SWEEP["resnet50"])
+    assert all(r["status"] == "ok" and r["sweep"] for r in records)
+    assert "--out benchmarks/results/sweep.jsonl" in records[0]["command"]
+    assert cross_framework.main(args) == 0      # nothing left to run
+    assert len(_records(out)) == len(records)
