@@ -390,31 +390,12 @@ def build_contenders(model_name, precision, device, args, which=(SUBJECT, BASELI
     contenders = {}
     if ours:
         prepared = model.prepare_batch(batch)
-        contenders[SUBJECT] = (lambda: model.train_step(prepared),
-                               lambda: jax.block_until_ready(jax.tree.leaves(nnx.state(model.native))))
+        contenders[SUBJECT] = (lambda: model.train_step(prepared), model.synchronize)
     if BASELINE in which:
         flax_side = FlaxStep(model_name, model.hparams, model.get_weights(), batch,
                              jax_device(device), precision)
         contenders[BASELINE] = (flax_side.step, flax_side.block)
     return contenders, model, batch
-
-
-def interleaved_rounds(contenders, steps, rounds):
-    """Seconds per step of each contender, one figure per round; the order rotates each round;
-    the clock stops once the last step's outputs are ready."""
-    names = list(contenders)
-    times = {name: [] for name in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            step, block = contenders[name]
-            block()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            block()
-            times[name].append((time.perf_counter() - t0) / steps)
-    return times
 
 
 def run_cell(model_name, precision, device, args):
@@ -427,7 +408,10 @@ def run_cell(model_name, precision, device, args):
         for _ in range(args.warmup):
             step()
     load_before = os.getloadavg()
-    times = interleaved_rounds(contenders, args.steps, args.rounds)
+    # the clock stops once the last step's outputs are ready
+    times = harness.interleaved_rounds({name: step for name, (step, _) in contenders.items()},
+                                       device, args.steps, args.rounds,
+                                       wait=lambda name: contenders[name][1]())
     last = {name: float(step()) for name, (step, _) in contenders.items()}
     hp = model.hparams
     details = {"last_loss": last, "load_average_before": list(load_before),

@@ -118,18 +118,21 @@ def peak_memory(contenders, held, device):
 
 
 # -- time -----------------------------------------------------------------------------------------
-def interleaved_rounds(contenders, device, steps, rounds):
-    """Seconds per step of each contender, one figure per round; the order rotates each round."""
+def interleaved_rounds(contenders, device, steps, rounds, wait=None):
+    """Seconds per step of each contender, one figure per round; the order rotates each round.
+    ``wait(name)`` returns once that contender's queued work is done (default: the CUDA device's
+    synchronisation; a framework without one passes its own)."""
+    wait = wait or (lambda name: synchronize(device))
     names = list(contenders)
     times = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            synchronize(device)
+            wait(name)
             t0 = time.perf_counter()
             for _ in range(steps):
                 contenders[name]()
-            synchronize(device)
+            wait(name)
             times[name].append((time.perf_counter() - t0) / steps)
     return times
 
