@@ -8,6 +8,12 @@ the reset gate applied after the recurrent product and its bias ``b_hn``, which 
 ``nnx.GRUCell`` does not have). Each direction is one ``jax.lax.scan`` over time; the backward
 direction runs each example's valid steps reversed within its length, and outputs past an
 example's length are zero, as the spec defines.
+
+The scan computes what the cells' ``__call__`` computes, arranged for a loop: the input side's
+products of every step are one product before the loop (``input_products``), and each step's
+recurrent products are one product of the gates' kernels side by side (``recur``). A GPU runs
+each step of a scan as its own kernels, so a step's kernel count is what the loop costs:
+per-gate products made it 2 products per gate a step.
 """
 from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
 
@@ -30,6 +36,26 @@ def _transposed(x):
 def valid(lengths, t):
     """(N, T) True where t < length."""
     return jnp.arange(t)[None, :] < lengths[:, None]
+
+
+def _side_by_side(linears):
+    """The kernels of ``nnx.Linear`` layers that share an input, side by side along the
+    outputs, and their biases (zeros for a layer without one)."""
+    kernel = jnp.concatenate([linear.kernel.value for linear in linears], axis=1)
+    bias = jnp.concatenate([linear.bias.value if linear.bias is not None else
+                            jnp.zeros((linear.out_features,), kernel.dtype)
+                            for linear in linears])
+    return kernel, bias
+
+
+def _product(x, weights, like):
+    """``x @ kernel + bias`` as the ``nnx.Linear`` ``like`` computes it (its dtype and
+    precision)."""
+    kernel, bias = weights
+    if like.dtype is not None:
+        x, kernel, bias = x.astype(like.dtype), kernel.astype(like.dtype), bias.astype(like.dtype)
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())),
+                               precision=like.precision) + bias
 
 
 def _reverse_within(x, lengths):
@@ -55,9 +81,22 @@ class GRUCell(nnx.Module):
         self.hidden_features = hidden_features
 
     def __call__(self, carry, x):
-        r = jax.nn.sigmoid(self.ir(x) + self.hr(carry))
-        z = jax.nn.sigmoid(self.iz(x) + self.hz(carry))
-        n = jnp.tanh(self.in_(x) + r * self.hn(carry))
+        return self.recur(carry, self.input_products(x), self.recurrent_weights())
+
+    def input_products(self, x):
+        """(..., 3H): W_r x + b_r, W_z x + b_z and W_n x + b_in, side by side."""
+        return _product(x, _side_by_side((self.ir, self.iz, self.in_)), like=self.ir)
+
+    def recurrent_weights(self):
+        return _side_by_side((self.hr, self.hz, self.hn))
+
+    def recur(self, carry, products, weights):
+        """One step from the step's ``input_products`` and the ``recurrent_weights``."""
+        xr, xz, xn = jnp.split(products, 3, axis=-1)
+        hr, hz, hn = jnp.split(_product(carry, weights, like=self.hr), 3, axis=-1)
+        r = jax.nn.sigmoid(xr + hr)
+        z = jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
         h = (1.0 - z) * n + z * carry
         return h, h
 
@@ -66,7 +105,23 @@ class GRUCell(nnx.Module):
 
 
 class LSTMCell(nnx.LSTMCell):
-    """Flax's ``nnx.LSTMCell`` (gates i, f, g, o; c' = f c + i g, h' = o tanh(c'))."""
+    """Flax's ``nnx.LSTMCell`` (gates i, f, g, o; c' = f c + i g, h' = o tanh(c')); ``recur``
+    is its ``__call__`` from the step's ``input_products``."""
+
+    def input_products(self, x):
+        """(..., 4H): W_i x, W_f x, W_g x and W_o x side by side (the biases are the recurrent
+        side's)."""
+        return _product(x, _side_by_side((self.ii, self.if_, self.ig, self.io)), like=self.ii)
+
+    def recurrent_weights(self):
+        return _side_by_side((self.hi, self.hf, self.hg, self.ho))
+
+    def recur(self, carry, products, weights):
+        c, h = carry
+        i, f, g, o = jnp.split(products + _product(h, weights, like=self.hi), 4, axis=-1)
+        c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
+        h = self.gate_fn(o) * self.activation_fn(c)
+        return (c, h), h
 
     def zero_carry(self, n, dtype):
         zeros = jnp.zeros((n, self.hidden_features), dtype)
@@ -108,12 +163,15 @@ class Recurrent(nnx.Module):
 
 def _run(cell, x, lengths, reverse):
     """(N, T, H): the cell over each example's steps (reversed within its length)."""
+    products = cell.input_products(x)
     if reverse:
-        x = _reverse_within(x, lengths)
+        products = _reverse_within(products, lengths)
+    weights = cell.recurrent_weights()
 
-    def step(carry, xt):
-        return cell(carry, xt)
-    _, ys = jax.lax.scan(step, cell.zero_carry(x.shape[0], x.dtype), jnp.swapaxes(x, 0, 1))
+    def step(carry, step_products):
+        return cell.recur(carry, step_products, weights)
+    _, ys = jax.lax.scan(step, cell.zero_carry(x.shape[0], x.dtype),
+                         jnp.swapaxes(products, 0, 1))
     ys = jnp.swapaxes(ys, 0, 1)
     return _reverse_within(ys, lengths) if reverse else ys
 
