@@ -365,7 +365,27 @@ def merge_files(paths, key=KEY):
     protocols = [r["protocol"] for r in results]
     merged = aggregate(records, " && ".join(r["command"] for r in results),
                        protocols[0] if all(p == protocols[0] for p in protocols) else protocols, key)
+    _keep_separate_memory(merged, results, key)
     return merged
+
+
+def _keep_separate_memory(merged, results, key):
+    """Peaks measured in processes of their own (not in the timing rounds, so not in the
+    records) kept from the one file that measured the cell."""
+    for cell in merged["cells"]:
+        sources = [c for r in results for c in r["cells"]
+                   if all(c.get(k) == cell.get(k) for k in key) and c.get("memory") is not None]
+        if cell.get("memory") is not None or len(sources) != 1 or "contenders" not in cell:
+            continue
+        source = sources[0]
+        for name, contender in cell["contenders"].items():
+            for field in ("peak_bytes", "peak_bytes_processes"):
+                contender[field] = source["contenders"][name].get(field)
+        for baseline, ratios in cell.get("ratios", {}).items():
+            for field in ("memory", "memory_processes"):
+                if field in source["ratios"].get(baseline, {}):
+                    ratios[field] = source["ratios"][baseline][field]
+        cell["memory"] = source["memory"]
 
 
 def check_choices(parser, args, models=None, precisions=("tf32", "bf16"), executions=("eager", "compiled")):

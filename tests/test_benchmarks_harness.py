@@ -116,6 +116,32 @@ def test_result_files_of_one_script_merge_into_one(tmp_path):
     assert merged["command"] == "eager && compiled" and merged["protocol"] == {"processes": 2}
 
 
+def test_peaks_measured_in_processes_of_their_own_survive_a_merge(tmp_path):
+    """flax_handwritten.py measures memory apart from the timing rounds (their peaks are None)
+    and writes it into the aggregate; merging files keeps it."""
+    import json
+    paths = []
+    for model in ("resnet50", "transformer"):
+        records = [{"environment": {}, "cells": [
+            {"model": model, "precision": "bf16", "execution": "jit", "items_per_step": 1,
+             "first_loss": {"tbdzoo": 1.0, "flax": 1.0}, "checks": {},
+             "times": {"tbdzoo": [1.0] * 5, "flax": [1.0] * 5},
+             "peak_bytes": {"tbdzoo": None, "flax": None}}]}]
+        result = harness.aggregate(records, model, {})
+        cell = result["cells"][0]
+        assert cell["memory"] is None
+        for name, peak in (("tbdzoo", 3), ("flax", 2)):     # as flax_handwritten.add_memory
+            cell["contenders"][name].update({"peak_bytes": peak, "peak_bytes_processes": [peak]})
+        cell["ratios"]["flax"].update({"memory": 1.5, "memory_processes": [1.5]})
+        cell["memory"] = 1.5
+        paths.append(str(tmp_path / (model + ".json")))
+        with open(paths[-1], "w") as f:
+            json.dump(result, f)
+    merged = harness.merge_files(paths)
+    assert [c["memory"] for c in merged["cells"]] == [1.5, 1.5]
+    assert merged["cells"][0]["contenders"]["flax"]["peak_bytes"] == 2
+
+
 def test_a3c_cells_merge_by_learner_count_and_report_frames_per_second():
     from benchmarks import gpu_a3c
     records = []
