@@ -112,9 +112,9 @@ class Model(BackendModel):
     def _step_key(self, *indices):
         """The dropout key of this step (and of the update ``indices`` name within it): a
         refused step leaves step_count, so its retry draws the same masks."""
-        key = jax.random.fold_in(self._key, self.step_count)
+        key = _fold_in(self._key, self.step_count)
         for index in indices:
-            key = jax.random.fold_in(key, index)
+            key = _fold_in(key, index)
         return key
 
     # -- the objectives --------------------------------------------------------------------------
@@ -508,6 +508,22 @@ class _PathIn:
         return "PathIn({} paths)".format(len(self.paths))
 
 
+_VARIABLE, _MODULE, _MAPPING, _SEQUENCE, _LEAF = range(5)
+_KINDS = {}
+
+
+def _kind(cls):
+    """What a class is to the walk, decided once per class (nnx's ``isinstance`` checks go
+    through metaclass hooks, and the walk asks thousands of times a step)."""
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _KINDS[cls] = (_VARIABLE if issubclass(cls, nnx.Variable) else
+                              _MODULE if issubclass(cls, nnx.Module) else
+                              _MAPPING if issubclass(cls, dict) else
+                              _SEQUENCE if issubclass(cls, (list, tuple)) else _LEAF)
+    return kind
+
+
 def _node_ids(node):
     """The identities of every module, container and variable of an NNX tree, in order."""
     out = []
@@ -515,17 +531,17 @@ def _node_ids(node):
     while stack:
         node = stack.pop()
         out.append(id(node))
-        if isinstance(node, nnx.Variable):
+        kind = _kind(type(node))
+        if kind == _VARIABLE:
             continue
-        if isinstance(node, nnx.Module):
-            children = vars(node).values()
-        elif isinstance(node, dict):
-            children = node.values()
-        else:
-            children = node
-        stack.extend(c for c in children
-                     if isinstance(c, (nnx.Module, nnx.Variable, list, tuple, dict)))
+        children = vars(node).values() if kind == _MODULE else \
+            node.values() if kind == _MAPPING else node
+        stack.extend(c for c in children if _kind(type(c)) != _LEAF)
     return tuple(out)
+
+
+# one compiled call where eager fold_in dispatches each of its operations
+_fold_in = jax.jit(jax.random.fold_in)
 
 
 @jax.jit
