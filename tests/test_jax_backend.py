@@ -109,6 +109,21 @@ kernel = np.asarray(net.fc.kernel.value).copy()
 m.train_step(batch)
 assert not np.allclose(np.asarray(net.fc.kernel.value), kernel), "the new head was not trained"
 
+# the tree stays the trained model: a layer held across steps (queued ones too) reads the
+# trained values, and a weight set through the tree between steps is where the next starts
+conv = block.conv1
+held = np.asarray(conv.kernel[...]).copy()
+m.train_step(batch)
+m.train_step(batch, sync=False)
+m.synchronize()
+trained = np.asarray(conv.kernel[...])
+assert np.isfinite(trained).all() and not np.allclose(trained, held)
+conv.kernel[...] = conv.kernel[...] * 0.5
+m.train_step(batch)
+after = np.asarray(conv.kernel[...])
+assert np.linalg.norm(after - 0.5 * trained) < np.linalg.norm(after - trained), \
+    "the step did not start from the weight set through the tree"
+
 # the Transformer's output projection reads the embedding table
 t = build_native("transformer", "jax", config="tiny")
 assert isinstance(t.native.generator, layers.TiedLinear), type(t.native.generator)

@@ -146,10 +146,10 @@ class DistributedModel(Model):
             return flag
         return jax.lax.psum(flag.astype(np.int32), AXIS) > 0
 
-    def _bind(self, update, *held):
+    def _bind(self, phase_index, *held):
         """The sharded update takes the model and the optimizer as any call does (it places
-        them across the mesh), so it is bound plainly, without the cached walk."""
-        return functools.partial(update, *held)
+        them across the mesh), so it is bound plainly, without the held state."""
+        return functools.partial(self._update_function(phase_index), *held)
 
     def _compile_update(self, update):
         owner = self

@@ -1,13 +1,14 @@
 """The JAX backend: the model is a tree of Flax NNX modules (tbdzoo/backends/jax/native.py),
 trained by one jitted XLA program per update.
 
-A step is ``nnx.jit`` of forward, loss, backward (``nnx.value_and_grad``) and the optimizer's
-update (an ``nnx.Optimizer`` over the Optax transformation of optimizers.py, which takes the
-scheduled learning rate as an argument), with the model's and the optimizer's buffers donated,
-so XLA updates them in place. The non-finite guard runs inside the same program: where the loss
-or the gradients' global norm is not finite, every variable (weights, running statistics,
-optimizer slots) keeps its value from before the step, and the host reads the flag with the
-loss. Dropout draws from a key folded from the model's seed and the step count.
+A step is one ``jax.jit`` program of forward, loss, backward (``nnx.value_and_grad``) and the
+optimizer's update (an ``nnx.Optimizer`` over the Optax transformation of optimizers.py, which
+takes the scheduled learning rate as an argument), on the values of the model's and the
+optimizer's variables, donated, so XLA updates them in place (``_HeldUpdate``). The non-finite
+guard runs inside the same program: where the loss or the gradients' global norm is not
+finite, every variable (weights, running statistics, optimizer slots) keeps its value from
+before the step, and the host reads the flag with the loss. Dropout draws from a key folded
+from the model's seed and the step count.
 
 A training program (tbdzoo/spec/program.py) gets one optimizer per parameter group (its
 parameters picked by their paths) and one jitted update per phase, which differentiates the
@@ -86,6 +87,7 @@ class Model(BackendModel):
             self._bf16_layers()
         self._key = jax.device_put(jax.random.PRNGKey(self.seed), self.jax_device)
         self._jitted = {}
+        self._bodies = {}    # phase index -> its update as a Python function (not compiled)
         self._bound = {}     # phase index -> (the tree's node identities, its cached update)
         self._queued = None  # the loss of the last step dispatched, until synchronize()
         if self.program is None:
@@ -179,6 +181,7 @@ class Model(BackendModel):
                 lambda old, new: jnp.where(bad, old, new), before, after))
             return loss, bad
 
+        self._bodies[phase_index] = update
         self._jitted[phase_index] = self._compile_update(update)
         return self._jitted[phase_index]
 
@@ -198,15 +201,19 @@ class Model(BackendModel):
         runs on this process's device alone (the whole model here)."""
         return contextlib.nullcontext()
 
-    # -- the steps' cached walk of the tree -----------------------------------------------------
+    # -- the steps' held state ------------------------------------------------------------------
     # ``nnx.jit`` walks the model and the optimizer (split before the call, merge after) on every
-    # call: for ResNet-50's 429 variables that host work is longer than an H100's whole step.
-    # A step therefore calls its update through ``nnx.cached_partial``, which walks the tree
-    # once and keeps its structure. A user may change the tree between steps (a new head, a
-    # replaced layer), so each step first compares the identities of the tree's nodes with the
-    # cached ones (a plain walk of attributes, a fraction of nnx's) and walks anew on a change.
-    def _bind(self, update, *held):
-        return nnx.cached_partial(update, *held)
+    # call, and even through ``nnx.cached_partial`` it writes every output back through its
+    # graph machinery: for ResNet-50's ~1,000 variables (weights, running statistics, momentum)
+    # that host work is longer than an H100's whole step. A step therefore runs a ``_HeldUpdate``:
+    # the tree split once into its graph and its list of variables, each step one ``jax.jit``
+    # call on the variables' values (donated) that sets the new values on the same variables.
+    # A user may change the tree between steps (a new head, a replaced layer), so each step first
+    # compares the identities of the tree's nodes with the held ones (a plain walk of
+    # attributes) and splits anew on a change.
+    def _bind(self, phase_index, *held):
+        self._update_function(phase_index)
+        return _HeldUpdate(self._bodies[phase_index], held)
 
     def _bound_update(self, phase_index):
         optimizer = self.optimizer if phase_index is None else \
@@ -214,13 +221,13 @@ class Model(BackendModel):
         shape = (id(optimizer),) + _node_ids(self.native)
         cached = self._bound.get(phase_index)
         if cached is None or cached[0] != shape:
-            cached = self._bound[phase_index] = (shape, self._bind(self._update_function(phase_index),
-                                                             self.native, optimizer))
+            cached = self._bound[phase_index] = (shape, self._bind(phase_index, self.native,
+                                                                   optimizer))
         return cached[1]
 
     def _run_update(self, phase_index, native, lr, key):
         with self._matmul_precision():
-            loss, bad = self._bound_update(phase_index)(native, jnp.float32(lr), key)
+            loss, bad = self._bound_update(phase_index)(native, np.float32(lr), key)
         self._queued = loss
         return loss, bad
 
@@ -506,6 +513,33 @@ class _PathIn:
 
     def __repr__(self):
         return "PathIn({} paths)".format(len(self.paths))
+
+
+def _is_variable(x):
+    return isinstance(x, nnx.Variable)
+
+
+class _HeldUpdate:
+    """``update(*held, *args)`` as one ``jax.jit`` of the held trees' variable values: the trees
+    split once into their graph and their variables, the values donated to each call and the
+    outputs set on the same variables, so the trees stay the trained ones."""
+
+    def __init__(self, update, held):
+        graphdef, state = nnx.split(held)
+        self.variables = jax.tree.leaves(state, is_leaf=_is_variable)
+        treedef = jax.tree.structure(state)
+
+        def pure(values, *args):
+            trees = nnx.merge(graphdef, jax.tree.unflatten(treedef, values))
+            out = update(*trees, *args)
+            return out, jax.tree.leaves(nnx.state(trees))
+        self.jitted = jax.jit(pure, donate_argnums=0)
+
+    def __call__(self, *args):
+        out, values = self.jitted([v.get_raw_value() for v in self.variables], *args)
+        for variable, value in zip(self.variables, values):
+            variable.set_raw_value(value)
+        return out
 
 
 _VARIABLE, _MODULE, _MAPPING, _SEQUENCE, _LEAF = range(5)

@@ -41,8 +41,8 @@ def valid(lengths, t):
 def _side_by_side(linears):
     """The kernels of ``nnx.Linear`` layers that share an input, side by side along the
     outputs, and their biases (zeros for a layer without one)."""
-    kernel = jnp.concatenate([linear.kernel.value for linear in linears], axis=1)
-    bias = jnp.concatenate([linear.bias.value if linear.bias is not None else
+    kernel = jnp.concatenate([linear.kernel[...] for linear in linears], axis=1)
+    bias = jnp.concatenate([linear.bias[...] if linear.bias is not None else
                             jnp.zeros((linear.out_features,), kernel.dtype)
                             for linear in linears])
     return kernel, bias
