@@ -12,10 +12,8 @@ import pytest
 from conftest import require_backend
 from tbdzoo import distributed
 from tbdzoo.backends.registry import build
-from tbdzoo.errors import DistributedError
 from test_distributed import (
     FAST,
-    GLOBAL_BATCH,
     assert_a_killed_rank_is_named,
     assert_two_ranks_train_like_one,
     assert_weights_close,
@@ -44,13 +42,6 @@ def test_batchnorm_normalises_each_shard_and_averages_the_running_statistics():
     assert mean and any(not np.allclose(stats[0][n], stats[1][n]) for n in mean)
     for rank in got["ranks"]:
         assert_weights_close(rank["weights"], mean)
-
-
-def test_synchronised_batchnorm_is_refused_by_name():
-    with pytest.raises(DistributedError, match="--bn-mode sync is not available on the jax "
-                       "backend's data-parallel engine.*use --bn-mode replica"):
-        distributed.train("resnet50", "jax", nproc=2, global_batch=GLOBAL_BATCH, steps=1,
-                          config="tiny", bn_mode="sync", **FAST)
 
 
 @pytest.fixture(scope="module")

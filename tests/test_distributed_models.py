@@ -1,7 +1,7 @@
 """Every model trains data-parallel on every backend (docs/distributed.md, "Correctness and
 tolerances"): two ranks on this host's CPU against one process. A3C's network (no BatchNorm)
 trains like one process at the global batch; Deep Speech 2 and Inception-v3 (BatchNorm) do so
-with --bn-mode sync where the engine has it (PyTorch, TensorFlow), and on MXNet and CNTK, whose
+with --bn-mode sync where the engine has it (PyTorch, TensorFlow, JAX), and on MXNet and CNTK, whose
 engines refuse it, their first step is the per-replica one: each shard normalised by its own
 statistics, the update the weighted mean of the shards' gradients."""
 import os
@@ -21,7 +21,7 @@ from test_distributed import FAST, LOSS_ATOL, LOSS_RTOL, WEIGHT_ATOL, WEIGHT_RTO
 require_framework("torch")
 
 BACKENDS = ["torch", "tensorflow", "mxnet", "cntk", "jax"]
-SYNC_BN = ("torch", "tensorflow")  # the engines that all-reduce BatchNorm's moments
+SYNC_BN = ("torch", "tensorflow", "jax")  # the engines that all-reduce BatchNorm's moments
 
 
 def require(backend):
@@ -147,11 +147,12 @@ def test_inception_v3_trains_like_one_process_or_per_replica(backend):
     its loss by more than the tolerance (docs/distributed.md)."""
     require(backend)
     if backend in SYNC_BN:
-        # TensorFlow's one-process BatchNorm (fused kernels) and the all-reduced two-pass
-        # moments round apart by up to 9e-4 in the first convolution's weights after the
-        # step (docs/distributed.md)
+        # TensorFlow's one-process BatchNorm (fused kernels) and JAX's (jnp.mean) sum the
+        # moments in another float32 order than the all-reduced per-shard sums: the first
+        # convolution's weights after the step round apart by up to 9e-4 (TensorFlow) and
+        # 3.1e-4 (JAX), with the losses within 1e-7 (docs/distributed.md)
         assert_like_one_process(backend, "inception_v3", global_batch=4, steps=1,
-                                bn_mode="sync", weight_atol=2e-3 if backend == "tensorflow"
+                                bn_mode="sync", weight_atol=2e-3 if backend in ("tensorflow", "jax")
                                 else WEIGHT_ATOL, noise_floor=False, dropout=0.0)
     else:
         assert_per_replica_first_step(backend, "inception_v3", global_batch=4, dropout=0.0)

@@ -20,8 +20,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ...errors import UnsupportedOptionError
 from ..common.engines import RANK_TIMEOUT_VARIABLE
+from . import ops
 from .model import Model
 
 ENGINE = "jax.distributed"
@@ -35,11 +35,8 @@ def communication(node):
 
 
 def check(node):
-    if node.bn_mode != "replica":
-        raise UnsupportedOptionError(
-            "--bn-mode {} is not available on the jax backend's data-parallel engine: its "
-            "BatchNorm normalises each replica's shard; use --bn-mode replica (or the torch or "
-            "tensorflow backend)".format(node.bn_mode))
+    """Both BatchNorm modes run: ``replica`` (each shard's statistics) and ``sync`` (the
+    global batch's, summed across the mesh inside the update, ops.statistics_across)."""
 
 
 def rank_environment(world):
@@ -160,9 +157,11 @@ class DistributedModel(Model):
             def replica(state, batch, weight, lr, key):
                 m, opt = nnx.merge(graphdef, state)
                 owner._tracing = (weight[0], communicate)
+                shared = AXIS if communicate and owner.world.bn_mode == "sync" else None
                 try:
                     key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))  # own dropout masks
-                    loss, bad = update(m, opt, batch, lr, key)
+                    with ops.statistics_across(shared):
+                        loss, bad = update(m, opt, batch, lr, key)
                 finally:
                     owner._tracing = None
                 if communicate:  # running statistics: the replicas' mean

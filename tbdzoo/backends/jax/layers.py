@@ -66,14 +66,21 @@ class BatchNorm(nnx.BatchNorm):
         if running and self.tracks:
             mean, var = self.mean.value, self.var.value
         else:
-            mean = x.mean(axis=axes)
-            var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+            n = x.size // x.shape[1]
+            if ops.statistics_shared():     # --bn-mode sync: the global batch's moments
+                n = ops.replica_sum(jnp.float32(n))
+                mean = ops.replica_sum(x.sum(axis=axes)) / n
+                var = ops.replica_sum(((x - mean.reshape(shape)) ** 2).sum(axis=axes)) / n
+            else:
+                mean = x.mean(axis=axes)
+                var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
             if self.tracks and not running:
-                n = x.size // x.shape[1]
                 keep = self.momentum
                 self.mean.value = keep * self.mean.value + (1.0 - keep) * jax.lax.stop_gradient(mean)
+                unbiased = n / (jnp.maximum(n - 1.0, 1.0) if ops.statistics_shared() else
+                                max(n - 1, 1))
                 self.var.value = keep * self.var.value + (1.0 - keep) * jax.lax.stop_gradient(
-                    var * (n / max(n - 1, 1)))
+                    var * unbiased)
         inv = self.scale.value * jax.lax.rsqrt(var + self.epsilon)
         return (x - mean.reshape(shape)) * inv.reshape(shape) + self.bias.value.reshape(shape)
 

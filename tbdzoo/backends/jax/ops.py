@@ -56,6 +56,28 @@ def current():
 
 
 @contextlib.contextmanager
+def statistics_across(axis):
+    """BatchNorm's batch statistics summed over the mesh axis ``axis`` while a data-parallel
+    update is traced (``--bn-mode sync``): every replica normalises by the global batch's."""
+    saved = getattr(_CURRENT, "axis", None)
+    _CURRENT.axis = axis
+    try:
+        yield
+    finally:
+        _CURRENT.axis = saved
+
+
+def replica_sum(x):
+    """``x`` summed over the replicas whose statistics are shared (as it is otherwise)."""
+    axis = getattr(_CURRENT, "axis", None)
+    return x if axis is None else jax.lax.psum(x, axis)
+
+
+def statistics_shared():
+    return getattr(_CURRENT, "axis", None) is not None
+
+
+@contextlib.contextmanager
 def running(ctx):
     saved = getattr(_CURRENT, "ctx", None)
     _CURRENT.ctx = ctx

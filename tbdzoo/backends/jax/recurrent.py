@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ..common import attention
+from . import ops
 
 
 def _same(x):
@@ -211,9 +212,9 @@ class SequenceBatchNorm(nnx.BatchNorm):
         if running and self.tracks:
             mean, var = self.mean.value, self.var.value
         else:
-            count = keep.sum()
-            mean = (x * keep).sum(axis=(0, 1)) / count
-            var = (((x - mean) ** 2) * keep).sum(axis=(0, 1)) / count
+            count = ops.replica_sum(keep.sum())     # every replica's valid steps (sync)
+            mean = ops.replica_sum((x * keep).sum(axis=(0, 1))) / count
+            var = ops.replica_sum((((x - mean) ** 2) * keep).sum(axis=(0, 1))) / count
             if self.tracks and not running:
                 m = self.momentum
                 self.mean.value = m * self.mean.value + (1.0 - m) * jax.lax.stop_gradient(mean)
