@@ -204,7 +204,7 @@ class Model(BackendModel):
     # -- the steps' held state ------------------------------------------------------------------
     # ``nnx.jit`` walks the model and the optimizer (split before the call, merge after) on every
     # call, and even through ``nnx.cached_partial`` it writes every output back through its
-    # graph machinery: for ResNet-50's ~1,000 variables (weights, running statistics, momentum)
+    # graph machinery: for ResNet-50's 429 variables (weights, running statistics, momentum)
     # that host work is longer than an H100's whole step. A step therefore runs a ``_HeldUpdate``:
     # the tree split once into its graph and its list of variables, each step one ``jax.jit``
     # call on the variables' values (donated) that sets the new values on the same variables.
