@@ -72,6 +72,7 @@ import optax
 from flax import nnx
 
 from benchmarks import harness
+from tbdzoo.spec.tables import sinusoid_table
 
 MODELS = ("resnet50", "transformer")
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -170,16 +171,6 @@ def resnet_parts(hp, batch, dtype):
 
 
 # -- Transformer base, after Flax's WMT example -------------------------------------------------
-def sinusoid_table(length, dim):
-    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)) (tbdzoo's layout)."""
-    position = np.arange(length, dtype=np.float64)[:, None]
-    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
-    table = np.zeros((length, dim))
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate[: dim // 2])
-    return table.astype(np.float32)
-
-
 class MlpBlock(nnx.Module):
     def __init__(self, hp, dtype, rngs):
         self.linear1 = nnx.Linear(hp["d_model"], hp["ffn"], dtype=dtype, rngs=rngs)

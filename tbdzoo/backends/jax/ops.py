@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ...spec.tables import sinusoid_table
 from ..common import attention
 
 _CURRENT = threading.local()
@@ -257,17 +258,6 @@ def global_avgpool(inputs, layer, a, ctx):
 def flatten(inputs, layer, a, ctx):
     x = inputs[0]
     return x.reshape(x.shape[0], -1)
-
-
-def sinusoid_table(length, dim):
-    """PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(p / 10000^(2i/D)), computed in
-    float64 on the host once per shape and rounded to float32."""
-    position = np.arange(length, dtype=np.float64)[:, None]
-    rate = np.power(10000.0, -np.arange(0, dim, 2, dtype=np.float64) / dim)
-    table = np.zeros((length, dim))
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate[: dim // 2])
-    return table.astype(np.float32)
 
 
 def positional_encoding(inputs, layer, a, ctx):
