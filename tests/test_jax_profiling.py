@@ -33,8 +33,8 @@ out["transformer_flops"] = dict(t.measure_flops(t.prepare_batch(b)),
                                 spec=sum(t.spec.flops().values()) * len(b["src"]))
 bf = tbdzoo.build("transformer", config="tiny", backend="jax", dropout=0.0, precision="bf16")
 bf.set_weights(t.get_weights())
-hlo = bf._update_function(None).lower(bf.native, bf.optimizer, bf.prepare_batch(b).native,
-                                      np.float32(0.1), bf._step_key()).as_text()
+hlo = bf._bound_update(None).lower(bf.prepare_batch(b).native, np.float32(0.1),
+                                  bf._step_key()).as_text()
 out["bf16_in_step"] = "bf16" in hlo
 out["bf16_predict_gap"] = float(np.abs(bf.predict(b) - t.predict(b)).max())
 out["bf16_losses"] = [bf.train_step(b) for _ in range(2)]

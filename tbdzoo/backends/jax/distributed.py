@@ -146,7 +146,13 @@ class DistributedModel(Model):
     def _bind(self, phase_index, *held):
         """The sharded update takes the model and the optimizer as any call does (it places
         them across the mesh), so it is bound plainly, without the held state."""
-        return functools.partial(self._update_function(phase_index), *held)
+        key = ("update", phase_index)
+        if key not in self._jitted:
+            self._jitted[key] = self._compile_update(self._update_body(phase_index))
+        step = self._jitted[key]
+        bound = functools.partial(step, *held)
+        bound.lower = functools.partial(step.lower, *held)
+        return bound
 
     def _compile_update(self, update):
         owner = self

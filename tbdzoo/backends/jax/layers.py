@@ -71,14 +71,14 @@ class BatchNorm(nnx.BatchNorm):
                 n = ops.replica_sum(jnp.float32(n))
                 mean = ops.replica_sum(x.sum(axis=axes)) / n
                 var = ops.replica_sum(((x - mean.reshape(shape)) ** 2).sum(axis=axes)) / n
+                unbiased = n / jnp.maximum(n - 1.0, 1.0)
             else:
                 mean = x.mean(axis=axes)
                 var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+                unbiased = n / max(n - 1, 1)
             if self.tracks and not running:
                 keep = self.momentum
                 self.mean.value = keep * self.mean.value + (1.0 - keep) * jax.lax.stop_gradient(mean)
-                unbiased = n / (jnp.maximum(n - 1.0, 1.0) if ops.statistics_shared() else
-                                max(n - 1, 1))
                 self.var.value = keep * self.var.value + (1.0 - keep) * jax.lax.stop_gradient(
                     var * unbiased)
         inv = self.scale.value * jax.lax.rsqrt(var + self.epsilon)

@@ -147,11 +147,11 @@ class Model(BackendModel):
         return lambda model, batch: self._objective(phase_index, model, batch)
 
     # -- steps -----------------------------------------------------------------------------------
-    def _update_function(self, phase_index):
-        """The jitted update of phase ``phase_index`` (None: the graph's loss): (loss, the
-        non-finite flag)."""
-        if phase_index in self._jitted:
-            return self._jitted[phase_index]
+    def _update_body(self, phase_index):
+        """The update of phase ``phase_index`` (None: the graph's loss) as a Python function
+        of (model, optimizer, batch, lr, key) -> (loss, the non-finite flag), for ``_bind``."""
+        if phase_index in self._bodies:
+            return self._bodies[phase_index]
         objective = self._objective_of(phase_index)
         wrt = nnx.Param if phase_index is None else \
             self._group_filters[self.program.phases[phase_index]["update"]]
@@ -182,19 +182,16 @@ class Model(BackendModel):
             return loss, bad
 
         self._bodies[phase_index] = update
-        self._jitted[phase_index] = self._compile_update(update)
-        return self._jitted[phase_index]
+        return update
 
     # The data-parallel engine's hooks (distributed.py): inside the traced update, the
-    # gradients and the non-finite flag as every replica's; and the compiled update itself.
+    # gradients and the non-finite flag as every replica's; and the bound update itself
+    # (``_bind``).
     def _reduce_gradients(self, grads):
         return grads
 
     def _any_replica(self, flag):
         return flag
-
-    def _compile_update(self, update):
-        return nnx.jit(update, donate_argnums=(0, 1))
 
     def _replica_view(self):
         """A context in which ``self.native`` is the model as one replica holds it, for what
@@ -212,8 +209,9 @@ class Model(BackendModel):
     # compares the identities of the tree's nodes with the held ones (a plain walk of
     # attributes) and splits anew on a change.
     def _bind(self, phase_index, *held):
-        self._update_function(phase_index)
-        return _HeldUpdate(self._bodies[phase_index], held)
+        """The update of ``phase_index`` on ``held`` (the model, its optimizer): called with
+        (batch, lr, key), lowered with the same arguments."""
+        return _HeldUpdate(self._update_body(phase_index), held)
 
     def _bound_update(self, phase_index):
         optimizer = self.optimizer if phase_index is None else \
@@ -390,24 +388,22 @@ class Model(BackendModel):
     # -- measuring -------------------------------------------------------------------------------
     def _compiled_updates(self, prepared):
         """[(phase index, the compiled XLA program of that update)] for one step on ``prepared``:
-        the training step, or each distinct update of a training program's step (lowered for
-        its arguments; compiling again hits JAX's cache after the first step)."""
+        the training step, or each distinct update of a training program's step: the program
+        the steps run, lowered for its arguments."""
         prepared = self._with_targets(prepared)
         out, seen = [], set()
         with self._matmul_precision():
             if self.program is None:
-                fn = self._update_function(None)
-                lowered = fn.lower(self.native, self.optimizer, prepared.native,
-                                   jnp.float32(0.0), self._step_key())
+                lowered = self._bound_update(None).lower(prepared.native, np.float32(0.0),
+                                                         self._step_key())
                 return [(None, lowered.compile())], [prepared.native]
             batches = []
             for phase_index, native in prepared.native:
                 if phase_index in seen:
                     continue
                 seen.add(phase_index)
-                optimizer = self._optimizers[self.program.phases[phase_index]["update"]]
-                lowered = self._update_function(phase_index).lower(
-                    self.native, optimizer, native, jnp.float32(0.0), self._step_key(phase_index))
+                lowered = self._bound_update(phase_index).lower(native, np.float32(0.0),
+                                                                self._step_key(phase_index))
                 out.append((phase_index, lowered.compile()))
                 batches.append(native)
         return out, batches
@@ -535,11 +531,17 @@ class _HeldUpdate:
             return out, jax.tree.leaves(nnx.state(trees))
         self.jitted = jax.jit(pure, donate_argnums=0)
 
+    def _values(self):
+        return [v.get_raw_value() for v in self.variables]
+
     def __call__(self, *args):
-        out, values = self.jitted([v.get_raw_value() for v in self.variables], *args)
+        out, values = self.jitted(self._values(), *args)
         for variable, value in zip(self.variables, values):
             variable.set_raw_value(value)
         return out
+
+    def lower(self, *args):
+        return self.jitted.lower(self._values(), *args)
 
 
 _VARIABLE, _MODULE, _MAPPING, _SEQUENCE, _LEAF = range(5)
