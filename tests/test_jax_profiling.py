@@ -17,6 +17,7 @@ _CHECKS = r"""
 import json
 import numpy as np
 import jax
+import jax.numpy as jnp
 from flax import nnx
 import tbdzoo
 out = {}
@@ -40,6 +41,13 @@ out["bf16_predict_gap"] = float(np.abs(bf.predict(b) - t.predict(b)).max())
 out["bf16_losses"] = [bf.train_step(b) for _ in range(2)]
 out["bf16_state_dtypes"] = sorted({str(a.dtype) for a in jax.tree.leaves(
     nnx.as_pure(nnx.state((bf.native, bf.optimizer)))) if a.ndim})
+from tbdzoo.backends.jax import layers
+bn = layers.BatchNorm(3, momentum=0.1, epsilon=1e-5, rngs=nnx.Rngs(0))
+x = (jax.random.normal(jax.random.key(0), (4, 3, 5, 5)) + 100.0).astype(jnp.bfloat16)
+y = bn(x)
+exact = np.asarray(x, np.float32).mean(axis=(0, 2, 3), dtype=np.float64)
+out["bn_bf16_dtype"] = str(y.dtype)
+out["bn_bf16_running_mean_err"] = float(np.abs(np.asarray(bn.mean[...]) - 0.1 * exact).max())
 tf = tbdzoo.build("resnet50", config="tiny", backend="jax", precision="tf32")
 tf.set_weights(m.get_weights())
 fp = tbdzoo.build("resnet50", config="tiny", backend="jax")
@@ -95,6 +103,13 @@ def test_xla_flops_agree_with_the_spec(checks):
 def test_bf16_computes_in_bfloat16_over_float32_master_weights(checks):
     assert checks["bf16_in_step"]
     assert checks["bf16_state_dtypes"] == ["float32"]
+
+
+def test_bf16_batchnorm_takes_statistics_in_float32_and_returns_bfloat16(checks):
+    # inputs near 100, where bfloat16's spacing is 0.5: a mean rounded to bfloat16 is off by
+    # up to 0.25 (0.025 in the running mean), one summed in float32 by float32 rounding only
+    assert checks["bn_bf16_dtype"] == "bfloat16"
+    assert checks["bn_bf16_running_mean_err"] < 1e-5
     assert all(v == v and abs(v) < 1e3 for v in checks["bf16_losses"])
     # the same weights agree with fp32 to bf16's precision (test_execution_options: 0.1)
     assert 0 < checks["bf16_predict_gap"] < 0.1

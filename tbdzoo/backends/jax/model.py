@@ -73,7 +73,8 @@ class Model(BackendModel):
     def _bf16_layers(self):
         """bf16: the convolutions and dense layers (the Flax layers' ``dtype``) cast their inputs
         and float32 weights to bfloat16 and compute and return bfloat16 (the recurrent cells'
-        gate products too); the rest of the graph (normalisation, the cells' gate arithmetic and
+        gate products too); BatchNorm computes in float32 and returns its input's dtype
+        (layers.py); the rest of the graph (layer normalisation, the cells' gate arithmetic and
         state, the losses) computes in float32, and the weights, their
         gradients and the optimizer's state stay float32 (master weights)."""
         for _, module in self.native.iter_modules():

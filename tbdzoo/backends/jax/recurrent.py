@@ -208,6 +208,8 @@ class SequenceBatchNorm(nnx.BatchNorm):
 
     def __call__(self, x, lengths, use_running_average=None):
         running = self.use_running_average if use_running_average is None else use_running_average
+        returned = x.dtype
+        x = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x   # statistics in float32
         keep = valid(lengths, x.shape[1])[:, :, None].astype(x.dtype)
         if running and self.tracks:
             mean, var = self.mean.value, self.var.value
@@ -221,7 +223,7 @@ class SequenceBatchNorm(nnx.BatchNorm):
                 unbiased = var * count / jnp.maximum(count - 1.0, 1.0)
                 self.var.value = m * self.var.value + (1.0 - m) * jax.lax.stop_gradient(unbiased)
         y = (x - mean) * (self.scale.value * jax.lax.rsqrt(var + self.epsilon)) + self.bias.value
-        return y * keep
+        return (y * keep).astype(returned)
 
 
 def canonical_map(op, a):
