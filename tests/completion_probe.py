@@ -40,10 +40,15 @@ def framework_drain(model):
     if model.backend == "cntk":
         params = list(model.native.parameters)
         return lambda: [p.value for p in params]
-    if model.backend == "jax":  # waits for every array the model's state holds
+    if model.backend == "jax":  # waits for the array each of the model's variables holds now
         import jax
         from flax import nnx
-        return lambda: jax.block_until_ready(nnx.state(model.native))
+        # the variables found once: nnx.state's walk of the tree costs 1 ms more on its first
+        # call after a step than on the next (tiny ResNet-50: 3.1 against 2.1 ms), 5% of a step
+        # that left nothing queued
+        variables = [node for _, node in nnx.iter_graph(model.native)
+                     if isinstance(node, nnx.Variable)]
+        return lambda: jax.block_until_ready([v.get_raw_value() for v in variables])
     raise ValueError("no drain for backend {!r}".format(model.backend))
 
 
