@@ -37,13 +37,6 @@ def _transposed(x):
     return x.T
 
 
-def _float32(x):
-    """A normalisation's input in float32 (a bf16 layer's output), its statistics and arithmetic
-    computed there; the layer returns its input's dtype, as PyTorch's autocast and Flax's mixed
-    precision do, so a bf16 network's activations stay bf16 between its layers."""
-    return x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
-
-
 def _conv_to_native(w):   # (F, C / groups, kh, kw) -> (kh, kw, C / groups, F)
     return w.transpose(2, 3, 1, 0)
 
@@ -58,7 +51,8 @@ class BatchNorm(nnx.BatchNorm):
     move by ``1 - self.momentum`` towards the batch mean and the *unbiased* batch variance
     (PyTorch's convention, which the spec keeps; Flax's own update takes the biased one).
     Without running statistics (``tracks`` False) the batch's own normalise in inference too.
-    A bfloat16 input is normalised in float32 and comes back bfloat16 (``_float32``)."""
+    A bfloat16 input is normalised in float32 and comes back bfloat16, as PyTorch's autocast
+    and Flax's mixed precision do, so a bf16 network's activations stay bf16 between layers."""
 
     def __init__(self, num_features, *, momentum, epsilon, tracks=True, rngs):
         super().__init__(num_features, axis=1, momentum=1.0 - momentum, epsilon=epsilon,
@@ -69,7 +63,7 @@ class BatchNorm(nnx.BatchNorm):
 
     def __call__(self, x, use_running_average=None, *, mask=None):
         running = self.use_running_average if use_running_average is None else use_running_average
-        returned, x = x.dtype, _float32(x)
+        returned, x = x.dtype, ops.float32(x)
         axes = tuple(i for i in range(x.ndim) if i != 1)
         shape = (1, -1) + (1,) * (x.ndim - 2)
         if running and self.tracks:
@@ -152,7 +146,7 @@ class FrozenBatchNorm(nnx.Module):
         shape = (1, -1) + (1,) * (x.ndim - 2)
         scale = self.scale.value * jax.lax.rsqrt(self.var.value + self.epsilon)
         shift = self.bias.value - self.mean.value * scale
-        y = _float32(x) * scale.reshape(shape) + shift.reshape(shape)
+        y = ops.float32(x) * scale.reshape(shape) + shift.reshape(shape)
         return y.astype(x.dtype)
 
 

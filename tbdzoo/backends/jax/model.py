@@ -125,7 +125,7 @@ class Model(BackendModel):
         """The graph's loss on ``batch`` (a pass's context is open)."""
         spec = self.spec.loss
         logits = model.values(batch, [spec["logits"]])[spec["logits"]]
-        return ops.softmax_cross_entropy(_float32(logits), batch[spec["labels"]], spec)
+        return ops.softmax_cross_entropy(ops.float32(logits), batch[spec["labels"]], spec)
 
     def _objective(self, phase_index, model, batch):
         """The weighted sum of the loss terms of phase ``phase_index``'s objective."""
@@ -136,7 +136,7 @@ class Model(BackendModel):
         total = None
         for term, weight in program.objectives[name]:
             loss = program.losses[term]
-            inputs = {r: _float32(values[v] if v in values else batch[v])
+            inputs = {r: ops.float32(values[v] if v in values else batch[v])
                       for r, v in loss["inputs"].items()}
             value = weight * ops.loss(loss["kind"], inputs, loss["attrs"])
             total = value if total is None else total + value
@@ -488,11 +488,6 @@ def _flops(compiled):
     if isinstance(analysis, (list, tuple)):
         return float(sum(a.get("flops", 0.0) for a in analysis))
     return float(analysis.get("flops", 0.0))
-
-
-def _float32(value):
-    """A loss's input in float32 (a bf16 layer's output), other dtypes as they are."""
-    return value.astype(jnp.float32) if value.dtype == jnp.bfloat16 else value
 
 
 # The tag of loss_and_gradients' keys, apart from every step's updates.

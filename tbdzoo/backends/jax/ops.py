@@ -95,6 +95,13 @@ def _pad(x, pads, value=0.0):
     return jnp.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
 
 
+def float32(x):
+    """``x`` in float32 if it is a bf16 layer's bfloat16 output, other dtypes as they are: what
+    computes in float32 under bf16 (normalisation's statistics, the losses) takes its input
+    through this."""
+    return x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x
+
+
 def nhwc(x):
     return jnp.transpose(x, (0, 2, 3, 1))
 

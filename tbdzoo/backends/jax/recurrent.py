@@ -208,8 +208,7 @@ class SequenceBatchNorm(nnx.BatchNorm):
 
     def __call__(self, x, lengths, use_running_average=None):
         running = self.use_running_average if use_running_average is None else use_running_average
-        returned = x.dtype
-        x = x.astype(jnp.float32) if x.dtype == jnp.bfloat16 else x   # statistics in float32
+        returned, x = x.dtype, ops.float32(x)    # statistics in float32
         keep = valid(lengths, x.shape[1])[:, :, None].astype(x.dtype)
         if running and self.tracks:
             mean, var = self.mean.value, self.var.value
