@@ -52,7 +52,9 @@ class BatchNorm(nnx.BatchNorm):
     (PyTorch's convention, which the spec keeps; Flax's own update takes the biased one).
     Without running statistics (``tracks`` False) the batch's own normalise in inference too.
     A bfloat16 input is normalised in float32 and comes back bfloat16, as PyTorch's autocast
-    and Flax's mixed precision do, so a bf16 network's activations stay bf16 between layers."""
+    and Flax's mixed precision do, so a bf16 network's activations stay bf16 between layers.
+    Images are normalised channels-last (``ops.channels_last``), as the convolutions around
+    them run, so XLA's program keeps them channels-last through the layer."""
 
     def __init__(self, num_features, *, momentum, epsilon, tracks=True, rngs):
         super().__init__(num_features, axis=1, momentum=1.0 - momentum, epsilon=epsilon,
@@ -63,21 +65,26 @@ class BatchNorm(nnx.BatchNorm):
 
     def __call__(self, x, use_running_average=None, *, mask=None):
         running = self.use_running_average if use_running_average is None else use_running_average
+        if x.ndim == 4:     # images: computed channels-last, between channels-last convolutions
+            return ops.channels_last(lambda y: self._normalise(y, running), x)
+        return jnp.moveaxis(self._normalise(jnp.moveaxis(x, 1, -1), running), -1, 1)
+
+    def _normalise(self, x, running):
+        """The normalisation of ``x`` with its channels on the last axis."""
         returned, x = x.dtype, ops.float32(x)
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-        shape = (1, -1) + (1,) * (x.ndim - 2)
+        axes = tuple(range(x.ndim - 1))
         if running and self.tracks:
             mean, var = self.mean.value, self.var.value
         else:
-            n = x.size // x.shape[1]
+            n = x.size // x.shape[-1]
             if ops.statistics_shared():     # --bn-mode sync: the global batch's moments
                 n = ops.replica_sum(jnp.float32(n))
                 mean = ops.replica_sum(x.sum(axis=axes)) / n
-                var = ops.replica_sum(((x - mean.reshape(shape)) ** 2).sum(axis=axes)) / n
+                var = ops.replica_sum(((x - mean) ** 2).sum(axis=axes)) / n
                 unbiased = n / jnp.maximum(n - 1.0, 1.0)
             else:
                 mean = x.mean(axis=axes)
-                var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+                var = ((x - mean) ** 2).mean(axis=axes)
                 unbiased = n / max(n - 1, 1)
             if self.tracks and not running:
                 keep = self.momentum
@@ -85,8 +92,7 @@ class BatchNorm(nnx.BatchNorm):
                 self.var.value = keep * self.var.value + (1.0 - keep) * jax.lax.stop_gradient(
                     var * unbiased)
         inv = self.scale.value * jax.lax.rsqrt(var + self.epsilon)
-        y = (x - mean.reshape(shape)) * inv.reshape(shape) + self.bias.value.reshape(shape)
-        return y.astype(returned)
+        return ((x - mean) * inv + self.bias.value).astype(returned)
 
 
 class TiedLinear(nnx.Module):
@@ -134,7 +140,7 @@ class MultiHeadAttention(nnx.Module):
 class FrozenBatchNorm(nnx.Module):
     """y = (x - running_mean) gamma / sqrt(running_var + eps) + beta over axis 1, statistics
     fixed (torchvision's FrozenBatchNorm2d); each tensor an ``nnx.Param`` if the spec trains
-    it, else an ``nnx.BatchStat``."""
+    it, else an ``nnx.BatchStat``. Images are scaled channels-last, as BatchNorm's are."""
 
     def __init__(self, num_features, epsilon, trainable):
         for name in ("scale", "bias", "mean", "var"):
@@ -143,11 +149,14 @@ class FrozenBatchNorm(nnx.Module):
         self.epsilon = epsilon
 
     def __call__(self, x):
-        shape = (1, -1) + (1,) * (x.ndim - 2)
         scale = self.scale.value * jax.lax.rsqrt(self.var.value + self.epsilon)
         shift = self.bias.value - self.mean.value * scale
-        y = ops.float32(x) * scale.reshape(shape) + shift.reshape(shape)
-        return y.astype(x.dtype)
+
+        def affine(y):  # channels last
+            return (ops.float32(y) * scale + shift).astype(y.dtype)
+        if x.ndim == 4:
+            return ops.channels_last(affine, x)
+        return jnp.moveaxis(affine(jnp.moveaxis(x, 1, -1)), -1, 1)
 
 
 class Shared(nnx.Module):

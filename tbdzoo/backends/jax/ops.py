@@ -5,11 +5,9 @@ parameters, else None; ``ctx`` (:class:`Context`) says whether the pass trains, 
 dropout keys and the canonical values of parameters a node shares with another layer (the
 Transformer's output projection reads the embedding table). Values are in the canonical
 layouts (images (N, C, H, W)); the ops on images compute channels-last where they can
-(``nnx.Conv``; ReLU, sums, pooling, channel concatenation: ``channels_last``) and transpose at
-their own boundary, so the transposes of neighbours cancel and XLA's program keeps the images
-channels-last from one op to the next. BatchNorm stays channels-first: its statistics summed
-channels-last take another float32 order, which moves Inception-v3's gradients out of the
-consistency tolerance (docs/consistency.md).
+(``nnx.Conv``, BatchNorm; ReLU, sums, pooling, channel concatenation: ``channels_last``) and
+transpose at their own boundary, so the transposes of neighbours cancel and XLA's program keeps
+the images channels-last from one op to the next.
 """
 from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
 

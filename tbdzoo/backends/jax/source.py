@@ -293,7 +293,8 @@ class BatchNorm(nnx.BatchNorm):
     """nnx.BatchNorm over axis 1 (the channels of (N, C, ...)) with PyTorch's running update:
     in training the batch's mean and biased variance normalise, and the running statistics
     move by ``momentum`` towards the batch mean and the unbiased batch variance. Without
-    running statistics (tracks=False) the batch's own normalise in inference too."""
+    running statistics (tracks=False) the batch's own normalise in inference too. Computed
+    with the channels moved last, as the convolutions around it run."""
 
     def __init__(self, num_features, momentum=0.1, epsilon=1e-5, tracks=True, *, rngs):
         super().__init__(num_features, axis=1, momentum=1.0 - momentum, epsilon=epsilon,
@@ -305,22 +306,22 @@ class BatchNorm(nnx.BatchNorm):
     def __call__(self, x, use_running_average=None, *, mask=None):
         running = self.use_running_average if use_running_average is None \\
             else use_running_average
-        axes = tuple(i for i in range(x.ndim) if i != 1)
-        shape = (1, -1) + (1,) * (x.ndim - 2)
+        x = jnp.moveaxis(x, 1, -1)
+        axes = tuple(range(x.ndim - 1))
         if running and self.tracks:
             mean, var = self.mean[...], self.var[...]
         else:
             mean = x.mean(axis=axes)
-            var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+            var = ((x - mean) ** 2).mean(axis=axes)
             if self.tracks and not running:
-                n = x.size // x.shape[1]
+                n = x.size // x.shape[-1]
                 keep = self.momentum
                 self.mean[...] = keep * self.mean[...] + (1.0 - keep) * \\
                     jax.lax.stop_gradient(mean)
                 self.var[...] = keep * self.var[...] + (1.0 - keep) * \\
                     jax.lax.stop_gradient(var * (n / max(n - 1, 1)))
         inv = self.scale[...] * jax.lax.rsqrt(var + self.epsilon)
-        return (x - mean.reshape(shape)) * inv.reshape(shape) + self.bias[...].reshape(shape)
+        return jnp.moveaxis((x - mean) * inv + self.bias[...], -1, 1)
 '''
 _LAYER_HELPERS["FrozenBatchNorm"] = '''
 class FrozenBatchNorm(nnx.Module):
