@@ -109,6 +109,24 @@ kernel = np.asarray(net.fc.kernel.value).copy()
 m.train_step(batch)
 assert not np.allclose(np.asarray(net.fc.kernel.value), kernel), "the new head was not trained"
 
+# so does a layer replaced deep inside a stage, and a layer's changed setting
+last = getattr(net.layer2, "0")
+replaced = last.conv2 = nnx.clone(last.conv2)
+kernel = np.asarray(replaced.kernel[...]).copy()
+m.train_step(batch)
+assert not np.allclose(np.asarray(replaced.kernel[...]), kernel), "the new layer was not trained"
+m.train_step(batch, sync=False)
+m.synchronize()
+replaced.feature_group_count = 2    # the next step traces the layer anew, and fails on it
+try:
+    m.train_step(batch)
+except Exception as error:
+    assert "group" in str(error), error
+else:
+    raise AssertionError("the step did not trace the changed layer anew")
+replaced.feature_group_count = 1
+m.train_step(batch)
+
 # the tree stays the trained model: a layer held across steps (queued ones too) reads the
 # trained values, and a weight set through the tree between steps is where the next starts
 conv = block.conv1

@@ -19,7 +19,9 @@ from . import framework  # noqa: F401  (first: JAX imported quietly, full float3
 
 # isort: split
 import contextlib
+import operator
 from collections import OrderedDict
+from itertools import chain
 
 import jax
 import jax.numpy as jnp
@@ -87,9 +89,10 @@ class Model(BackendModel):
         if self.hparams["precision"] == "bf16":
             self._bf16_layers()
         self._key = jax.device_put(jax.random.PRNGKey(self.seed), self.jax_device)
+        self._key_block = None  # (its first step, the keys of _KEY_BLOCK steps from there)
         self._jitted = {}
         self._bodies = {}    # phase index -> its update as a Python function (not compiled)
-        self._bound = {}     # phase index -> (the tree's node identities, its cached update)
+        self._bound = {}     # phase index -> (its optimizer, a _TreeWitness, the bound update)
         self._queued = None  # the loss of the last step dispatched, until synchronize()
         if self.program is None:
             self.optimizer = nnx.Optimizer(self.native, optimizers.make(self.hparams),
@@ -114,8 +117,15 @@ class Model(BackendModel):
 
     def _step_key(self, *indices):
         """The dropout key of this step (and of the update ``indices`` name within it): a
-        refused step leaves step_count, so its retry draws the same masks."""
-        key = _fold_in(self._key, self.step_count)
+        refused step leaves step_count, so its retry draws the same masks. The steps' own keys
+        are drawn a block at a time and kept on the host (a step passes its key with its
+        learning rate, where a fold on the device would be one more dispatch a step)."""
+        step = self.step_count
+        block = self._key_block
+        if block is None or not 0 <= step - block[0] < _KEY_BLOCK:
+            start = step - step % _KEY_BLOCK
+            block = self._key_block = (start, np.asarray(_fold_in_block(self._key, start)))
+        key = block[1][step - block[0]]
         for index in indices:
             key = _fold_in(key, index)
         return key
@@ -207,8 +217,8 @@ class Model(BackendModel):
     # the tree split once into its graph and its list of variables, each step one ``jax.jit``
     # call on the variables' values (donated) that sets the new values on the same variables.
     # A user may change the tree between steps (a new head, a replaced layer), so each step first
-    # compares the identities of the tree's nodes with the held ones (a plain walk of
-    # attributes) and splits anew on a change.
+    # compares the identities the tree's modules and containers hold with those it was split
+    # with (``_TreeWitness``) and splits anew on a change.
     def _bind(self, phase_index, *held):
         """The update of ``phase_index`` on ``held`` (the model, its optimizer): called with
         (batch, lr, key), lowered with the same arguments."""
@@ -217,12 +227,11 @@ class Model(BackendModel):
     def _bound_update(self, phase_index):
         optimizer = self.optimizer if phase_index is None else \
             self._optimizers[self.program.phases[phase_index]["update"]]
-        shape = (id(optimizer),) + _node_ids(self.native)
         cached = self._bound.get(phase_index)
-        if cached is None or cached[0] != shape:
-            cached = self._bound[phase_index] = (shape, self._bind(phase_index, self.native,
-                                                                   optimizer))
-        return cached[1]
+        if cached is None or cached[0] is not optimizer or not cached[1].holds(self.native):
+            cached = self._bound[phase_index] = (optimizer, _TreeWitness(self.native),
+                                                 self._bind(phase_index, self.native, optimizer))
+        return cached[2]
 
     def _run_update(self, phase_index, native, lr, key):
         with self._matmul_precision():
@@ -520,16 +529,13 @@ class _HeldUpdate:
         graphdef, state = nnx.split(held)
         self.variables = jax.tree.leaves(state, is_leaf=_is_variable)
         treedef = jax.tree.structure(state)
-        self._set = _value_setter(self.variables)
+        self._values, self._set = _value_access(self.variables)
 
         def pure(values, *args):
             trees = nnx.merge(graphdef, jax.tree.unflatten(treedef, values))
             out = update(*trees, *args)
             return out, jax.tree.leaves(nnx.state(trees))
         self.jitted = jax.jit(pure, donate_argnums=0)
-
-    def _values(self):
-        return [v.get_raw_value() for v in self.variables]
 
     def __call__(self, *args):
         out, values = self.jitted(self._values(), *args)
@@ -540,35 +546,43 @@ class _HeldUpdate:
         return self.jitted.lower(self._values(), *args)
 
 
-def _value_setter(variables):
-    """A function setting new values on ``variables``, in order. ``Variable.set_raw_value``
-    checks twice per call that the variable may be updated in the current trace (10 us each:
-    0.67 ms a step for ResNet-50's 429 variables on a 2-core host); a step sets them from
-    outside any trace, where that check always passes, so the values go straight to the
-    attribute ``get_raw_value`` reads (0.03 ms). Where a Flax version keeps the value
-    elsewhere (checked on the first variable), or the variables hold references (Flax's
-    ``hijax`` mode), ``set_raw_value`` it is."""
-    def checked(values):
+def _value_access(variables):
+    """Functions (get, set) reading and setting the values of ``variables``, in order.
+    ``Variable.set_raw_value`` checks twice per call that the variable may be updated in the
+    current trace (10 us each: 0.67 ms a step for ResNet-50's 429 variables on a 2-core host)
+    and ``get_raw_value`` is a Python call per variable; a step reads and sets them from outside
+    any trace, where that check always passes, so they go straight to the attribute
+    ``get_raw_value`` reads (C loops: 0.03 ms). Where a Flax version keeps the value elsewhere
+    (checked on the first variable), or the variables hold references (Flax's ``hijax``
+    mode), the methods it is."""
+    def get_checked():
+        return [v.get_raw_value() for v in variables]
+
+    def set_checked(values):
         for variable, value in zip(variables, values):
             variable.set_raw_value(value)
 
-    def direct(values):
+    def get_direct():
+        return list(map(_RAW_VALUE, variables))
+
+    def set_direct(values):
         for variable, value in zip(variables, values):
             _SET_ATTRIBUTE(variable, "_raw_value", value)
 
-    if not variables or getattr(variables[0], "hijax", False):   # a Ref: set through Flax
-        return checked
+    if not variables or getattr(variables[0], "hijax", False):   # a Ref: through Flax
+        return get_checked, set_checked
     probe, value = variables[0], variables[0].get_raw_value()
     marker = object()
     try:
         _SET_ATTRIBUTE(probe, "_raw_value", marker)
-        works = probe.get_raw_value() is marker
+        works = probe.get_raw_value() is marker and _RAW_VALUE(probe) is marker
     except (AttributeError, TypeError):
         works = False
     probe.set_raw_value(value)
-    return direct if works else checked
+    return (get_direct, set_direct) if works else (get_checked, set_checked)
 
 
+_RAW_VALUE = operator.attrgetter("_raw_value")
 _SET_ATTRIBUTE = object.__setattr__
 _VARIABLE, _MODULE, _MAPPING, _SEQUENCE, _LEAF = range(5)
 _KINDS = {}
@@ -586,24 +600,65 @@ def _kind(cls):
     return kind
 
 
-def _node_ids(node):
-    """The identities of every module, container and variable of an NNX tree, in order."""
-    out = []
-    stack = [node]
-    while stack:
-        node = stack.pop()
-        out.append(id(node))
-        kind = _kind(type(node))
-        if kind == _VARIABLE:
-            continue
-        children = vars(node).values() if kind == _MODULE else \
-            node.values() if kind == _MAPPING else node
-        stack.extend(c for c in children if _kind(type(c)) != _LEAF)
-    return tuple(out)
+class _TreeWitness:
+    """What an update bound to an NNX tree assumes of it: every module, and every list or dict
+    that holds nodes, with the identities of all it holds (attribute names and values, nodes
+    or not). ``holds()`` checks them in C loops over the saved attribute dicts, so a step can
+    afford it: a user's new head, replaced layer or changed attribute between steps shows as
+    a changed identity."""
+
+    def __init__(self, root):
+        self._root = root
+        self._mappings, self._sequences = [], []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            kind = _kind(type(node))
+            if kind in (_MODULE, _MAPPING):
+                held = vars(node) if kind == _MODULE else node
+                self._mappings.append(held)
+                stack.extend(c for c in held.values() if _holds_nodes(c))
+            elif kind == _SEQUENCE:
+                self._sequences.append(node)
+                stack.extend(c for c in node if _holds_nodes(c))
+        self._signature = self._sign()
+
+    def _sign(self):
+        mappings = self._mappings
+        return (tuple(map(id, chain.from_iterable(mappings))),
+                tuple(map(id, chain.from_iterable(map(_values, mappings)))),
+                tuple(map(id, chain.from_iterable(self._sequences))))
+
+    def holds(self, root):
+        return root is self._root and self._sign() == self._signature
+
+
+def _values(mapping):
+    return mapping.values()
+
+
+def _holds_nodes(x):
+    """Whether ``x`` is a module, or a list, tuple or dict with a module or variable inside."""
+    kind = _kind(type(x))
+    if kind == _MODULE:
+        return True
+    if kind == _MAPPING:
+        x = x.values()
+    elif kind != _SEQUENCE:
+        return False
+    return any(_kind(type(c)) == _VARIABLE or _holds_nodes(c) for c in x)
 
 
 # one compiled call where eager fold_in dispatches each of its operations
 _fold_in = jax.jit(jax.random.fold_in)
+_KEY_BLOCK = 256
+
+
+@jax.jit
+def _fold_in_block(key, start):
+    """fold_in(key, step) of the _KEY_BLOCK steps from ``start``."""
+    steps = start + jnp.arange(_KEY_BLOCK, dtype=jnp.uint32)
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, steps)
 
 
 @jax.jit
