@@ -83,8 +83,7 @@ class BatchNorm(nnx.BatchNorm):
                 var = ops.replica_sum(((x - mean) ** 2).sum(axis=axes)) / n
                 unbiased = n / jnp.maximum(n - 1.0, 1.0)
             else:
-                mean = x.mean(axis=axes)
-                var = ((x - mean) ** 2).mean(axis=axes)
+                mean, var = _moments(x, axes)
                 unbiased = n / max(n - 1, 1)
             if self.tracks and not running:
                 keep = self.momentum
@@ -93,6 +92,19 @@ class BatchNorm(nnx.BatchNorm):
                     var * unbiased)
         inv = self.scale.value * jax.lax.rsqrt(var + self.epsilon)
         return ((x - mean) * inv + self.bias.value).astype(returned)
+
+
+def _moments(x, axes):
+    """The mean and biased variance of ``x`` over ``axes`` (all but the last), in one pass over
+    ``x``: both sums are taken of ``x - k``, ``k`` one of the channel's own values, so
+    E[(x - k)^2] - E[x - k]^2 keeps float32's accuracy when the mean is far from zero (the
+    shifted-data form of the textbook one-pass variance), and XLA reads ``x`` once for both
+    (one multi-output reduction) where the two-pass form reads it twice."""
+    k = jax.lax.stop_gradient(x[(0,) * len(axes)])
+    d = x - k
+    shifted = d.mean(axis=axes)
+    var = jnp.maximum((d * d).mean(axis=axes) - shifted * shifted, 0.0)
+    return k + shifted, var
 
 
 class TiedLinear(nnx.Module):

@@ -311,8 +311,11 @@ class BatchNorm(nnx.BatchNorm):
         if running and self.tracks:
             mean, var = self.mean[...], self.var[...]
         else:
-            mean = x.mean(axis=axes)
-            var = ((x - mean) ** 2).mean(axis=axes)
+            # one pass: the sums of x - k, k one of the channel's values (shifted data)
+            k = jax.lax.stop_gradient(x[(0,) * len(axes)])
+            shifted = (x - k).mean(axis=axes)
+            var = jnp.maximum(((x - k) * (x - k)).mean(axis=axes) - shifted * shifted, 0.0)
+            mean = k + shifted
             if self.tracks and not running:
                 n = x.size // x.shape[-1]
                 keep = self.momentum
