@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import harness
+
 VARIANTS = ("channels_first", "channels_last")
 MODELS = ("resnet50", "inception_v3")
 
@@ -95,10 +97,8 @@ def main(argv=None):
                          args.device)
         print("RECORD " + json.dumps(record), flush=True)
         return 0
+    harness.check_choices(p, args, models=MODELS, precisions=None)
     models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        p.error("--models: unknown {}; known: {}".format(", ".join(unknown), ", ".join(MODELS)))
     records = []
     for model_name in models:
         for variant in VARIANTS:

@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from benchmarks import harness
+
 MODELS = ("resnet50", "transformer")
 
 
@@ -136,10 +138,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out")
     args = p.parse_args(argv)
+    harness.check_choices(p, args, models=MODELS, precisions=("fp32", "tf32", "bf16"))
     models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        p.error("--models: unknown {}; known: {}".format(", ".join(unknown), ", ".join(MODELS)))
     records = []
     for name in models:
         for precision in args.precisions.split(","):
