@@ -29,6 +29,7 @@ def channels_first_batchnorm():
     """The backend's BatchNorm (same statistics, running update and dtype rule) computed on
     (N, C, H, W), reduced over axes (0, 2, 3)."""
     import jax
+    import jax.numpy as jnp
 
     from tbdzoo.backends.jax import layers, ops
 
@@ -39,8 +40,12 @@ def channels_first_batchnorm():
         if running:
             mean, var = self.mean[...], self.var[...]
         else:
-            mean = x.mean(axis=axes)
-            var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)
+            # the backend's one-pass moments (layers._moments), reduced over (N, H, W) in place
+            k = jax.lax.stop_gradient(x[0, :, 0, 0]).reshape(shape)
+            d = x - k
+            shifted = d.mean(axis=axes)
+            var = jnp.maximum((d * d).mean(axis=axes) - shifted * shifted, 0.0)
+            mean = k.reshape(-1) + shifted
             n = x.size // x.shape[1]
             keep = self.momentum
             self.mean[...] = keep * self.mean[...] + (1 - keep) * jax.lax.stop_gradient(mean)

@@ -65,9 +65,7 @@ class BatchNorm(nnx.BatchNorm):
 
     def __call__(self, x, use_running_average=None, *, mask=None):
         running = self.use_running_average if use_running_average is None else use_running_average
-        if x.ndim == 4:     # images: computed channels-last, between channels-last convolutions
-            return ops.channels_last(lambda y: self._normalise(y, running), x)
-        return jnp.moveaxis(self._normalise(jnp.moveaxis(x, 1, -1), running), -1, 1)
+        return _channels_moved_last(lambda y: self._normalise(y, running), x)
 
     def _normalise(self, x, running):
         """The normalisation of ``x`` with its channels on the last axis."""
@@ -92,6 +90,15 @@ class BatchNorm(nnx.BatchNorm):
                     var * unbiased)
         inv = self.scale.value * jax.lax.rsqrt(var + self.epsilon)
         return ((x - mean) * inv + self.bias.value).astype(returned)
+
+
+def _channels_moved_last(fn, x):
+    """``fn`` of (N, C, ...) computed with the channels on the last axis: images through
+    ``ops.channels_last`` (so the transposes cancel against the channels-last convolutions
+    around them), other ranks by moving axis 1."""
+    if x.ndim == 4:
+        return ops.channels_last(fn, x)
+    return jnp.moveaxis(fn(jnp.moveaxis(x, 1, -1)), -1, 1)
 
 
 def _moments(x, axes):
@@ -166,9 +173,7 @@ class FrozenBatchNorm(nnx.Module):
 
         def affine(y):  # channels last
             return (ops.float32(y) * scale + shift).astype(y.dtype)
-        if x.ndim == 4:
-            return ops.channels_last(affine, x)
-        return jnp.moveaxis(affine(jnp.moveaxis(x, 1, -1)), -1, 1)
+        return _channels_moved_last(affine, x)
 
 
 class Shared(nnx.Module):

@@ -626,15 +626,11 @@ class _TreeWitness:
     def _sign(self):
         mappings = self._mappings
         return (tuple(map(id, chain.from_iterable(mappings))),
-                tuple(map(id, chain.from_iterable(map(_values, mappings)))),
+                tuple(map(id, chain.from_iterable(map(dict.values, mappings)))),
                 tuple(map(id, chain.from_iterable(self._sequences))))
 
     def holds(self, root):
         return root is self._root and self._sign() == self._signature
-
-
-def _values(mapping):
-    return mapping.values()
 
 
 def _holds_nodes(x):

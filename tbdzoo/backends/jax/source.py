@@ -313,8 +313,9 @@ class BatchNorm(nnx.BatchNorm):
         else:
             # one pass: the sums of x - k, k one of the channel's values (shifted data)
             k = jax.lax.stop_gradient(x[(0,) * len(axes)])
-            shifted = (x - k).mean(axis=axes)
-            var = jnp.maximum(((x - k) * (x - k)).mean(axis=axes) - shifted * shifted, 0.0)
+            d = x - k
+            shifted = d.mean(axis=axes)
+            var = jnp.maximum((d * d).mean(axis=axes) - shifted * shifted, 0.0)
             mean = k + shifted
             if self.tracks and not running:
                 n = x.size // x.shape[-1]
