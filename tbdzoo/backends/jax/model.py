@@ -602,9 +602,10 @@ def _kind(cls):
 
 class _TreeWitness:
     """What an update bound to an NNX tree assumes of it: every module, and every list or dict
-    that holds nodes, with the identities of all it holds (attribute names and values, nodes
-    or not). ``holds()`` checks them in C loops over the saved attribute dicts, so a step can
-    afford it: a user's new head, replaced layer or changed attribute between steps shows as
+    that holds nodes, with all it holds (attribute names and values, nodes or not).
+    ``holds()`` compares their identities with the saved ones in C loops (``operator.is_``: no
+    object is created, and no ``__eq__`` runs, which a Variable answers by its value), so a step
+    can afford it: a user's new head, replaced layer or changed attribute between steps shows as
     a changed identity."""
 
     def __init__(self, root):
@@ -621,16 +622,21 @@ class _TreeWitness:
             elif kind == _SEQUENCE:
                 self._sequences.append(node)
                 stack.extend(c for c in node if _holds_nodes(c))
-        self._signature = self._sign()
+        self._sizes = self._count()
+        self._keys = tuple(chain.from_iterable(self._mappings))
+        self._values = tuple(chain.from_iterable(map(dict.values, self._mappings)))
+        self._items = tuple(chain.from_iterable(self._sequences))
 
-    def _sign(self):
-        mappings = self._mappings
-        return (tuple(map(id, chain.from_iterable(mappings))),
-                tuple(map(id, chain.from_iterable(map(dict.values, mappings)))),
-                tuple(map(id, chain.from_iterable(self._sequences))))
+    def _count(self):
+        return sum(map(len, self._mappings)), sum(map(len, self._sequences))
 
     def holds(self, root):
-        return root is self._root and self._sign() == self._signature
+        mappings = self._mappings
+        return (root is self._root and self._count() == self._sizes
+                and all(map(operator.is_, chain.from_iterable(mappings), self._keys))
+                and all(map(operator.is_, chain.from_iterable(map(dict.values, mappings)),
+                            self._values))
+                and all(map(operator.is_, chain.from_iterable(self._sequences), self._items)))
 
 
 def _holds_nodes(x):
