@@ -242,3 +242,33 @@ def test_queued_steps_report_a_skipped_step_at_the_next_synchronisation():
     require_backend("jax")
     proc = run_in_env(environments.python_of("jax"), ["-c", _QUEUED_STEPS], timeout=600)
     assert proc.returncode == 0 and "queued steps ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+_NO_RECOMPILES = r"""
+import jax.monitoring
+from tbdzoo.backends.registry import build_native
+
+compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kw: compiles.append(event)
+    if event == "/jax/core/compile/backend_compile_duration" else None)
+for name in ("faster_rcnn", "wgan"):
+    m = build_native(name, "jax", config="tiny", device="cpu")
+    prepared = m.prepare_batch(m.synthetic_batch(seed=0))
+    m.train_step(prepared)
+    m.train_step(prepared)
+    before = len(compiles)
+    for _ in range(3):
+        m.train_step(prepared)
+    assert len(compiles) == before, (name, len(compiles) - before)
+print("no recompiles ok")
+"""
+
+
+def test_a_training_programs_steps_compile_once():
+    """A program's step restores its state through ``nnx.update``, which gives every module
+    Flax's new bookkeeping object; the tree is the same and the steps run the programs
+    compiled by the first ones (they were compiled again every step)."""
+    require_backend("jax")
+    proc = run_in_env(environments.python_of("jax"), ["-c", _NO_RECOMPILES], timeout=600)
+    assert proc.returncode == 0 and "no recompiles ok" in proc.stdout, proc.stdout + proc.stderr

@@ -606,7 +606,9 @@ class _TreeWitness:
     ``holds()`` compares their identities with the saved ones in C loops (``operator.is_``: no
     object is created, and no ``__eq__`` runs, which a Variable answers by its value), so a step
     can afford it: a user's new head, replaced layer or changed attribute between steps shows as
-    a changed identity."""
+    a changed identity. One value is Flax's bookkeeping, not the model: ``nnx.update`` gives
+    every module it reaches a new ``_pytree__state`` (a training program's restore of its state
+    does, each step); where only those changed, the witness takes the new ones and holds."""
 
     def __init__(self, root):
         self._root = root
@@ -626,17 +628,39 @@ class _TreeWitness:
         self._keys = tuple(chain.from_iterable(self._mappings))
         self._values = tuple(chain.from_iterable(map(dict.values, self._mappings)))
         self._items = tuple(chain.from_iterable(self._sequences))
+        # per mapping, a getter of its values but Flax's state (a lone key twice: an itemgetter
+        # of one key returns the bare value)
+        self._getters = [operator.itemgetter(*(keys if len(keys) > 1 else keys * 2))
+                         if keys else _no_values
+                         for keys in ([k for k in held if k != _FLAX_STATE]
+                                      for held in self._mappings)]
+        self._model_values = tuple(self._values_but_flax_state())
 
     def _count(self):
         return sum(map(len, self._mappings)), sum(map(len, self._sequences))
 
     def holds(self, root):
-        mappings = self._mappings
-        return (root is self._root and self._count() == self._sizes
-                and all(map(operator.is_, chain.from_iterable(mappings), self._keys))
-                and all(map(operator.is_, chain.from_iterable(map(dict.values, mappings)),
-                            self._values))
-                and all(map(operator.is_, chain.from_iterable(self._sequences), self._items)))
+        mappings, same = self._mappings, operator.is_
+        if not (root is self._root and self._count() == self._sizes
+                and all(map(same, chain.from_iterable(mappings), self._keys))
+                and all(map(same, chain.from_iterable(self._sequences), self._items))):
+            return False
+        if all(map(same, chain.from_iterable(map(dict.values, mappings)), self._values)):
+            return True
+        if not all(map(same, self._values_but_flax_state(), self._model_values)):
+            return False
+        self._values = tuple(chain.from_iterable(map(dict.values, mappings)))
+        return True
+
+    def _values_but_flax_state(self):
+        return chain.from_iterable(map(operator.call, self._getters, self._mappings))
+
+
+_FLAX_STATE = "_pytree__state"
+
+
+def _no_values(_):
+    return ()
 
 
 def _holds_nodes(x):
