@@ -214,6 +214,19 @@ class DistributedModel(Model):
     def _replica_view(self):
         return self._local_copy()
 
+    def _inference_function(self, names):
+        """Through ``nnx.jit``: each call is on a new local copy of the replicated tree, which
+        a held split would take for a changed tree and compile anew."""
+        key = ("replica values",) + tuple(names)
+        if key not in self._jitted:
+            def values(model, batch):
+                with ops.running(ops.Context(False)) as ctx:
+                    ctx.root = model
+                    return dict(model.values(batch, list(names)))
+            compiled = nnx.jit(values)
+            self._jitted[key] = lambda batch: compiled(self.native, batch)
+        return self._jitted[key]
+
     def _predict(self, prepared):
         with self._local_copy():
             return Model._predict(self, prepared)
