@@ -8,12 +8,17 @@ batch on a CPU): tbdzoo's ``train_step`` and the Flax step of benchmarks/flax_ha
 each timed two ways in interleaved rounds: ``sync``, the loss read back every step (the anchors'
 protocol, host work and device time add up), and ``queued``, ``--steps`` steps dispatched and
 then waited for (the host's work hides behind the device's where it is shorter). A third model
-of tbdzoo's with the non-finite guard off (``guard_steps = False``) prices the guard. Then one
-synchronous tbdzoo step in its parts: the dropout key, the check of the tree for a user's
-changes, reading the variables' values, dispatching the compiled program, setting the new
-values, and waiting for the loss; and the number of fusions, library calls (convolutions and
-products), transposes and copies in each side's optimised XLA program. Medians over rounds; run
-from the repository root with the interpreter that has JAX and Flax.
+of tbdzoo's with the non-finite guard off (``guard_steps = False``) prices the guard, and a
+fourth takes the guard as one ``nnx.cond`` around the optimizer's update (Optax's
+``apply_if_finite`` way) where the backend selects every variable. ``flax_spin_sync`` is Flax's
+synchronous step polling for its loss, as tbdzoo's does on a GPU, where ``flax_sync`` waits as
+``float()`` does. Then one synchronous tbdzoo step in its parts: the dropout key, the check of
+the tree for a user's changes, reading the variables' values (both twice: first right after the
+last step's wait, then warm), dispatching the compiled program, setting the new values, and
+waiting for the loss; and the number of fusions, library calls (convolutions and products),
+transposes and copies in each side's optimised XLA program, with the guard and without it
+(``--hlo-dir`` writes the programs). Medians over rounds; run from the repository root with the
+interpreter that has JAX and Flax.
 """
 import argparse
 import json
@@ -36,7 +41,44 @@ def _count(text):
             "copies": len(re.findall(r" copy\(", text))}
 
 
-def measure(name, precision, device, steps, rounds):
+def _cond_guard_body(model):
+    """The model's update with the guard as one ``nnx.cond``: the optimizer's update (or the
+    restore of the running statistics the forward pass moved) in a branch, where the backend
+    computes both and selects every variable."""
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from tbdzoo.backends.jax import ops
+
+    def update(m, optimizer, batch, lr, key):
+        before = nnx.as_pure(nnx.state(m, nnx.BatchStat))
+
+        def loss_fn(mm):
+            with ops.running(ops.Context(True, key)) as ctx:
+                ctx.root = mm
+                return model._loss(mm, batch)
+        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param))(m)
+        bad = ~jnp.isfinite(loss + optax.global_norm(grads))
+
+        def skip(m, optimizer, grads, before):
+            nnx.update(m, before)
+
+        def apply(m, optimizer, grads, before):
+            optimizer.update(m, grads, learning_rate=lr)
+        nnx.cond(bad, skip, apply, m, optimizer, grads, before)
+        return loss, bad
+    return update
+
+
+def _spin(value):
+    """Wait for ``value`` by polling (the waiting core stays awake), then read it."""
+    while not value.is_ready():
+        pass
+    return float(value)
+
+
+def measure(name, precision, device, steps, rounds, hlo_dir=None):
     import jax
 
     from benchmarks import flax_handwritten as fh
@@ -52,6 +94,8 @@ def measure(name, precision, device, steps, rounds):
 
     model, prepared = ours(True)
     unguarded, unguarded_batch = ours(False)
+    conditional, conditional_batch = ours(True)
+    conditional._bodies[None] = _cond_guard_body(conditional)
     batch = model.synthetic_batch(seed=0)
     flax = fh.FlaxStep(name, model.hparams, model.get_weights(), batch, fh.jax_device(device),
                        precision)
@@ -61,6 +105,11 @@ def measure(name, precision, device, steps, rounds):
             for _ in range(steps):
                 _, flax.state = flax._step(flax.state, flax.batch)
         flax.block()
+
+    def flax_spin():
+        with fh.matmul_precision(precision):
+            loss, flax.state = flax._step(flax.state, flax.batch)
+        _spin(loss)
 
     def queued(m, b):
         def run():
@@ -82,6 +131,9 @@ def measure(name, precision, device, steps, rounds):
         "flax_queued": flax_queued,
         "tbdzoo_unguarded_sync": synced(lambda: unguarded.train_step(unguarded_batch)),
         "tbdzoo_unguarded_queued": queued(unguarded, unguarded_batch),
+        "tbdzoo_cond_guard_sync": synced(lambda: conditional.train_step(conditional_batch)),
+        "tbdzoo_cond_guard_queued": queued(conditional, conditional_batch),
+        "flax_spin_sync": synced(flax_spin),
     }
     for run in contenders.values():      # compiles, then warms up
         run()
@@ -92,8 +144,8 @@ def measure(name, precision, device, steps, rounds):
             run()
             times[k].append((time.perf_counter() - start) / steps)
 
-    parts = {k: [] for k in ("key", "tree_check", "read_values", "dispatch", "set_values",
-                             "wait", "total")}
+    parts = {k: [] for k in ("key", "tree_check", "read_values", "tree_check_again",
+                             "read_values_again", "dispatch", "set_values", "wait", "total")}
     lr = np.float32(model.learning_rate())
     with model._matmul_precision():
         for _ in range(steps * rounds):
@@ -104,6 +156,10 @@ def measure(name, precision, device, steps, rounds):
             t2 = time.perf_counter()
             values = held._values()
             t3 = time.perf_counter()
+            model._bound_update(None)     # the same two again, warm: is the first slow?
+            t3a = time.perf_counter()
+            values = held._values()
+            t3b = time.perf_counter()
             out, new = held.jitted(values, prepared.native, lr, key)
             t4 = time.perf_counter()
             held._set(new)
@@ -112,13 +168,25 @@ def measure(name, precision, device, steps, rounds):
             t6 = time.perf_counter()
             model.step_count += 1
             for k, a, b in (("key", t0, t1), ("tree_check", t1, t2), ("read_values", t2, t3),
-                            ("dispatch", t3, t4), ("set_values", t4, t5), ("wait", t5, t6),
+                            ("tree_check_again", t3, t3a), ("read_values_again", t3a, t3b),
+                            ("dispatch", t3b, t4), ("set_values", t4, t5), ("wait", t5, t6),
                             ("total", t0, t6)):
                 parts[k].append(b - a)
     with model._matmul_precision():
         ours_hlo = held.lower(prepared.native, lr, key).compile().as_text()
+        unguarded_hlo = unguarded._bound_update(None).lower(
+            unguarded_batch.native, lr, key).compile().as_text()
     with fh.matmul_precision(precision):
         flax_hlo = flax._step.lower(flax.state, flax.batch).compile().as_text()
+    if hlo_dir:
+        import gzip
+        import os
+        os.makedirs(hlo_dir, exist_ok=True)
+        for side, text in (("tbdzoo", ours_hlo), ("tbdzoo_unguarded", unguarded_hlo),
+                           ("flax", flax_hlo)):
+            with gzip.open(os.path.join(hlo_dir, "{}_{}_{}.hlo.gz".format(
+                    name, precision, side)), "wt") as f:
+                f.write(text)
     ms = lambda xs: 1e3 * statistics.median(xs)    # noqa: E731
     return {"model": name, "precision": precision, "device": str(jax.devices()[0].device_kind),
             "batch_size": model.hparams["batch_size"], "steps": steps, "rounds": rounds,
@@ -126,7 +194,9 @@ def measure(name, precision, device, steps, rounds):
             "step_ms_rounds": {k: [1e3 * x for x in v] for k, v in times.items()},
             "tbdzoo_sync_step_parts_ms": {k: ms(v) for k, v in parts.items()},
             "variables": len(held.variables),
-            "xla_program": {"tbdzoo": _count(ours_hlo), "flax": _count(flax_hlo)}}
+            "xla_program": {"tbdzoo": _count(ours_hlo),
+                            "tbdzoo_unguarded": _count(unguarded_hlo),
+                            "flax": _count(flax_hlo)}}
 
 
 def main(argv=None):
@@ -137,13 +207,15 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out")
+    p.add_argument("--hlo-dir", help="write each side's optimised XLA program here (gzip)")
     args = p.parse_args(argv)
     harness.check_choices(p, args, models=MODELS, precisions=("fp32", "tf32", "bf16"))
     models = args.models.split(",")
     records = []
     for name in models:
         for precision in args.precisions.split(","):
-            record = measure(name, precision, args.device, args.steps, args.rounds)
+            record = measure(name, precision, args.device, args.steps, args.rounds,
+                             args.hlo_dir)
             records.append(record)
             print(json.dumps({k: record[k] for k in ("model", "precision", "step_ms",
                                                      "tbdzoo_sync_step_parts_ms")}), flush=True)
