@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..common.engines import RANK_TIMEOUT_VARIABLE
 from . import ops
-from .model import Model
+from .model import Model, _values_of
 
 ENGINE = "jax.distributed"
 AXIS = "data"  # the mesh axis the batch is sharded along
@@ -219,11 +219,7 @@ class DistributedModel(Model):
         a held split would take for a changed tree and compile anew."""
         key = ("replica values",) + tuple(names)
         if key not in self._jitted:
-            def values(model, batch):
-                with ops.running(ops.Context(False)) as ctx:
-                    ctx.root = model
-                    return dict(model.values(batch, list(names)))
-            compiled = nnx.jit(values)
+            compiled = nnx.jit(_values_of(names))
             self._jitted[key] = lambda batch: compiled(self.native, batch)
         return self._jitted[key]
 

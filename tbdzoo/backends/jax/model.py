@@ -366,12 +366,8 @@ class Model(BackendModel):
         key = ("values",) + tuple(names)
         cached = self._jitted.get(key)
         if cached is None or not cached[0].holds(self.native):
-            def values(model, batch):
-                with ops.running(ops.Context(False)) as ctx:
-                    ctx.root = model
-                    return dict(model.values(batch, list(names)))
             cached = self._jitted[key] = (_TreeWitness(self.native),
-                                          _HeldCall(values, (self.native,)))
+                                          _HeldCall(_values_of(names), (self.native,)))
         return cached[1]
 
     def _predict(self, prepared):
@@ -558,6 +554,15 @@ class _HeldUpdate:
 
     def lower(self, *args):
         return self.jitted.lower(self._values(), *args)
+
+
+def _values_of(names):
+    """(model, batch) -> {name: value} of the graph values ``names``, in inference mode."""
+    def values(model, batch):
+        with ops.running(ops.Context(False)) as ctx:
+            ctx.root = model
+            return dict(model.values(batch, list(names)))
+    return values
 
 
 class _HeldCall:
