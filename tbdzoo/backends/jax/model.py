@@ -241,7 +241,7 @@ class Model(BackendModel):
 
     def _train_step(self, prepared, lr):
         loss, bad = self._run_update(None, prepared.native, lr, self._step_key())
-        if self.jax_device.platform == "gpu":
+        if self.device != "cpu":    # a GPU
             # the host polls for the loss, as a CUDA synchronisation does by default: a thread
             # put to sleep until the GPU is done comes back with cold caches, and the next
             # step's host work before its dispatch took longer (benchmarks/jax_step_anatomy.py:
@@ -530,19 +530,28 @@ def _is_variable(x):
     return isinstance(x, nnx.Variable)
 
 
+def _split(held):
+    """The held trees split once: (their variables, in order; a function of those variables'
+    values, inside a trace, to the trees rebuilt on them)."""
+    graphdef, state = nnx.split(held)
+    treedef = jax.tree.structure(state)
+
+    def rebuild(values):
+        return nnx.merge(graphdef, jax.tree.unflatten(treedef, values))
+    return jax.tree.leaves(state, is_leaf=_is_variable), rebuild
+
+
 class _HeldUpdate:
     """``update(*held, *args)`` as one ``jax.jit`` of the held trees' variable values: the trees
     split once into their graph and their variables, the values donated to each call and the
     outputs set on the same variables, so the trees stay the trained ones."""
 
     def __init__(self, update, held):
-        graphdef, state = nnx.split(held)
-        self.variables = jax.tree.leaves(state, is_leaf=_is_variable)
-        treedef = jax.tree.structure(state)
+        self.variables, rebuild = _split(held)
         self._values, self._set = _value_access(self.variables)
 
         def pure(values, *args):
-            trees = nnx.merge(graphdef, jax.tree.unflatten(treedef, values))
+            trees = rebuild(values)
             out = update(*trees, *args)
             return out, jax.tree.leaves(nnx.state(trees))
         self.jitted = jax.jit(pure, donate_argnums=0)
@@ -570,12 +579,11 @@ class _HeldCall:
     call (not donated: the trees keep them)."""
 
     def __init__(self, fn, held):
-        graphdef, state = nnx.split(held)
-        treedef = jax.tree.structure(state)
-        self._values = _value_access(jax.tree.leaves(state, is_leaf=_is_variable))[0]
+        variables, rebuild = _split(held)
+        self._values = _value_access(variables)[0]
 
         def pure(values, *args):
-            return fn(*nnx.merge(graphdef, jax.tree.unflatten(treedef, values)), *args)
+            return fn(*rebuild(values), *args)
         self.jitted = jax.jit(pure)
 
     def __call__(self, *args):
