@@ -208,6 +208,62 @@ def test_the_optax_optimizers_compute_the_reference_formulas():
     assert proc.returncode == 0 and "optimizers ok" in proc.stdout, proc.stdout + proc.stderr
 
 
+_RECURRENCE_CHECK = r"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tbdzoo.backends.jax import recurrent as R
+
+def per_direction(cells, x, lengths):
+    # Each direction its own scan of the cell's step, differentiated by JAX.
+    outs = []
+    for index, cell in enumerate(cells):
+        products = cell.input_products(x)
+        if index:
+            products = R._reverse_within(products, lengths)
+        w = cell.recurrent_weights()
+        _, ys = jax.lax.scan(lambda c, p: cell.recur(c, p, w), cell.zero_carry(x.shape[0], x.dtype),
+                             jnp.swapaxes(products, 0, 1))
+        ys = jnp.swapaxes(ys, 0, 1)
+        outs.append(R._reverse_within(ys, lengths) if index else ys)
+    return outs
+
+x = jax.random.normal(jax.random.PRNGKey(1), (3, 9, 5))
+lengths = jnp.array([9, 4, 6])
+for op in ("gru", "lstm"):
+    for bidirectional in (True, False):
+        module = R.Recurrent(op, 5, {"num_layers": 1, "bidirectional": bidirectional,
+                                     "merge": "concat", "units": 7}, nnx.Rngs(0))
+        cells = [getattr(module.l0, d) for d in module.directions]
+        w = jax.random.normal(jax.random.PRNGKey(2), (len(cells), 3, 9, 7))
+        graphdef, state = nnx.split(cells)
+        def loss(state, x, run):
+            ys = run(nnx.merge(graphdef, state), x)
+            return sum((y * w[i]).sum() for i, y in enumerate(ys))
+        want = jax.value_and_grad(loss, argnums=(0, 1))(
+            state, x, lambda c, x: per_direction(c, x, lengths))
+        for loop in (R.Loop(1, 1), R.Loop(2, 16), R.LOOP):
+            got = jax.value_and_grad(loss, argnums=(0, 1))(
+                state, x, lambda c, x: R._run(c, x, lengths, loop))
+            for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+                np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-6,
+                                           err_msg="{} {} {}".format(op, bidirectional, loop))
+print("recurrence ok")
+"""
+
+
+def test_the_recurrences_derivative_is_jaxs_derivative_of_the_plain_scan():
+    """A recurrent layer runs both directions in one loop with its own derivative (the kernels'
+    gradient one product after the loop, the gates padded, several steps an iteration): its
+    outputs and the gradients of its weights and input equal JAX's derivative of one plain scan
+    a direction, for GRU and LSTM, one and two directions, ragged lengths, and unrolling that
+    does not divide the steps."""
+    require_backend("jax")
+    proc = run_in_env(environments.python_of("jax"), ["-c", _RECURRENCE_CHECK], timeout=300)
+    assert proc.returncode == 0 and "recurrence ok" in proc.stdout, proc.stdout + proc.stderr
+
+
 _QUEUED_STEPS = r"""
 import numpy as np
 from tbdzoo.backends.registry import build_native

@@ -473,7 +473,8 @@ class Model(BackendModel):
         ``forward``, the model's forward pass in training mode up to its loss (the graph's
         loss; every update's objective, in a training program) on ``prepared``, and ``step``,
         the whole compiled training step (forward, backward, optimizer update). XLA counts a
-        while loop's body once: a recurrent layer's ``jax.lax.scan`` counts as one step."""
+        while loop's body once: a recurrent layer's ``jax.lax.scan`` counts as the steps of
+        one iteration (``recurrent.LOOP.unroll``), and its remainder loop's."""
         compiled, batches = self._compiled_updates(prepared)
         step, forward = 0.0, 0.0
         with self._matmul_precision():

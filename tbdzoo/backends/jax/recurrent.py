@@ -5,25 +5,48 @@ A recurrent node is a ``Recurrent`` module holding, per layer and direction, a c
 path of its canonical parameters (``l0.fw``: Flax's own ``nnx.LSTMCell``, whose per-gate
 ``ii``/``hi`` linears are the spec's ``w_i``/``u_i``/``b_i``; ``GRUCell``, the spec's GRU with
 the reset gate applied after the recurrent product and its bias ``b_hn``, which Flax's
-``nnx.GRUCell`` does not have). Each direction is one ``jax.lax.scan`` over time; the backward
-direction runs each example's valid steps reversed within its length, and outputs past an
-example's length are zero, as the spec defines.
+``nnx.GRUCell`` does not have). The backward direction runs each example's valid steps
+reversed within its length, and outputs past an example's length are zero, as the spec
+defines.
 
-The scan computes what the cells' ``__call__`` computes, arranged for a loop: the input side's
-products of every step are one product before the loop (``input_products``), and each step's
-recurrent products are one product of the gates' kernels side by side (``recur``). A GPU runs
-each step of a scan as its own kernels, so a step's kernel count is what the loop costs:
-per-gate products made it 2 products per gate a step.
+A layer is one ``jax.lax.scan`` over time for all its directions, and computes what the cells'
+``__call__`` computes, arranged for a loop; a GPU runs each step of a scan as its own kernels,
+so what a step does is what the loop costs:
+
+- the input side's products of every step are one product before the loop
+  (``input_products``);
+- each step's recurrent products are one product of the gates' kernels side by side, for
+  both directions at once (a batched product over the directions);
+- the scan has its own derivative (``_recurrence``): the backward loop computes each step's
+  gradient of the recurrent product and passes the carry's gradient back; the kernels'
+  gradient is then one product over all steps. The derivative JAX derives itself adds each
+  step's outer product into the kernels' gradient inside the loop, a read and a write of every
+  recurrent weight at every step.
+
+Each loop iteration runs ``LOOP.unroll`` steps.
 """
 from . import framework  # noqa: F401  (first: JAX imported quietly, full float32 precision)
 
 # isort: split
+import collections
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from ..common import attention
 from . import ops
+
+
+class Loop(collections.namedtuple("Loop", "unroll gates_multiple")):
+    """How a recurrence's loops are laid out: ``unroll`` time steps per iteration (a GPU pays a
+    fixed cost for each iteration of a loop as well as for each kernel), and the gates' side of
+    the recurrent kernels padded to a multiple of ``gates_multiple`` in the backward loop
+    (``_recurrence_backward``). benchmarks/jax_recurrence.py times the choices."""
+
+
+LOOP = Loop(unroll=4, gates_multiple=256)
 
 
 def _same(x):
@@ -91,15 +114,12 @@ class GRUCell(nnx.Module):
     def recurrent_weights(self):
         return _side_by_side((self.hr, self.hz, self.hn))
 
+    def recurrent_product_layer(self):
+        return self.hr
+
     def recur(self, carry, products, weights):
         """One step from the step's ``input_products`` and the ``recurrent_weights``."""
-        xr, xz, xn = jnp.split(products, 3, axis=-1)
-        hr, hz, hn = jnp.split(_product(carry, weights, like=self.hr), 3, axis=-1)
-        r = jax.nn.sigmoid(xr + hr)
-        z = jax.nn.sigmoid(xz + hz)
-        n = jnp.tanh(xn + r * hn)
-        h = (1.0 - z) * n + z * carry
-        return h, h
+        return _GRU.combine(carry, products, _product(carry, weights, like=self.hr))
 
     def zero_carry(self, n, dtype):
         return jnp.zeros((n, self.hidden_features), dtype)
@@ -117,12 +137,11 @@ class LSTMCell(nnx.LSTMCell):
     def recurrent_weights(self):
         return _side_by_side((self.hi, self.hf, self.hg, self.ho))
 
+    def recurrent_product_layer(self):
+        return self.hi
+
     def recur(self, carry, products, weights):
-        c, h = carry
-        i, f, g, o = jnp.split(products + _product(h, weights, like=self.hi), 4, axis=-1)
-        c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
-        h = self.gate_fn(o) * self.activation_fn(c)
-        return (c, h), h
+        return _LSTM.combine(carry, products, _product(carry[1], weights, like=self.hi))
 
     def zero_carry(self, n, dtype):
         zeros = jnp.zeros((n, self.hidden_features), dtype)
@@ -154,27 +173,132 @@ class Recurrent(nnx.Module):
         mask = valid(lengths, x.shape[1])[:, :, None]
         for layer in range(self.layers):
             holder = getattr(self, "l{}".format(layer))
-            outs = [_run(getattr(holder, d), x, lengths, d == "bw") * mask
-                    for d in self.directions]
+            outs = [y * mask for y in _run([getattr(holder, d) for d in self.directions],
+                                            x, lengths)]
             last = layer == self.layers - 1
             x = sum(outs[1:], outs[0]) if last and self.merge == "sum" else \
                 jnp.concatenate(outs, axis=-1)
         return x
 
 
-def _run(cell, x, lengths, reverse):
-    """(N, T, H): the cell over each example's steps (reversed within its length)."""
-    products = cell.input_products(x)
-    if reverse:
-        products = _reverse_within(products, lengths)
-    weights = cell.recurrent_weights()
+def _run(cells, x, lengths, loop=LOOP):
+    """[(N, T, H)]: each direction's cell over the examples' steps (the second direction's
+    reversed within each example's length), in one scan laid out as ``loop``. The steps are
+    padded at the end to a multiple of ``loop.unroll``: a scan whose iterations do not divide
+    its steps runs the rest in a second loop and copies every stacked output to join the two."""
+    steps = x.shape[1]
+    x = jnp.pad(x, ((0, 0), (0, -steps % loop.unroll), (0, 0)))
+    products = [cell.input_products(x) for cell in cells]
+    products[1:] = [_reverse_within(p, lengths) for p in products[1:]]
+    weights = [cell.recurrent_weights() for cell in cells]
+    kernel = jnp.stack([k for k, _ in weights])                  # (D, H, G)
+    bias = jnp.stack([b for _, b in weights])                    # (D, G)
+    carry = jax.tree.map(lambda *c: jnp.stack(c),
+                         *[cell.zero_carry(x.shape[0], x.dtype) for cell in cells])
+    like = cells[0].recurrent_product_layer()
+    kind = _LSTM if isinstance(cells[0], LSTMCell) else _GRU
+    ys = _recurrence(kind, like.dtype, like.precision, loop,
+                     jnp.moveaxis(jnp.stack(products), 2, 0), kernel, bias, carry)
+    ys = jnp.moveaxis(ys, 0, 2)[:, :, :steps]                    # (D, N, T, H)
+    return [ys[0]] + [_reverse_within(y, lengths) for y in ys[1:]]
 
-    def step(carry, step_products):
-        return cell.recur(carry, step_products, weights)
-    _, ys = jax.lax.scan(step, cell.zero_carry(x.shape[0], x.dtype),
-                         jnp.swapaxes(products, 0, 1))
-    ys = jnp.swapaxes(ys, 0, 1)
-    return _reverse_within(ys, lengths) if reverse else ys
+
+class _GRU:
+    """The GRU step's arithmetic after its products (the carry is h)."""
+
+    @staticmethod
+    def hidden(carry):
+        return carry
+
+    @staticmethod
+    def add_to_hidden(dcarry, dh):
+        return dcarry + dh.astype(dcarry.dtype)
+
+    @staticmethod
+    def combine(carry, products, recurrent):
+        xr, xz, xn = jnp.split(products, 3, axis=-1)
+        hr, hz, hn = jnp.split(recurrent, 3, axis=-1)
+        r = jax.nn.sigmoid(xr + hr)
+        z = jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1.0 - z) * n + z * carry
+        return h, h
+
+
+class _LSTM:
+    """The LSTM step's arithmetic after its products (the carry is (c, h)), with
+    ``nnx.LSTMCell``'s default gate and activation functions (sigmoid and tanh, the spec's)."""
+
+    @staticmethod
+    def hidden(carry):
+        return carry[1]
+
+    @staticmethod
+    def add_to_hidden(dcarry, dh):
+        return dcarry[0], dcarry[1] + dh.astype(dcarry[1].dtype)
+
+    @staticmethod
+    def combine(carry, products, recurrent):
+        c, _ = carry
+        i, f, g, o = jnp.split(products + recurrent, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (c, h), h
+
+
+def _cast(x, dtype):
+    return x if dtype is None else x.astype(dtype)
+
+
+def _recurrent_product(h, kernel, bias, dtype, precision):
+    """(D, N, G): each direction's ``h @ kernel + bias`` in the cells' dtype."""
+    return jnp.einsum("dnh,dhg->dng", _cast(h, dtype), kernel, precision=precision) + bias[:, None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _recurrence(kind, dtype, precision, loop, products, kernel, bias, carry):
+    """(T, D, N, H): the outputs of a cell ``kind`` over time, per direction, from its input
+    products (T, D, N, G), its recurrent kernels (D, H, G) and biases (D, G) and the initial
+    carry (leaves (D, N, H))."""
+    return _recurrence_forward(kind, dtype, precision, loop, products, kernel, bias, carry)[0]
+
+
+def _recurrence_forward(kind, dtype, precision, loop, products, kernel, bias, carry):
+    k, b = _cast(kernel, dtype), _cast(bias, dtype)
+
+    def step(carry, p):
+        recurrent = _recurrent_product(kind.hidden(carry), k, b, dtype, precision)
+        new, y = kind.combine(carry, p, recurrent)
+        return new, (y, carry, recurrent)
+    _, (ys, carries, recurrents) = jax.lax.scan(step, carry, products, unroll=loop.unroll)
+    return ys, (products, carries, recurrents, kernel, bias)
+
+
+def _recurrence_backward(kind, dtype, precision, loop, saved, dys):
+    products, carries, recurrents, kernel, bias = saved
+    # The loop's product contracts over the gates (G), a long side against a batch of a few
+    # rows; XLA splits such a product along G and pads G to a multiple of its parts. Padded
+    # here, outside the loop, the kernel is not copied again at every step (zeros add nothing).
+    pad = ((0, 0), (0, 0), (0, -kernel.shape[-1] % loop.gates_multiple))
+    k = jnp.pad(_cast(kernel, dtype), pad)
+
+    def step(dcarry, xs):
+        p, carry, recurrent, dy = xs
+        _, pullback = jax.vjp(kind.combine, carry, p, recurrent)
+        dprevious, dp, drecurrent = pullback((dcarry, dy))
+        dh = jnp.einsum("dng,dhg->dnh", jnp.pad(drecurrent, pad), k, precision=precision)
+        return kind.add_to_hidden(dprevious, dh), (dp, drecurrent)
+    zeros = jax.tree.map(lambda c: jnp.zeros_like(c[0]), carries)
+    dcarry, (dproducts, drecurrents) = jax.lax.scan(
+        step, zeros, (products, carries, recurrents, dys), reverse=True, unroll=loop.unroll)
+    hs = _cast(kind.hidden(carries), dtype)
+    dkernel = jnp.einsum("tdnh,tdng->dhg", hs, drecurrents, precision=precision,
+                         preferred_element_type=jnp.float32).astype(kernel.dtype)
+    dbias = ops.float32(drecurrents).sum(axis=(0, 2)).astype(bias.dtype)
+    return dproducts, dkernel, dbias, dcarry
+
+
+_recurrence.defvjp(_recurrence_forward, _recurrence_backward)
 
 
 class AdditiveAttention(nnx.Module):
