@@ -9,7 +9,7 @@ bidirectional GRU of 1,760 units over 785 steps from 3,520 features, batch 8; Se
 decoder's LSTM), with the backend's own modules and weights. Its gradient of a fixed linear
 function of the outputs is timed, one compiled program per variant:
 
-- ``jax_derivative``: a ``jax.lax.scan`` per direction over the cell's step, differentiated by
+- ``jax_derivative``: ``recurrent.plain_scan``, a ``jax.lax.scan`` a direction over the cell's step, differentiated by
   JAX itself (which adds each step's outer product into the kernels' gradient inside the
   backward loop);
 - ``own`` variants: the backend's recurrence (``recurrent._recurrence``: both directions in one
@@ -72,24 +72,11 @@ def _variants(module, shape, dtype, seed):
             return (ys.astype(jnp.float32) * weights).sum()
         return loss
 
-    def jax_derivative(cells, x):
-        outs = []
-        for index, cell in enumerate(cells):
-            products = cell.input_products(x)
-            if index:
-                products = recurrent._reverse_within(products, lengths)
-            w = cell.recurrent_weights()
-            _, ys = jax.lax.scan(lambda c, p, cell=cell, w=w: cell.recur(c, p, w),
-                                 cell.zero_carry(n, x.dtype), jnp.swapaxes(products, 0, 1))
-            ys = jnp.swapaxes(ys, 0, 1)
-            outs.append(recurrent._reverse_within(ys, lengths) if index else ys)
-        return outs
-
     def own(loop):
         return lambda cells, x: recurrent._run(cells, x, lengths, loop)
 
     grad = lambda run: jax.grad(layer(run), argnums=(0, 1))   # noqa: E731
-    made = {"jax_derivative": grad(jax_derivative)}
+    made = {"jax_derivative": grad(lambda cells, x: recurrent.plain_scan(cells, x, lengths))}
     for unroll, multiple in ((1, 1), (1, 256), (4, 256), (8, 256)):
         made["own_unroll{}_gates{}".format(unroll, multiple)] = grad(own(recurrent.Loop(unroll,
                                                                                         multiple)))

@@ -203,6 +203,26 @@ def _run(cells, x, lengths, loop=LOOP):
     return [ys[0]] + [_reverse_within(y, lengths) for y in ys[1:]]
 
 
+def plain_scan(cells, x, lengths):
+    """``_run`` as one plain ``jax.lax.scan`` a direction over the cells' ``recur``, which JAX
+    differentiates itself: what the loop computes, written the simplest way (the test of its
+    derivative and benchmarks/jax_recurrence.py compare against it)."""
+    outs = []
+    for index, cell in enumerate(cells):
+        products = cell.input_products(x)
+        if index:
+            products = _reverse_within(products, lengths)
+        weights = cell.recurrent_weights()
+
+        def step(carry, p, cell=cell, weights=weights):
+            return cell.recur(carry, p, weights)
+        _, ys = jax.lax.scan(step, cell.zero_carry(x.shape[0], x.dtype),
+                             jnp.swapaxes(products, 0, 1))
+        ys = jnp.swapaxes(ys, 0, 1)
+        outs.append(_reverse_within(ys, lengths) if index else ys)
+    return outs
+
+
 class _GRU:
     """The GRU step's arithmetic after its products (the carry is h)."""
 
