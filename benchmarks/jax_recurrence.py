@@ -9,9 +9,9 @@ bidirectional GRU of 1,760 units over 785 steps from 3,520 features, batch 8; Se
 decoder's LSTM), with the backend's own modules and weights. Its gradient of a fixed linear
 function of the outputs is timed, one compiled program per variant:
 
-- ``jax_derivative``: ``recurrent.plain_scan``, a ``jax.lax.scan`` a direction over the cell's step, differentiated by
-  JAX itself (which adds each step's outer product into the kernels' gradient inside the
-  backward loop);
+- ``jax_derivative``: ``recurrent.plain_scan``, a ``jax.lax.scan`` a direction over the
+  cell's step, differentiated by JAX itself (which adds each step's outer product into the
+  kernels' gradient inside the backward loop);
 - ``own`` variants: the backend's recurrence (``recurrent._recurrence``: both directions in one
   loop, the kernels' gradient one product after it) laid out as ``recurrent.Loop(unroll,
   gates_multiple)``; ``gates_multiple=1`` leaves the backward loop's kernel unpadded;
