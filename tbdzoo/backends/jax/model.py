@@ -474,7 +474,7 @@ class Model(BackendModel):
         loss; every update's objective, in a training program) on ``prepared``, and ``step``,
         the whole compiled training step (forward, backward, optimizer update). XLA counts a
         while loop's body once: a recurrent layer's ``jax.lax.scan`` counts as the steps of
-        one iteration (``recurrent.LOOP.unroll``), and its remainder loop's."""
+        one iteration (``recurrent.LOOP.unroll``)."""
         compiled, batches = self._compiled_updates(prepared)
         step, forward = 0.0, 0.0
         with self._matmul_precision():
