@@ -21,7 +21,9 @@ so what a step does is what the loop costs:
   gradient of the recurrent product and passes the carry's gradient back; the kernels'
   gradient is then one product over all steps. The derivative JAX derives itself adds each
   step's outer product into the kernels' gradient inside the loop, a read and a write of every
-  recurrent weight at every step.
+  recurrent weight at every step. The forward loop keeps of each step only what the cell's
+  derivative needs (a GRU's r, z, n and U_n h + b_hn; an LSTM's four gates and c), the carry
+  before each step following from the outputs.
 
 Each loop iteration runs ``LOOP.unroll`` steps.
 """
@@ -223,47 +225,104 @@ def plain_scan(cells, x, lengths):
     return outs
 
 
+def _shifted(ys, first):
+    """(T, ...): ``first``, then ``ys`` but its last step: the value before each step."""
+    return jnp.concatenate([first[None].astype(ys.dtype), ys[:-1]])
+
+
 class _GRU:
-    """The GRU step's arithmetic after its products (the carry is h)."""
+    """The GRU step's arithmetic after its products (the carry is h), and its derivative."""
 
     @staticmethod
     def hidden(carry):
         return carry
 
     @staticmethod
-    def add_to_hidden(dcarry, dh):
-        return dcarry + dh.astype(dcarry.dtype)
+    def combine(carry, products, recurrent):
+        return _GRU.step(carry, products, recurrent)[:2]
 
     @staticmethod
-    def combine(carry, products, recurrent):
+    def step(carry, products, recurrent):
+        """(new carry, output, what the step's derivative needs: r, z, n and U_n h + b_hn)."""
         xr, xz, xn = jnp.split(products, 3, axis=-1)
         hr, hz, hn = jnp.split(recurrent, 3, axis=-1)
         r = jax.nn.sigmoid(xr + hr)
         z = jax.nn.sigmoid(xz + hz)
         n = jnp.tanh(xn + r * hn)
         h = (1.0 - z) * n + z * carry
-        return h, h
+        return h, h, (r, z, n, hn)
+
+    @staticmethod
+    def carries(saved, ys, carry):
+        """The carry before each step (T, ...), from the outputs and the initial ``carry``."""
+        return _shifted(ys, carry)
+
+    @staticmethod
+    def step_backward(saved, carry, dh):
+        """(gradient of the carry before the step, of the step's input products, of its
+        recurrent products) from ``dh``, the gradient of the step's new carry and output."""
+        r, z, n, hn = saved
+        dn = dh * (1.0 - z)
+        da_n = dn * (1.0 - n * n)
+        da_z = dh * (carry - n) * z * (1.0 - z)
+        da_r = da_n * hn * r * (1.0 - r)
+        return (dh * z, jnp.concatenate([da_r, da_z, da_n], axis=-1),
+                jnp.concatenate([da_r, da_z, da_n * r], axis=-1))
+
+    @staticmethod
+    def add_to_hidden(dcarry, dh):
+        return dcarry + dh.astype(dcarry.dtype)
+
+    @staticmethod
+    def with_output(dcarry, dy):
+        return dcarry + dy.astype(dcarry.dtype)
 
 
 class _LSTM:
     """The LSTM step's arithmetic after its products (the carry is (c, h)), with
-    ``nnx.LSTMCell``'s default gate and activation functions (sigmoid and tanh, the spec's)."""
+    ``nnx.LSTMCell``'s default gate and activation functions (sigmoid and tanh, the spec's), and
+    its derivative."""
 
     @staticmethod
     def hidden(carry):
         return carry[1]
 
     @staticmethod
+    def combine(carry, products, recurrent):
+        return _LSTM.step(carry, products, recurrent)[:2]
+
+    @staticmethod
+    def step(carry, products, recurrent):
+        """(new carry, output, what the step's derivative needs: the gates and the new c)."""
+        c, _ = carry
+        i, f, g, o = jnp.split(products + recurrent, 4, axis=-1)
+        i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+        c = f * c + i * g
+        h = o * jnp.tanh(c)
+        return (c, h), h, (i, f, g, o, c)
+
+    @staticmethod
+    def carries(saved, ys, carry):
+        return _shifted(saved[4], carry[0]), _shifted(ys, carry[1])
+
+    @staticmethod
+    def step_backward(saved, carry, dcarry):
+        """As ``_GRU.step_backward``; the input and recurrent products' gradients are one."""
+        i, f, g, o, c = saved
+        dc, dh = dcarry
+        tanh_c = jnp.tanh(c)
+        dc = dc + dh * o * (1.0 - tanh_c * tanh_c)
+        gates = jnp.concatenate([dc * g * i * (1.0 - i), dc * carry[0] * f * (1.0 - f),
+                                 dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], axis=-1)
+        return (dc * f, jnp.zeros_like(dh)), gates, gates
+
+    @staticmethod
     def add_to_hidden(dcarry, dh):
         return dcarry[0], dcarry[1] + dh.astype(dcarry[1].dtype)
 
     @staticmethod
-    def combine(carry, products, recurrent):
-        c, _ = carry
-        i, f, g, o = jnp.split(products + recurrent, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (c, h), h
+    def with_output(dcarry, dy):
+        return dcarry[0], dcarry[1] + dy.astype(dcarry[1].dtype)
 
 
 def _cast(x, dtype):
@@ -284,38 +343,45 @@ def _recurrence(kind, dtype, precision, loop, products, kernel, bias, carry):
 
 
 def _recurrence_forward(kind, dtype, precision, loop, products, kernel, bias, carry):
+    """The outputs, and what the derivative keeps of each step: what the cell's
+    ``step_backward`` needs (the gates, and an LSTM's c) and the outputs, from which the carry
+    before each step follows."""
     k, b = _cast(kernel, dtype), _cast(bias, dtype)
 
     def step(carry, p):
         recurrent = _recurrent_product(kind.hidden(carry), k, b, dtype, precision)
-        new, y = kind.combine(carry, p, recurrent)
-        return new, (y, carry, recurrent)
-    _, (ys, carries, recurrents) = jax.lax.scan(step, carry, products, unroll=loop.unroll)
-    return ys, (products, carries, recurrents, kernel, bias)
+        new, y, saved = kind.step(carry, p, recurrent)
+        return new, (y, saved)
+    _, (ys, saved) = jax.lax.scan(step, carry, products, unroll=loop.unroll)
+    return ys, (saved, ys, carry, kernel, bias, products[:0])   # [:0]: their dtype, no bytes
 
 
-def _recurrence_backward(kind, dtype, precision, loop, saved, dys):
-    products, carries, recurrents, kernel, bias = saved
+def _recurrence_backward(kind, dtype, precision, loop, residuals, dys):
+    saved, ys, carry, kernel, bias, products = residuals
     # The loop's product contracts over the gates (G), a long side against a batch of a few
     # rows; XLA splits such a product along G and pads G to a multiple of its parts. Padded
     # here, outside the loop, the kernel is not copied again at every step (zeros add nothing).
     pad = ((0, 0), (0, 0), (0, -kernel.shape[-1] % loop.gates_multiple))
     k = jnp.pad(_cast(kernel, dtype), pad)
+    carries = kind.carries(saved, ys, carry)
 
     def step(dcarry, xs):
-        p, carry, recurrent, dy = xs
-        _, pullback = jax.vjp(kind.combine, carry, p, recurrent)
-        dprevious, dp, drecurrent = pullback((dcarry, dy))
-        dh = jnp.einsum("dng,dhg->dnh", jnp.pad(drecurrent, pad), k, precision=precision)
+        saved_t, carry_t, dy = xs
+        dprevious, dp, drecurrent = kind.step_backward(saved_t, carry_t,
+                                                       kind.with_output(dcarry, dy))
+        dh = jnp.einsum("dng,dhg->dnh", jnp.pad(drecurrent, pad).astype(k.dtype), k,
+                        precision=precision)
+        dprevious = jax.tree.map(lambda d, like: d.astype(like.dtype), dprevious, dcarry)
         return kind.add_to_hidden(dprevious, dh), (dp, drecurrent)
-    zeros = jax.tree.map(lambda c: jnp.zeros_like(c[0]), carries)
+    zeros = jax.tree.map(jnp.zeros_like, carry)
     dcarry, (dproducts, drecurrents) = jax.lax.scan(
-        step, zeros, (products, carries, recurrents, dys), reverse=True, unroll=loop.unroll)
+        step, zeros, (saved, carries, dys), reverse=True, unroll=loop.unroll)
     hs = _cast(kind.hidden(carries), dtype)
-    dkernel = jnp.einsum("tdnh,tdng->dhg", hs, drecurrents, precision=precision,
+    dkernel = jnp.einsum("tdnh,tdng->dhg", hs, drecurrents.astype(hs.dtype),
+                         precision=precision,
                          preferred_element_type=jnp.float32).astype(kernel.dtype)
     dbias = ops.float32(drecurrents).sum(axis=(0, 2)).astype(bias.dtype)
-    return dproducts, dkernel, dbias, dcarry
+    return dproducts.astype(products.dtype), dkernel, dbias, dcarry
 
 
 _recurrence.defvjp(_recurrence_forward, _recurrence_backward)
