@@ -19,8 +19,8 @@ function of the outputs is timed, one compiled program per variant:
 
 Rounds interleave the variants; each variant's figure is the median over rounds of the mean
 call time in a round. Beside each: XLA's temporary bytes for the program, and the bytes its pad
-operations write in one iteration of its loops (a loop-invariant kernel padded at every step). Run from the
-repository root with the interpreter that has JAX and Flax.
+operations write in one iteration of its loops (a loop-invariant kernel padded at every step).
+Run from the repository root with the interpreter that has JAX and Flax.
 """
 import argparse
 import json

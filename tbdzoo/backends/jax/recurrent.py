@@ -271,11 +271,8 @@ class _GRU:
 
     @staticmethod
     def add_to_hidden(dcarry, dh):
+        """``dcarry`` with ``dh`` added to its h's gradient."""
         return dcarry + dh.astype(dcarry.dtype)
-
-    @staticmethod
-    def with_output(dcarry, dy):
-        return dcarry + dy.astype(dcarry.dtype)
 
 
 class _LSTM:
@@ -319,10 +316,6 @@ class _LSTM:
     @staticmethod
     def add_to_hidden(dcarry, dh):
         return dcarry[0], dcarry[1] + dh.astype(dcarry[1].dtype)
-
-    @staticmethod
-    def with_output(dcarry, dy):
-        return dcarry[0], dcarry[1] + dy.astype(dcarry[1].dtype)
 
 
 def _cast(x, dtype):
@@ -368,7 +361,7 @@ def _recurrence_backward(kind, dtype, precision, loop, residuals, dys):
     def step(dcarry, xs):
         saved_t, carry_t, dy = xs
         dprevious, dp, drecurrent = kind.step_backward(saved_t, carry_t,
-                                                       kind.with_output(dcarry, dy))
+                                                       kind.add_to_hidden(dcarry, dy))
         dh = jnp.einsum("dng,dhg->dnh", jnp.pad(drecurrent, pad).astype(k.dtype), k,
                         precision=precision)
         dprevious = jax.tree.map(lambda d, like: d.astype(like.dtype), dprevious, dcarry)
