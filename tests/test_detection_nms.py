@@ -5,29 +5,9 @@ and per class."""
 import numpy as np
 import pytest
 
+from nms_cases import THRESHOLDS, float_boxes, tied_pixel_boxes
 from tbdzoo.errors import DetectionInputError
 from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
-
-
-def tied_pixel_boxes(rng, n=300):
-    """Whole-pixel boxes piled on a small area, scores from 4 values: many overlaps, many ties,
-    IoUs exactly at 0.5 (two boxes of one width, one twice the other's height)."""
-    xy = rng.randint(0, 50, (n, 2))
-    wh = rng.randint(1, 25, (n, 2))
-    boxes = np.concatenate([xy, xy + wh], 1).astype(np.float32)
-    boxes[1] = boxes[0]
-    boxes[1, 3] = boxes[0, 1] + (boxes[0, 3] - boxes[0, 1]) / 2  # IoU 0.5 with box 0
-    scores = rng.randint(0, 4, n).astype(np.float32) / 4
-    return boxes, scores
-
-
-def float_boxes(rng, n=400):
-    xy = rng.uniform(0, 60, (n, 2))
-    boxes = np.concatenate([xy, xy + rng.uniform(1, 30, (n, 2))], 1)
-    return boxes, rng.uniform(size=n)
-
-
-THRESHOLDS = (0.3, 0.5, 0.7)
 
 
 def test_torch_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
@@ -226,3 +206,59 @@ def test_mxnet_nms_keeps_the_reference_boxes_with_ties_and_float_boxes():
         reference_nms(boxes, scores, 0.5, max_keep=5))
     with pytest.raises(DetectionInputError, match=r"scores\[1\] is NaN"):
         mxnet_nms.nms(mx.nd.array(boxes[:2]), mx.nd.array([0.5, np.nan]), 0.5)
+
+
+_JAX_NMS_CHECK = r"""
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from nms_cases import THRESHOLDS, float_boxes, tied_pixel_boxes
+from tbdzoo.backends.jax import nms as jax_nms
+from tbdzoo.errors import DetectionInputError
+from tbdzoo.models.faster_rcnn.detection import kernels
+from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
+from tbdzoo.models.faster_rcnn.detection.proposals import proposals
+
+rng = np.random.RandomState(0)
+for trial in range(16):
+    boxes, scores = (tied_pixel_boxes if trial % 2 else float_boxes)(rng, 300 + 97 * trial)
+    threshold = THRESHOLDS[trial % 3]
+    for max_keep in (None, 0, 7, 150):
+        np.testing.assert_array_equal(jax_nms.nms(boxes, scores, threshold, max_keep),
+                                      reference_nms(boxes, scores, threshold, max_keep))
+assert jax_nms.nms(np.array([[0.0, 0.0, 4.0, 4.0]] * 3), np.ones(3), 0.5).tolist() == [0]
+assert jax_nms.nms(np.zeros((0, 4)), np.zeros(0), 0.5).shape == (0,)
+scores[3] = np.nan
+try:
+    jax_nms.nms(boxes, scores, 0.5)
+    raise SystemExit("no error for a NaN score")
+except DetectionInputError as error:
+    assert "scores[3] is NaN" in str(error), error
+anchors, _ = float_boxes(rng, 1500)
+objectness = np.round(rng.uniform(size=1500), 1)  # ties
+deltas = 0.2 * rng.randn(1500, 4)
+args = (objectness, deltas, anchors, (90, 90), 1200, 300, 0.7, 2.0)
+expected = proposals(*args)
+with kernels.lending(nms=jax_nms.host_kernel(None)):
+    got = proposals(*args)
+np.testing.assert_array_equal(got[0], expected[0])
+np.testing.assert_array_equal(got[1], expected[1])
+print("jax nms ok")
+"""
+
+
+def test_jax_nms_keeps_the_reference_boxes():
+    """The JAX backend's NMS (the overlaps as bits on the device in float64, the walk over them
+    on the host) keeps the reference's boxes in its order: ties, IoU at the threshold,
+    ``max_keep`` (0 included, and prefixes that must grow), no box, a NaN score, and the
+    proposals it is lent to. On the CPU here; on a GPU ``benchmarks/detection_kernels_check.py``
+    checks the same."""
+    import os
+
+    from conftest import require_backend, run_in_env
+    from tbdzoo.backends import environments
+    require_backend("jax")
+    proc = run_in_env(environments.python_of("jax"),
+                      ["-c", _JAX_NMS_CHECK, os.path.dirname(os.path.abspath(__file__))],
+                      timeout=600)
+    assert proc.returncode == 0 and "jax nms ok" in proc.stdout, proc.stdout + proc.stderr
