@@ -388,8 +388,14 @@ class BackendModel:
         needed = programs.targets_inputs(self.spec, self.program)
         size = len(next(iter(part.values())))
         given = OrderedDict((n, np.asarray(part[n])) for n in needed)
-        values = self._values(Prepared(self.backend, self._prepare(given), size), step["reads"])
+        values = self._targets_values(Prepared(self.backend, self._prepare(given), size),
+                                      step["reads"])
         return self._targets_of(part, index, values)
+
+    def _targets_values(self, prepared, names):
+        """The values ``names`` the targets step reads, of an inference pass on ``prepared``:
+        NumPy by name, or a HostValues that copies each when the step first reads it."""
+        return self._values(prepared, names)
 
     def _targets_of(self, part, index, values):
         """The targets function on the values it reads (NumPy by name, or a HostValues that

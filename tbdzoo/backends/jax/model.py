@@ -19,6 +19,7 @@ from . import framework  # noqa: F401  (first: JAX imported quietly, full float3
 
 # isort: split
 import contextlib
+import functools
 import operator
 from collections import OrderedDict
 from itertools import chain
@@ -32,6 +33,7 @@ from flax import nnx
 from ...errors import UnsupportedOptionError
 from ...models.faster_rcnn.detection import kernels
 from ...spec.program import objective_values
+from ...spec.targets import HostValues
 from ..base import BackendModel
 from . import native as jax_native
 from . import nms as jax_nms
@@ -381,8 +383,20 @@ class Model(BackendModel):
     def _values(self, prepared, names):
         with self._matmul_precision():
             out = self._inference_function(tuple(names))(prepared.native)
-        return OrderedDict((n, np.asarray(out[n]).astype(
-            np.int32 if self.spec.dtype_of(n) == "int32" else np.float32)) for n in names)
+        return OrderedDict((n, self._host_value(n, out[n])) for n in names)
+
+    def _host_value(self, name, value):
+        return np.asarray(value).astype(
+            np.int32 if self.spec.dtype_of(name) == "int32" else np.float32)
+
+    def _targets_values(self, prepared, names):
+        """The inference pass queued, each value copied when the targets step first reads it:
+        what the step does with its inputs alone (Faster R-CNN's anchor targets) runs while
+        the device computes."""
+        with self._matmul_precision():
+            out = self._inference_function(tuple(names))(prepared.native)
+        return HostValues(((n, functools.partial(self._host_value, n, out[n])) for n in names),
+                          ((n, out[n].shape) for n in names))
 
     def _targets_of(self, part, index, values):
         """The targets step, with its NMS walked on the GPU where the model is on one
