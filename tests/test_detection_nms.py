@@ -227,6 +227,12 @@ for trial in range(16):
         np.testing.assert_array_equal(jax_nms.nms(boxes, scores, threshold, max_keep),
                                       reference_nms(boxes, scores, threshold, max_keep))
 assert jax_nms.nms(np.array([[0.0, 0.0, 4.0, 4.0]] * 3), np.ones(3), 0.5).tolist() == [0]
+# piled boxes: the best 2 * max_keep keep too few, so the prefix grows, four times
+boxes, scores = float_boxes(rng, 1500)
+boxes[:1400] = boxes[0] + rng.uniform(0, 0.5, (1400, 4))
+for max_keep in (40, 90):
+    np.testing.assert_array_equal(jax_nms.nms(boxes, scores, 0.7, max_keep),
+                                  reference_nms(boxes, scores, 0.7, max_keep))
 assert jax_nms.nms(np.zeros((0, 4)), np.zeros(0), 0.5).shape == (0,)
 scores[3] = np.nan
 try:
