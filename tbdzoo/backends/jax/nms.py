@@ -15,9 +15,9 @@ on each backend"); on a GPU the JAX backend lends it to the targets step
   first ones of the whole. Where the prefix keeps too few, it doubles, and only the new boxes'
   columns are computed and walked: the walk goes on from where it stopped.
 
-The overlap is the reference's IoU, with its operations in its order. XLA contracts a product
-that is then added into one fused multiply-add, which rounds once where NumPy rounds twice: the
-areas therefore come from the host, and the intersection is held apart
+The overlap is the reference's IoU, with its operations in its order. XLA may contract a
+product that is then added into one fused multiply-add, which rounds once where NumPy rounds
+twice: the areas therefore come from the host, and the intersection is held apart
 (``lax.optimization_barrier``) from the subtraction that makes the union.
 """
 import jax
