@@ -2,10 +2,14 @@
 each backend"): the same kept boxes in the same order, ties included (equal scores by index),
 at IoU exactly at the threshold (kept: suppression is strictly above it), with ``max_keep``,
 and per class."""
+import os
+
 import numpy as np
 import pytest
 
+from conftest import require_backend, run_in_env
 from nms_cases import THRESHOLDS, float_boxes, tied_pixel_boxes
+from tbdzoo.backends import environments
 from tbdzoo.errors import DetectionInputError
 from tbdzoo.models.faster_rcnn.detection.nms import nms as reference_nms
 
@@ -259,10 +263,6 @@ def test_jax_nms_keeps_the_reference_boxes():
     ``max_keep`` (0 included, and prefixes that must grow), no box, a NaN score, and the
     proposals it is lent to. On the CPU here; on a GPU ``benchmarks/detection_kernels_check.py``
     checks the same."""
-    import os
-
-    from conftest import require_backend, run_in_env
-    from tbdzoo.backends import environments
     require_backend("jax")
     proc = run_in_env(environments.python_of("jax"),
                       ["-c", _JAX_NMS_CHECK, os.path.dirname(os.path.abspath(__file__))],

@@ -381,18 +381,18 @@ class Model(BackendModel):
         return np.asarray(out[output], np.float32)
 
     def _values(self, prepared, names):
-        with self._matmul_precision():
-            out = self._inference_function(tuple(names))(prepared.native)
-        return OrderedDict((n, self._host_value(n, out[n])) for n in names)
+        values = self._targets_values(prepared, names)
+        return OrderedDict((n, values[n]) for n in names)
 
     def _host_value(self, name, value):
+        """A device value as the spec's NumPy dtype (int32, or float32)."""
         return np.asarray(value).astype(
             np.int32 if self.spec.dtype_of(name) == "int32" else np.float32)
 
     def _targets_values(self, prepared, names):
-        """The inference pass queued, each value copied when the targets step first reads it:
-        what the step does with its inputs alone (Faster R-CNN's anchor targets) runs while
-        the device computes."""
+        """The inference pass queued, each value copied when it is first read: what the targets
+        step does with its inputs alone (Faster R-CNN's anchor targets) runs while the device
+        computes."""
         with self._matmul_precision():
             out = self._inference_function(tuple(names))(prepared.native)
         return HostValues(((n, functools.partial(self._host_value, n, out[n])) for n in names),
