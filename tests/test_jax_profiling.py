@@ -37,6 +37,9 @@ bf.set_weights(t.get_weights())
 hlo = bf._bound_update(None).lower(bf.prepare_batch(b).native, np.float32(0.1),
                                   bf._step_key()).as_text()
 out["bf16_in_step"] = "bf16" in hlo
+# the tied output projection (the generator, over the embedding's table) computes in bf16 too
+out["bf16_tied_dtype"] = str(bf.native.generator(jnp.ones((2, 3, 16)),
+                                                 bf.native.embed.embedding[...]).dtype)
 out["bf16_predict_gap"] = float(np.abs(bf.predict(b) - t.predict(b)).max())
 out["bf16_losses"] = [bf.train_step(b) for _ in range(2)]
 out["bf16_state_dtypes"] = sorted({str(a.dtype) for a in jax.tree.leaves(
@@ -102,6 +105,7 @@ def test_xla_flops_agree_with_the_spec(checks):
 
 def test_bf16_computes_in_bfloat16_over_float32_master_weights(checks):
     assert checks["bf16_in_step"]
+    assert checks["bf16_tied_dtype"] == "bfloat16"
     assert checks["bf16_state_dtypes"] == ["float32"]
 
 

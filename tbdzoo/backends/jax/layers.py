@@ -120,10 +120,15 @@ class TiedLinear(nnx.Module):
 
     def __init__(self, units, use_bias):
         self.bias = nnx.Param(jnp.zeros((units,), jnp.float32)) if use_bias else None
+        self.dtype = None   # as nnx.Linear's: bfloat16 under bf16 (the model's _bf16_layers)
 
     def __call__(self, x, weight):
+        bias = self.bias.value if self.bias is not None else None
+        if self.dtype is not None:
+            x, weight = x.astype(self.dtype), weight.astype(self.dtype)
+            bias = bias.astype(self.dtype) if bias is not None else None
         y = x @ weight.T
-        return y + self.bias.value if self.bias is not None else y
+        return y + bias if bias is not None else y
 
 
 class MultiHeadAttention(nnx.Module):

@@ -35,6 +35,7 @@ from ...models.faster_rcnn.detection import kernels
 from ...spec.program import objective_values
 from ...spec.targets import HostValues
 from ..base import BackendModel
+from . import layers as jax_layers
 from . import native as jax_native
 from . import nms as jax_nms
 from . import ops, optimizers
@@ -77,14 +78,14 @@ class Model(BackendModel):
         return jax.default_matmul_precision("tensorfloat32")
 
     def _bf16_layers(self):
-        """bf16: the convolutions and dense layers (the Flax layers' ``dtype``) cast their inputs
-        and float32 weights to bfloat16 and compute and return bfloat16 (the recurrent cells'
-        gate products too); BatchNorm computes in float32 and returns its input's dtype
-        (layers.py); the rest of the graph (layer normalisation, the cells' gate arithmetic and
-        state, the losses) computes in float32, and the weights, their
-        gradients and the optimizer's state stay float32 (master weights)."""
+        """bf16: the convolutions and dense layers (the Flax layers' ``dtype``; a tied dense
+        layer's too) cast their inputs and float32 weights to bfloat16 and compute and return
+        bfloat16 (the recurrent cells' gate products too); BatchNorm computes in float32 and
+        returns its input's dtype (layers.py); the rest of the graph (layer normalisation, the
+        cells' gate arithmetic and state, the losses) computes in float32, and the weights,
+        their gradients and the optimizer's state stay float32 (master weights)."""
         for _, module in self.native.iter_modules():
-            if isinstance(module, (nnx.Conv, nnx.Linear)):
+            if isinstance(module, (nnx.Conv, nnx.Linear, jax_layers.TiedLinear)):
                 module.dtype = jnp.bfloat16
 
     # -- building --------------------------------------------------------------------------------

@@ -375,11 +375,15 @@ def softmax_cross_entropy(logits, labels, loss):
     y = labels.reshape(-1)
     smoothing = loss.get("label_smoothing") or 0.0
     ignore = loss.get("ignore_index")
-    log_p = jax.nn.log_softmax(z, axis=-1)
-    picked = jnp.take_along_axis(log_p, jnp.clip(y, 0, k - 1)[:, None], axis=-1)[:, 0]
-    per = -(1.0 - smoothing) * picked
+    # -sum_k q_k log p_k = lse(z) - (1 - eps) z_y - eps / K sum_k z_k, with log p_k = z_k - lse(z)
+    # written out and z_y picked by a comparison, not a gather: every term is a row reduction of
+    # z, and the derivative, softmax(z) - q, one elementwise pass, so XLA keeps no (positions, K)
+    # array of log-probabilities and scatters nothing.
+    lse = jax.nn.logsumexp(z, axis=-1)
+    picked = jnp.where(jnp.arange(k)[None, :] == y[:, None], z, 0.0).sum(axis=-1)
+    per = lse - (1.0 - smoothing) * picked
     if smoothing:
-        per = per - smoothing / k * log_p.sum(axis=-1)
+        per = per - smoothing / k * z.sum(axis=-1)
     if ignore is None:
         return per.mean()
     keep = (y != ignore).astype(per.dtype)
