@@ -33,3 +33,21 @@ def test_both_flax_models_match_tbdzoos_first_loss_and_train(tmp_path):
         # the same formula: the two stay together over the steps, not just at the first
         np.testing.assert_allclose(last["flax"], last["tbdzoo"], rtol=1e-3, err_msg=name)
         assert all(len(t) == 1 and t[0] > 0 for t in cell["times"].values()), cell["times"]
+
+
+def test_the_buffer_listing_reads_both_steps_temporaries(tmp_path):
+    """benchmarks/jax_buffers.py: XLA's buffer assignment of tbdzoo's and the Flax step, each
+    program's temporary allocation with values inside it (no value larger than it)."""
+    require_backend("jax")
+    out = tmp_path / "buffers.json"
+    proc = run_in_env(environments.python_of("jax"), [
+        "-m", "benchmarks.jax_buffers", "--models", "transformer", "--config", "tiny",
+        "--device", "cpu", "--top", "3", "--out", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cell, = json.loads(out.read_text())["cells"]
+    sides = {p["side"]: p for p in cell["programs"]}
+    assert set(sides) == {"tbdzoo", "flax"}, cell["programs"]
+    for prog in sides.values():
+        assert prog["temporary_bytes"] > 0 and prog["values"] > 3
+        assert len(prog["largest"]) == 3
+        assert all(0 < v["bytes"] <= prog["temporary_bytes"] for v in prog["largest"])
