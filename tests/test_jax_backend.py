@@ -314,3 +314,52 @@ def test_a_training_programs_steps_compile_once():
     require_backend("jax")
     proc = run_in_env(environments.python_of("jax"), ["-c", _NO_RECOMPILES], timeout=600)
     assert proc.returncode == 0 and "no recompiles ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+_ROI_ALIGN_CHECK = r"""
+import numpy as np
+import jax, jax.numpy as jnp
+from tbdzoo.backends.jax import ops
+from tbdzoo.models.faster_rcnn.detection.roi_align import roi_align_numpy, roi_align_points
+rng = np.random.RandomState(0)
+n, c, h, w, oh, ow, sr = 2, 5, 9, 7, 3, 2, 2
+a = {"output_size": (oh, ow), "sampling_ratio": sr}
+features = rng.standard_normal((n, c, h, w)).astype(np.float32)
+def rois():   # 4 boxes (x1, y1, x2, y2) in the map, some reaching past its edge
+    x, y, bw, bh = (rng.uniform(0, 1, (4, 4)) * [w, h, w, h]).T
+    return np.stack([x, y, x + bw, y + bh], axis=1).astype(np.float32)
+taps = [roi_align_points(rois(), (h, w), 1.0, (oh, ow), sr, True) for _ in range(n)]
+idx = np.stack([t[0] for t in taps])
+wt = np.stack([t[1] for t in taps])
+out = np.asarray(ops.roi_align((jnp.asarray(features), jnp.asarray(idx), jnp.asarray(wt)), None, a, None))
+ref = np.stack([roi_align_numpy(features[i], idx[i], wt[i], (oh, ow), sr) for i in range(n)])
+np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+# backward: the transpose of the taps' sum, against JAX's own derivative of the plain gather
+def plain(f):
+    def one(flat, i, ww):
+        return jnp.transpose((flat[:, i] * ww[None]).sum(axis=-1), (1, 0, 2))
+    o = jax.vmap(one)(f.reshape(n, c, -1), jnp.asarray(idx), jnp.asarray(wt))
+    return o.reshape(n, idx.shape[1], c, oh, ow, sr * sr).mean(axis=-1)
+cot = jnp.asarray(rng.standard_normal(out.shape).astype(np.float32))
+ours = jax.vjp(lambda f: ops.roi_align((f, jnp.asarray(idx), jnp.asarray(wt)), None, a, None),
+               jnp.asarray(features))[1](cot)[0]
+theirs = jax.vjp(plain, jnp.asarray(features))[1](cot)[0]
+np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-5)
+# bf16 features: bf16 out and gradient, summed in float32 (within bf16's rounding of fp32's)
+fb = jnp.asarray(features).astype(jnp.bfloat16)
+yb, pull = jax.vjp(lambda f: ops.roi_align((f, jnp.asarray(idx), jnp.asarray(wt)), None, a, None), fb)
+gb = pull(cot.astype(jnp.bfloat16))[0]
+assert yb.dtype == jnp.bfloat16 and gb.dtype == jnp.bfloat16, (yb.dtype, gb.dtype)
+np.testing.assert_allclose(np.asarray(yb, np.float32), ref, atol=0.05)
+np.testing.assert_allclose(np.asarray(gb, np.float32), np.asarray(theirs), atol=0.1)
+print("roi_align ok")
+"""
+
+
+def test_roi_align_sums_the_reference_taps_and_scatters_them_back():
+    """The JAX RoIAlign (a loop over each bin's taps with its own derivative) gives the NumPy
+    reference's output and, backward, JAX's derivative of the plain gather of every tap; bf16
+    features give bf16 results within bf16's rounding."""
+    require_backend("jax")
+    proc = run_in_env(environments.python_of("jax"), ["-c", _ROI_ALIGN_CHECK], timeout=300)
+    assert proc.returncode == 0 and "roi_align ok" in proc.stdout, proc.stdout + proc.stderr
