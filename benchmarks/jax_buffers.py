@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-_TEMP = re.compile(r"^allocation \d+: size (\d+), (?:page \d+, )?preallocated-temp:\n((?: value:.*\n)*)",
-                   re.M)
 # the programs' names: tbdzoo's updates (one a phase, in a training program) and the Flax step
 SIDES = {"jit_pure": "tbdzoo", "jit_train_step": "flax"}
+_TEMP = re.compile(r"^allocation \d+: size (\d+), (?:page \d+, )?preallocated-temp:\n((?: value:.*\n)*)",
+                   re.M)
 _VALUE = re.compile(r"value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\): (\S+)")
 
 
@@ -74,8 +74,12 @@ def compile_steps(model_name, config, precision, device, flax_side):
 
 
 def run(model_name, config, precision, device, top):
+    with tempfile.TemporaryDirectory(prefix="tbdzoo-xla-") as dump:   # every program's HLO
+        return _run_dumped(model_name, config, precision, device, top, dump)
+
+
+def _run_dumped(model_name, config, precision, device, top, dump):
     from benchmarks import flax_handwritten
-    dump = tempfile.mkdtemp(prefix="tbdzoo-xla-")
     # a child process: XLA reads its flags once, when the backend starts
     code = ("import sys; sys.path.insert(0, {!r}); from benchmarks import jax_buffers; "
             "print(jax_buffers.compile_steps({!r}, {!r}, {!r}, {!r}, {!r}))").format(
