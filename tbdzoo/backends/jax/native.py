@@ -110,10 +110,13 @@ def block_class(kind, base=None):
     base = base or Block
     key = (kind, base)
     if key not in _CLASSES:
+        # ``__call__`` in the class's own dict: ``nnx.capture(..., method_outputs=...)``
+        # records the outputs of the methods a class defines itself, not inherited ones.
         _CLASSES[key] = type(kind, (base,), {
             "__module__": __name__,
             "__doc__": "A ``{}`` block of a tbdzoo model (tbdzoo/backends/jax/native.py)."
-                       .format(kind)})
+                       .format(kind),
+            "__call__": base.__call__})
     return _CLASSES[key]
 
 
