@@ -497,13 +497,42 @@ def _recurrent(op, inputs, p, a, training):
         # where the kernel's batch-first output is a transposed view that every dense layer
         # reading it would copy
         return _length_mask(lengths, t, "valid", out.dtype)[:, :, None] * out
-    rows, batch_sizes = _packing(lengths, t, x.device)
-    out = _quietly(kernel, _pack(x, rows), batch_sizes, hidden, weights, True, a["num_layers"],
-                   0.0, training, a["bidirectional"])[0]
-    out = _unpack(out, rows, n, t)
+    if torch.compiler.is_exporting():
+        out = _by_layer_and_direction(kernel, x, lengths, weights, a, training)
+    else:
+        rows, batch_sizes = _packing(lengths, t, x.device)
+        out = _quietly(kernel, _pack(x, rows), batch_sizes, hidden, weights, True,
+                       a["num_layers"], 0.0, training, a["bidirectional"])[0]
+        out = _unpack(out, rows, n, t)
     if a["merge"] == "sum":
         out = out[..., :h] + out[..., h:]
     return out
+
+
+def _by_layer_and_direction(kernel, x, lengths, weights, a, training):
+    """What the packed kernel computes, without the lengths on the host: for
+    ``torch.export``, which cannot trace the packing's host copy. Each layer and direction is
+    one call of the kernel over the padded batch; the backward direction reads each example's
+    steps reversed within its length (a gather: the padding stays at the end, where no valid
+    step reads it) and its outputs are put back in order by the same gather. Every valid
+    output is then the packed kernel's; the padding is zeroed once, at the end."""
+    n, t, _ = x.shape
+    h, directions = a["units"], 2 if a["bidirectional"] else 1
+    steps = torch.arange(t, device=x.device)[None, :]
+    valid = steps < lengths[:, None]
+    reverse = torch.where(valid, lengths[:, None] - 1 - steps, steps)[:, :, None]
+    for layer in range(a["num_layers"]):
+        outs = []
+        for d in range(directions):
+            first = 4 * (layer * directions + d)  # w_ih, w_hh, b_ih, b_hh of each
+            zeros = x.new_zeros(1, n, h)
+            hidden = (zeros, zeros) if kernel is torch._VF.lstm else zeros
+            source = x if d == 0 else torch.gather(x, 1, reverse.expand(-1, -1, x.shape[2]))
+            y = kernel(source, hidden, weights[first:first + 4], True, 1, 0.0, training, False,
+                       True)[0]
+            outs.append(y if d == 0 else torch.gather(y, 1, reverse.expand(-1, -1, h)))
+        x = torch.cat(outs, -1) if directions > 1 else outs[0]
+    return x * valid[:, :, None].to(x.dtype)
 
 
 def _quietly(kernel, *args):
@@ -576,12 +605,37 @@ def sequence_batchnorm(inputs, p, a, training):
     Backward then keeps only the valid rows, as ``BatchNorm1d`` over packed steps does."""
     x, lengths = inputs
     n, t, _c = x.shape
+    if torch.compiler.is_exporting():
+        return _sequence_batchnorm_masked(x, lengths, p, a, training)
     rows, _ = _packing(lengths, t, x.device)
     track = a["track_running_stats"]
     y = F.batch_norm(_pack(x, rows),
                      p["running_mean"] if track else None, p["running_var"] if track else None,
                      p["gamma"], p["beta"], training or not track, a["momentum"], a["eps"])
     return _unpack(y, rows, n, t)
+
+
+def _sequence_batchnorm_masked(x, lengths, p, a, training):
+    """``sequence_batchnorm`` without the lengths on the host, for ``torch.export``: in
+    inference every row normalised by the running statistics; in training the valid rows'
+    statistics by a mask, the running ones updated by the same rule; zeros in the padding."""
+    n, t, c = x.shape
+    valid = valid_mask(lengths, t, x.dtype)[:, :, None]
+    track = a["track_running_stats"]
+    if track and not training:
+        y = F.batch_norm(x.reshape(n * t, c), p["running_mean"], p["running_var"], p["gamma"],
+                         p["beta"], False, 0.0, a["eps"])
+        return y.view(n, t, c) * valid
+    count = valid.sum()
+    mean = (x * valid).sum((0, 1)) / count
+    variance = ((x - mean) * valid).square().sum((0, 1)) / count
+    if track:
+        with torch.no_grad():
+            m = a["momentum"]
+            p["running_mean"].mul_(1 - m).add_(mean, alpha=m)
+            p["running_var"].mul_(1 - m).add_(variance * count / (count - 1), alpha=m)
+    y = (x - mean) * torch.rsqrt(variance + a["eps"]) * p["gamma"] + p["beta"]
+    return y * valid
 
 
 def clipped_relu(inputs, p, a, training):
