@@ -433,7 +433,7 @@ class Model(BackendModel):
         if not self.guard_steps:
             return
         grads = [p.grad() for p in params]
-        total = nd.sum(nd.multi_sum_sq(*grads, num_arrays=len(grads))) if grads else None
+        total = optimizers.sum_of_squares(grads) if grads else None
         value = float(loss.asscalar()) + (float(total.asscalar()) if total is not None else 0.0)
         if not np.isfinite(value):
             raise self._nonfinite_error([objective])
