@@ -520,7 +520,7 @@ def _by_layer_and_direction(kernel, x, lengths, weights, a, training):
     h, directions = a["units"], 2 if a["bidirectional"] else 1
     steps = torch.arange(t, device=x.device)[None, :]
     valid = steps < lengths[:, None]
-    reverse = torch.where(valid, lengths[:, None] - 1 - steps, steps)[:, :, None]
+    reverse = torch.where(valid, lengths[:, None] - 1 - steps, steps).long()[:, :, None]
     for layer in range(a["num_layers"]):
         outs = []
         for d in range(directions):
