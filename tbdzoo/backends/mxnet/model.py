@@ -330,10 +330,10 @@ class Model(BackendModel):
         try:
             value, stats = self._objective_backward(phase_index, native)
             self._reduce_gradients(self._group_params[group])
-            self._check_finite(value, self._group_params[group], phase["objective"])
+            squares = self._check_finite(value, self._group_params[group], phase["objective"])
             self._update_statistics(statistics, stats, native["batch_size"])
             scale = optimizers.gradient_scale(self._group_params[group],
-                                              self.program.groups[group]["clip"])
+                                              self.program.groups[group]["clip"], squares)
             self._optimizers[group].step(lr, grad_scale=scale)
             for hook in phase["hooks"]:
                 optimizers.clip_weights(self._group_params[hook["group"]], hook["value"])
@@ -429,14 +429,15 @@ class Model(BackendModel):
     # -- atomic steps (docs/backends.md) -------------------------------------------------------
     def _check_finite(self, loss, params, objective):
         """Raise NonFiniteStepError, before anything changed, when the loss or the global norm
-        of the gradients is not finite (read on the host: this backend runs on the CPU)."""
+        of the gradients is not finite (read on the host: this backend runs on the CPU).
+        Returns the gradients' sum of squares it read (for global-norm clipping), or None."""
         if not self.guard_steps:
-            return
+            return None
         grads = [p.grad() for p in params]
-        total = optimizers.sum_of_squares(grads) if grads else None
-        value = float(loss.asscalar()) + (float(total.asscalar()) if total is not None else 0.0)
-        if not np.isfinite(value):
+        squares = float(optimizers.sum_of_squares(grads).asscalar()) if grads else None
+        if not np.isfinite(float(loss.asscalar()) + (squares or 0.0)):
             raise self._nonfinite_error([objective])
+        return squares
 
     def _saved_before_update(self, optimizers_held, batchnorms):
         """Copies of what a step writes (the weights, the optimizers' state and the running

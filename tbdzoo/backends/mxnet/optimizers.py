@@ -244,12 +244,13 @@ def sum_of_squares(arrays):
     return nd.add_n(*[nd.dot(a.reshape(-1), a.reshape(-1)) for a in arrays])
 
 
-def gradient_scale(params, clip):
+def gradient_scale(params, clip, squares=None):
     """The factor a group's gradients are to be multiplied by before the update (1.0 unless
     clipping by global norm: min(1, c / (n + 1e-6)), n the norm of them all); value
     clipping is applied in place here. The norm is read back, one wait per step as in
     Gluon's ``clip_global_norm``, so that the factor enters the fused update as its
-    ``rescale_grad`` instead of costing a pass over the gradients."""
+    ``rescale_grad`` instead of costing a pass over the gradients; ``squares``, the
+    gradients' sum of squares where the step guard has read it already."""
     if clip is None:
         return 1.0
     grads = [p.grad() for p in params]
@@ -258,7 +259,9 @@ def gradient_scale(params, clip):
         for g in grads:
             nd.clip(g, -c, c, out=g)
         return 1.0
-    norm = float(sum_of_squares(grads).asscalar()) ** 0.5
+    if squares is None:
+        squares = float(sum_of_squares(grads).asscalar())
+    norm = squares ** 0.5
     return min(1.0, c / (norm + 1e-6))
 
 
