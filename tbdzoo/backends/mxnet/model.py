@@ -447,8 +447,24 @@ class Model(BackendModel):
         arrays = [p.data() for p in self._trainable] + \
             [b[i].data() for b in batchnorms for i in (0, 1)] + \
             [a for o in optimizers_held for a in optimizers.state_arrays(o)]
-        return ([(a, a.copy()) for a in arrays],
+        return (list(zip(arrays, self._guard_copies(optimizers_held, arrays))),
                 [(o, o.t) for o in optimizers_held if hasattr(o, "t")])
+
+    def _guard_copies(self, optimizers_held, arrays):
+        """Copies of ``arrays`` in buffers kept from the last step of the same optimizers: a
+        fresh copy each step pays its pages' first touch (Seq2Seq's 78 M floats: about 90 ms a
+        step against 60 ms on a 2-core host). New buffers when the arrays are other ones."""
+        kept = self.__dict__.setdefault("_kept_copies", {})
+        key = tuple(id(o) for o in optimizers_held)
+        ids = tuple((id(a), a.shape, a.dtype) for a in arrays)
+        if key in kept and kept[key][0] == ids:
+            copies = kept[key][1]
+            for array, copy in zip(arrays, copies):
+                array.copyto(copy)
+            return copies
+        copies = [a.copy() for a in arrays]
+        kept[key] = (ids, copies)
+        return copies
 
     def _put_back(self, saved):
         if saved is None:
